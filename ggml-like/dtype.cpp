@@ -1,0 +1,76 @@
+// The traits table: block geometry of every GGML type, and the reference kernels of
+// the types qrun computes with. A test checks that every supported type has a full row.
+#include "ggml-like/dtype.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+#include "ggml-like/result.h"
+
+namespace qrun {
+namespace {
+
+constexpr TypeTraits row(DType t, const char* name, int64_t be, size_t bb, bool q) {
+  return TypeTraits{t, name, be, bb, q, t, nullptr, nullptr, nullptr};
+}
+
+// Geometry of every known type (block elements, block bytes), in id order.
+// Reference kernels are attached in kernels_for() below.
+constexpr std::array kGeometry = {
+    row(DType::kF32, "f32", 1, 4, false),          row(DType::kF16, "f16", 1, 2, false),
+    row(DType::kQ4_0, "q4_0", 32, 18, true),       row(DType::kQ4_1, "q4_1", 32, 20, true),
+    row(DType::kQ5_0, "q5_0", 32, 22, true),       row(DType::kQ5_1, "q5_1", 32, 24, true),
+    row(DType::kQ8_0, "q8_0", 32, 34, true),       row(DType::kQ8_1, "q8_1", 32, 36, true),
+    row(DType::kQ2_K, "q2_k", 256, 84, true),      row(DType::kQ3_K, "q3_k", 256, 110, true),
+    row(DType::kQ4_K, "q4_k", 256, 144, true),     row(DType::kQ5_K, "q5_k", 256, 176, true),
+    row(DType::kQ6_K, "q6_k", 256, 210, true),     row(DType::kQ8_K, "q8_k", 256, 292, true),
+    row(DType::kIQ2_XXS, "iq2_xxs", 256, 66, true), row(DType::kIQ2_XS, "iq2_xs", 256, 74, true),
+    row(DType::kIQ3_XXS, "iq3_xxs", 256, 98, true), row(DType::kIQ1_S, "iq1_s", 256, 50, true),
+    row(DType::kIQ4_NL, "iq4_nl", 32, 18, true),   row(DType::kIQ3_S, "iq3_s", 256, 110, true),
+    row(DType::kIQ2_S, "iq2_s", 256, 82, true),    row(DType::kIQ4_XS, "iq4_xs", 256, 136, true),
+    row(DType::kI8, "i8", 1, 1, false),            row(DType::kI16, "i16", 1, 2, false),
+    row(DType::kI32, "i32", 1, 4, false),          row(DType::kI64, "i64", 1, 8, false),
+    row(DType::kF64, "f64", 1, 8, false),          row(DType::kIQ1_M, "iq1_m", 256, 56, true),
+    row(DType::kBF16, "bf16", 1, 2, false),        row(DType::kTQ1_0, "tq1_0", 256, 54, true),
+    row(DType::kTQ2_0, "tq2_0", 256, 66, true),
+};
+
+}  // namespace
+
+std::span<const TypeTraits> all_types() { return kGeometry; }
+
+const TypeTraits* find_type(uint32_t id) {
+  for (const TypeTraits& t : kGeometry) {
+    if (static_cast<uint32_t>(t.type) == id) return &t;
+  }
+  return nullptr;
+}
+
+const TypeTraits& type_traits(DType type) {
+  const TypeTraits* t = find_type(static_cast<uint32_t>(type));
+  QRUN_CHECK(t != nullptr, "unknown dtype id %u", static_cast<unsigned>(type));
+  return *t;
+}
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (const TypeTraits& t : kGeometry) {
+    std::string_view n = t.name;
+    if (n.size() == name.size() &&
+        std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      return t.type;
+    }
+  }
+  return std::nullopt;
+}
+
+size_t row_size(DType type, int64_t n) {
+  const TypeTraits& t = type_traits(type);
+  QRUN_CHECK(n % t.block_elems == 0, "%lld elements of %s is not a whole number of blocks",
+             static_cast<long long>(n), t.name);
+  return static_cast<size_t>(n / t.block_elems) * t.block_bytes;
+}
+
+}  // namespace qrun

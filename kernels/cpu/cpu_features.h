@@ -1,0 +1,26 @@
+// What the host CPU can run, read once from cpuid (x86-64) or the auxiliary vector (arm64).
+#pragma once
+
+#include <string>
+
+namespace qrun::kernels {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512vnni = false;
+  bool neon = false;
+  bool neon_dotprod = false;
+
+  bool has_avx2_set() const { return avx2 && fma && f16c; }
+  bool has_avx512_set() const { return has_avx2_set() && avx512f && avx512bw && avx512vl; }
+  std::string to_string() const;  // "avx2 fma f16c avx512f ..."
+};
+
+CpuFeatures detect_cpu_features();
+
+}  // namespace qrun::kernels

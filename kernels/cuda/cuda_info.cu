@@ -1,0 +1,31 @@
+// Device queries for `qrun --version` and the GPU test skips.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "kernels/cuda/cuda_info.h"
+
+namespace qrun::kernels::cuda {
+
+std::string compiled_architectures() { return QRUN_CUDA_ARCHS; }
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::string device_description(int device) {
+  cudaDeviceProp prop{};
+  const cudaError_t err = cudaGetDeviceProperties(&prop, device);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
+                static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace qrun::kernels::cuda

@@ -1,0 +1,15 @@
+// What the CUDA build offers: the architectures compiled in and the devices present.
+#pragma once
+
+#include <string>
+
+namespace qrun::kernels::cuda {
+
+// "sm_80 sm_89 sm_90" as compiled.
+std::string compiled_architectures();
+// Number of usable CUDA devices (0 when there is no driver or no GPU).
+int device_count();
+// "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" for device i, or the runtime's error text.
+std::string device_description(int device);
+
+}  // namespace qrun::kernels::cuda
