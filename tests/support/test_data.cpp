@@ -1,0 +1,68 @@
+// Implementation of the test-data helpers (see test_data.h).
+#include "tests/support/test_data.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace qrun::test {
+
+std::filesystem::path data_dir() {
+  if (const char* env = std::getenv("QRUN_TEST_DATA"); env && *env) return env;
+  return QRUN_TEST_DATA_DEFAULT;
+}
+
+std::filesystem::path data_path(const std::string& relative) {
+  std::filesystem::path p = data_dir() / relative;
+  EXPECT_TRUE(std::filesystem::exists(p))
+      << "shared test data missing: " << p << " (set QRUN_TEST_DATA to the shared folder)";
+  return p;
+}
+
+std::filesystem::path qrun_binary() { return QRUN_BINARY; }
+
+std::filesystem::path temp_dir() {
+  static std::atomic<int> counter{0};
+  const char* base = std::getenv("TMPDIR");
+  std::filesystem::path dir = std::filesystem::path(base && *base ? base : "/tmp") /
+                              ("qrun-test-" + std::to_string(getpid()) + "-" +
+                               std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CommandResult run_command(const std::string& command, const std::string& stdin_text) {
+  std::filesystem::path dir = temp_dir();
+  const std::string in = (dir / "stdin").string(), out = (dir / "stdout").string(),
+                    err = (dir / "stderr").string();
+  std::ofstream(in, std::ios::binary) << stdin_text;
+  const std::string full = "(" + command + ") <'" + in + "' >'" + out + "' 2>'" + err + "'";
+  const int status = std::system(full.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_text(out);
+  r.err = read_text(err);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+}  // namespace qrun::test
