@@ -1,0 +1,8 @@
+// `qrun tokenize` (not yet implemented: registers nothing).
+#include "cli/commands.h"
+
+namespace qrun::cli {
+
+void register_tokenize(CLI::App& app, Action* selected) {}
+
+}  // namespace qrun::cli
