@@ -1,8 +1,161 @@
-// `qrun info` (not yet implemented: registers nothing).
+// `qrun info MODEL.gguf [--json] [--tensors]`: what a GGUF file holds, for people and
+// for scripts. Works on any valid GGUF file, runnable or not.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "core/model_info.h"
 
 namespace qrun::cli {
+namespace {
 
-void register_info(CLI::App& app, Action* selected) {}
+struct InfoOptions {
+  std::string model;
+  bool json = false;
+  bool tensors = false;
+};
+
+std::string shape_string(const gguf::TensorInfo& t) {
+  std::string s = "[";
+  for (int d = 0; d < t.n_dims; ++d) {
+    if (d) s += ", ";
+    s += std::to_string(t.ne[d]);
+  }
+  return s + "]";
+}
+
+std::string opt_int(int64_t v) { return v < 0 ? "-" : std::to_string(v); }
+
+void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
+  std::printf("file           %s (%s, GGUF v%u, %zu tensors, %zu metadata keys)\n", m.path.c_str(),
+              human_bytes(static_cast<double>(m.file_size)).c_str(), m.gguf_version,
+              file.tensors().size(), m.n_metadata);
+  if (!m.name.empty()) std::printf("name           %s\n", m.name.c_str());
+  std::printf("architecture   %s\n", m.architecture.empty() ? "-" : m.architecture.c_str());
+  if (!m.file_type.empty()) std::printf("file type      %s\n", m.file_type.c_str());
+  std::printf("parameters     %s (%lld), %s of tensor data\n",
+              human_count(static_cast<double>(m.n_params)).c_str(),
+              static_cast<long long>(m.n_params),
+              human_bytes(static_cast<double>(m.n_tensor_bytes)).c_str());
+  std::printf("shape          n_embd %s, n_layer %s, n_head %s, n_head_kv %s, head_dim %s, "
+              "n_ff %s, n_vocab %s\n",
+              opt_int(m.n_embd).c_str(), opt_int(m.n_layer).c_str(), opt_int(m.n_head).c_str(),
+              opt_int(m.n_head_kv).c_str(), opt_int(m.head_dim).c_str(), opt_int(m.n_ff).c_str(),
+              opt_int(m.n_vocab).c_str());
+  std::printf("context        %s tokens (trained)\n", opt_int(m.n_ctx_train).c_str());
+  std::printf("rope           freq_base %s, dims %s, scaling %s\n",
+              m.rope_freq_base ? format("%g", *m.rope_freq_base).c_str() : "-",
+              opt_int(m.rope_dims).c_str(), m.rope_scaling.c_str());
+  if (m.rms_eps) std::printf("rms norm eps   %g\n", *m.rms_eps);
+  std::printf("tokenizer      %s%s%s, %s tokens", m.tokenizer_model.empty() ? "-" : m.tokenizer_model.c_str(),
+              m.tokenizer_pre.empty() ? "" : ", pre ", m.tokenizer_pre.c_str(),
+              opt_int(m.n_vocab).c_str());
+  if (m.add_bos) std::printf(", add_bos %s", *m.add_bos ? "true" : "false");
+  std::printf("\n");
+  if (!m.special_tokens.empty()) {
+    std::printf("special tokens");
+    for (const SpecialToken& s : m.special_tokens) {
+      std::printf(" %s %lld '%s'", s.role.c_str(), static_cast<long long>(s.id), s.text.c_str());
+    }
+    std::printf("\n");
+  }
+  std::printf("chat template  %s\n",
+              m.chat_template_bytes ? format("present (%zu bytes)", m.chat_template_bytes).c_str()
+                                    : "none");
+  std::printf("tensor types  ");
+  for (const auto& [name, cb] : m.type_histogram) {
+    std::printf(" %s: %lld (%s)", name.c_str(), static_cast<long long>(cb.first),
+                human_bytes(static_cast<double>(cb.second)).c_str());
+  }
+  std::printf("\n");
+  if (!tensors) return;
+  std::printf("\n%-4s %-40s %-8s %-24s %12s %12s\n", "#", "tensor", "type", "shape", "offset",
+              "bytes");
+  int i = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    std::printf("%-4d %-40s %-8s %-24s %12llu %12zu\n", i++, t.name.c_str(), dtype_name(t.type),
+                shape_string(t).c_str(), static_cast<unsigned long long>(t.file_offset),
+                t.n_bytes);
+  }
+}
+
+nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors) {
+  using nlohmann::json;
+  auto opt = [](int64_t v) { return v < 0 ? json(nullptr) : json(v); };
+  json j = {
+      {"path", m.path},
+      {"file_size", m.file_size},
+      {"gguf_version", m.gguf_version},
+      {"name", m.name},
+      {"architecture", m.architecture},
+      {"file_type", m.file_type},
+      {"n_params", m.n_params},
+      {"n_tensor_bytes", m.n_tensor_bytes},
+      {"n_tensors", file.tensors().size()},
+      {"n_metadata", m.n_metadata},
+      {"n_embd", opt(m.n_embd)},
+      {"n_layer", opt(m.n_layer)},
+      {"n_head", opt(m.n_head)},
+      {"n_head_kv", opt(m.n_head_kv)},
+      {"head_dim", opt(m.head_dim)},
+      {"n_ff", opt(m.n_ff)},
+      {"n_vocab", opt(m.n_vocab)},
+      {"n_ctx_train", opt(m.n_ctx_train)},
+      {"rope_freq_base", m.rope_freq_base ? json(*m.rope_freq_base) : json(nullptr)},
+      {"rope_dims", opt(m.rope_dims)},
+      {"rope_scaling", m.rope_scaling},
+      {"rms_norm_eps", m.rms_eps ? json(*m.rms_eps) : json(nullptr)},
+      {"tokenizer_model", m.tokenizer_model},
+      {"tokenizer_pre", m.tokenizer_pre},
+      {"add_bos", m.add_bos ? json(*m.add_bos) : json(nullptr)},
+      {"chat_template", m.chat_template_bytes > 0},
+  };
+  json specials = json::object();
+  for (const SpecialToken& s : m.special_tokens) specials[s.role] = {{"id", s.id}, {"text", s.text}};
+  j["special_tokens"] = specials;
+  json hist = json::object();
+  for (const auto& [name, cb] : m.type_histogram) hist[name] = {{"count", cb.first}, {"bytes", cb.second}};
+  j["tensor_types"] = hist;
+  if (tensors) {
+    json list = json::array();
+    for (const gguf::TensorInfo& t : file.tensors()) {
+      list.push_back({{"name", t.name},
+                      {"type", dtype_name(t.type)},
+                      {"shape", std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims)},
+                      {"offset", t.file_offset},
+                      {"bytes", t.n_bytes}});
+    }
+    j["tensors"] = list;
+  }
+  return j;
+}
+
+Result<void> run_info(const InfoOptions& opts) {
+  if (opts.model.empty()) return make_error(ErrorCode::kUsage, "info: no model given (qrun info MODEL.gguf)");
+  Result<gguf::File> file = gguf::File::open(opts.model);
+  if (!file.ok()) return file.error();
+  const ModelInfo m = describe_model(*file);
+  if (opts.json) {
+    // Invalid UTF-8 in names or token texts is replaced rather than aborting the dump.
+    std::printf("%s\n", to_json(*file, m, opts.tensors)
+                            .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                            .c_str());
+  } else {
+    print_text(*file, m, opts.tensors);
+  }
+  return {};
+}
+
+}  // namespace
+
+void register_info(CLI::App& app, Action* selected) {
+  auto opts = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "Describe a GGUF model file");
+  cmd->add_option("model", opts->model, "GGUF file");
+  cmd->add_option("-m,--model", opts->model, "GGUF file (alternative to the positional form)");
+  cmd->add_flag("--json", opts->json, "Print one JSON object instead of text");
+  cmd->add_flag("--tensors", opts->tensors, "List every tensor with type, shape and offset");
+  cmd->callback([opts, selected] { *selected = [opts] { return run_info(*opts); }; });
+}
 
 }  // namespace qrun::cli

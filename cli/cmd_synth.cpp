@@ -1,8 +1,84 @@
-// `qrun synth` (not yet implemented: registers nothing).
+// `qrun synth`: writes a llama-shaped model with random weights (see models/synth.h).
+#include <chrono>
+#include <cstdio>
+
 #include "cli/commands.h"
+#include "cli/demo_model.h"
+#include "models/synth.h"
 
 namespace qrun::cli {
+namespace {
 
-void register_synth(CLI::App& app, Action* selected) {}
+struct SynthCliOptions {
+  std::string out;
+  std::string like = "tiny";
+  std::string type = "q4_0";
+  std::string vocab;
+  uint64_t seed = 42;
+  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0;
+  bool tied = false;
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+Result<void> run_synth(const SynthCliOptions& o) {
+  std::optional<models::SynthShape> shape = models::synth_preset(o.like);
+  if (!shape) {
+    return make_error(ErrorCode::kUsage, format("synth: unknown --like '%s' (known: %s)",
+                                                o.like.c_str(), join(models::synth_preset_names()).c_str()));
+  }
+  auto override_if = [](int64_t v, int64_t& field) {
+    if (v > 0) field = v;
+  };
+  override_if(o.n_embd, shape->n_embd);
+  override_if(o.n_layer, shape->n_layer);
+  override_if(o.n_head, shape->n_head);
+  override_if(o.n_head_kv, shape->n_head_kv);
+  override_if(o.n_ff, shape->n_ff);
+  override_if(o.n_ctx, shape->n_ctx);
+  if (o.tied) shape->tied_output = true;
+
+  Result<gguf::File> vocab = o.vocab.empty() ? open_demo_model() : gguf::File::open(o.vocab);
+  if (!vocab.ok()) return vocab.error();
+  if (o.vocab.empty()) std::fprintf(stderr, "qrun: synth: no --vocab given, using the vocabulary of %s\n", kDemoModelName);
+
+  models::SynthOptions so;
+  so.shape = *shape;
+  so.recipe = o.type;
+  so.seed = o.seed;
+  so.name = "qrun-synth-" + o.like + "-" + o.type;
+  const auto t0 = std::chrono::steady_clock::now();
+  QRUN_TRY(models::write_synthetic_model(so, *vocab, o.out));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "qrun: wrote %s (%s, %s) in %.1f s\n", o.out.c_str(), o.like.c_str(),
+               o.type.c_str(), secs);
+  return {};
+}
+
+}  // namespace
+
+void register_synth(CLI::App& app, Action* selected) {
+  auto o = std::make_shared<SynthCliOptions>();
+  CLI::App* cmd = app.add_subcommand("synth", "Write a llama-shaped model with random weights");
+  cmd->add_option("-o,--output", o->out, "Output GGUF file")->required();
+  cmd->add_option("--like", o->like, "Shape preset: " + join(models::synth_preset_names()))
+      ->capture_default_str();
+  cmd->add_option("--type", o->type, "Weight type or recipe: " + join(models::synth_recipe_names()))
+      ->capture_default_str();
+  cmd->add_option("--vocab", o->vocab, "GGUF file to copy the tokenizer from (default: the demo model's)");
+  cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  cmd->add_option("--n-embd", o->n_embd, "Override the embedding width");
+  cmd->add_option("--n-layer", o->n_layer, "Override the number of layers");
+  cmd->add_option("--n-head", o->n_head, "Override the number of attention heads");
+  cmd->add_option("--n-head-kv", o->n_head_kv, "Override the number of KV heads");
+  cmd->add_option("--n-ff", o->n_ff, "Override the feed-forward width");
+  cmd->add_option("--ctx", o->n_ctx, "Override the trained context length");
+  cmd->add_flag("--tied", o->tied, "Tie the output projection to the token embedding");
+  cmd->callback([o, selected] { *selected = [o] { return run_synth(*o); }; });
+}
 
 }  // namespace qrun::cli

@@ -1,0 +1,221 @@
+// write_synthetic_model: a llama-architecture GGUF with random weights.
+// Speed matters (a 1B model should take seconds), so each distinct (type, row length)
+// gets a pool of randomly generated, reference-quantized rows, and every tensor row is
+// a pool row rotated by a random whole number of blocks: a valid, varied row of the
+// right type produced at memcpy speed.
+#include "models/synth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "ggml-like/quants.h"
+
+namespace qrun::models {
+namespace {
+
+constexpr int64_t kPoolRows = 256;
+
+// splitmix64: small, fast and good enough for random weights.
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1).
+  float uniform() { return static_cast<float>(next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+};
+
+struct Recipe {
+  DType base;
+  DType more_bits;  // attn_v and ffn_down of some layers (the _M recipes), else base
+};
+
+std::optional<Recipe> find_recipe(const std::string& name) {
+  if (name == "q4_k_m") return Recipe{DType::kQ4_K, DType::kQ6_K};
+  if (name == "q5_k_m") return Recipe{DType::kQ5_K, DType::kQ6_K};
+  std::optional<DType> t = dtype_from_name(name);
+  if (!t || !is_supported(*t) || *t == DType::kQ8_K) return std::nullopt;
+  return Recipe{*t, *t};
+}
+
+// llama.cpp's choice of layers that get more bits in the _M recipes.
+bool use_more_bits(int64_t layer, int64_t n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// A type whose blocks tile `row_len`, falling back as llama-quantize does.
+DType fit_type(DType want, int64_t row_len) {
+  const TypeTraits& t = type_traits(want);
+  if (row_len % t.block_elems == 0) return want;
+  if (t.block_elems == 256) {
+    const DType fallback = want == DType::kQ4_K ? DType::kQ5_0 : DType::kQ8_0;
+    return fit_type(fallback, row_len);
+  }
+  return DType::kF16;
+}
+
+// The output projection gets at least Q6_K, as llama-quantize gives it.
+DType output_type(DType base) {
+  if (!type_traits(base).is_quantized || base == DType::kQ8_0 || base == DType::kQ6_K) return base;
+  return DType::kQ6_K;
+}
+
+class RowPool {
+ public:
+  RowPool(DType type, int64_t row_len, float std_dev, uint64_t seed)
+      : type_(type), row_bytes_(row_size(type, row_len)), rows_(kPoolRows * row_bytes_) {
+    Rng rng{seed};
+    const float amplitude = std_dev * std::sqrt(3.0f);  // uniform [-a, a) has std a/sqrt(3)
+    std::vector<float> src(static_cast<size_t>(row_len));
+    for (int64_t r = 0; r < kPoolRows; ++r) {
+      for (float& x : src) x = amplitude * rng.uniform();
+      quantize_rows(type, src.data(), rows_.data() + r * row_bytes_, 1, row_len);
+    }
+    block_bytes_ = type_traits(type).block_bytes;
+  }
+
+  // Fills `out` (a whole tensor) with rotated pool rows.
+  void fill(std::span<uint8_t> out, uint64_t seed) const {
+    Rng rng{seed};
+    const size_t n_blocks = row_bytes_ / block_bytes_;
+    for (size_t off = 0; off + row_bytes_ <= out.size(); off += row_bytes_) {
+      const uint8_t* src = rows_.data() + (rng.next() % kPoolRows) * row_bytes_;
+      const size_t split = (rng.next() % n_blocks) * block_bytes_;
+      std::memcpy(out.data() + off, src + split, row_bytes_ - split);
+      std::memcpy(out.data() + off + row_bytes_ - split, src, split);
+    }
+  }
+
+ private:
+  DType type_;
+  size_t row_bytes_;
+  size_t block_bytes_ = 1;
+  std::vector<uint8_t> rows_;
+};
+
+int64_t llama_file_type(const std::string& recipe) {
+  static const std::map<std::string, int64_t> kTypes = {
+      {"f32", 0},  {"f16", 1},  {"q4_0", 2},  {"q8_0", 7},    {"q5_0", 8},     {"q4_k", 14},
+      {"q5_k", 16}, {"q6_k", 18}, {"bf16", 32}, {"q4_k_m", 15}, {"q5_k_m", 17},
+  };
+  auto it = kTypes.find(recipe);
+  return it == kTypes.end() ? -1 : it->second;
+}
+
+}  // namespace
+
+std::optional<SynthShape> synth_preset(const std::string& name) {
+  // n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, rope base, eps, tied output
+  static const std::map<std::string, SynthShape> kPresets = {
+      {"tiny", {64, 2, 4, 2, 128, 512, 10000.0f, 1e-5f, false}},
+      {"smollm-135m", {576, 30, 9, 3, 1536, 2048, 10000.0f, 1e-5f, true}},
+      {"tinyllama-1.1b", {2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, false}},
+      {"llama-3.2-1b", {2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, true}},
+      {"llama-3.2-3b", {3072, 28, 24, 8, 8192, 131072, 500000.0f, 1e-5f, true}},
+      {"llama-2-7b", {4096, 32, 32, 32, 11008, 4096, 10000.0f, 1e-5f, false}},
+      {"llama-3-8b", {4096, 32, 32, 8, 14336, 8192, 500000.0f, 1e-5f, false}},
+      {"mistral-7b", {4096, 32, 32, 8, 14336, 32768, 1000000.0f, 1e-5f, false}},
+  };
+  auto it = kPresets.find(name);
+  if (it == kPresets.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> synth_preset_names() {
+  return {"tiny", "smollm-135m", "tinyllama-1.1b", "llama-3.2-1b", "llama-3.2-3b",
+          "llama-2-7b", "llama-3-8b", "mistral-7b"};
+}
+
+std::vector<std::string> synth_recipe_names() {
+  return {"f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"};
+}
+
+Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& vocab,
+                                   const std::string& path) {
+  const SynthShape& s = o.shape;
+  std::optional<Recipe> recipe = find_recipe(o.recipe);
+  if (!recipe) {
+    return make_error(ErrorCode::kUsage, format("synth: unknown weight type '%s'", o.recipe.c_str()));
+  }
+  if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
+      s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0) {
+    return make_error(ErrorCode::kUsage,
+                      format("synth: invalid shape (n_embd %lld, n_head %lld, n_head_kv %lld): "
+                             "n_embd must divide by n_head and n_head by n_head_kv",
+                             static_cast<long long>(s.n_embd), static_cast<long long>(s.n_head),
+                             static_cast<long long>(s.n_head_kv)));
+  }
+  const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
+  if (!tokens || tokens->type() != gguf::ValueType::kArray || tokens->as_array().items.empty()) {
+    return vocab.error(ErrorCode::kFormat, "no tokenizer.ggml.tokens array to copy the vocabulary from");
+  }
+  const int64_t n_vocab = static_cast<int64_t>(tokens->as_array().items.size());
+  const int64_t head_dim = s.n_embd / s.n_head;
+  const int64_t n_embd_kv = head_dim * s.n_head_kv;
+
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", o.name);
+  if (const int64_t ft = llama_file_type(o.recipe); ft >= 0) w.set_u32("general.file_type", ft);
+  w.set_u32("general.quantization_version", 2);
+  w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
+  w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set_f32("llama.rope.freq_base", s.rope_freq_base);
+  w.set_u32("llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  for (const gguf::KeyValue& kv : vocab.metadata()) {
+    if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
+  }
+
+  // One pool per (type, row length), shared by every tensor of that geometry.
+  std::map<std::pair<DType, int64_t>, std::unique_ptr<RowPool>> pools;  // outlives w.write()
+  uint64_t tensor_seed = o.seed * 1000003u;
+  auto add_matrix = [&](const std::string& name, DType want, int64_t cols, int64_t rows) {
+    const DType type = fit_type(want, cols);
+    std::unique_ptr<RowPool>& pool = pools[{type, cols}];
+    if (!pool) {
+      const uint64_t pool_seed = o.seed ^ (static_cast<uint64_t>(cols) * 31 + static_cast<uint64_t>(type));
+      pool = std::make_unique<RowPool>(type, cols, o.weight_std, pool_seed);
+    }
+    const RowPool* p = pool.get();
+    const uint64_t seed = ++tensor_seed;
+    w.add_tensor(name, type, {cols, rows}, [p, seed](std::span<uint8_t> out) { p->fill(out, seed); });
+  };
+  auto add_ones = [&](const std::string& name, int64_t n) {
+    w.add_tensor(name, DType::kF32, {n}, [](std::span<uint8_t> out) {
+      const float one = 1.0f;
+      for (size_t i = 0; i + 4 <= out.size(); i += 4) std::memcpy(out.data() + i, &one, 4);
+    });
+  };
+
+  const DType base = recipe->base;
+  add_matrix("token_embd.weight", base, s.n_embd, n_vocab);
+  for (int64_t i = 0; i < s.n_layer; ++i) {
+    const std::string b = format("blk.%lld.", static_cast<long long>(i));
+    const DType more = use_more_bits(i, s.n_layer) ? recipe->more_bits : base;
+    add_ones(b + "attn_norm.weight", s.n_embd);
+    add_matrix(b + "attn_q.weight", base, s.n_embd, s.n_embd);
+    add_matrix(b + "attn_k.weight", base, s.n_embd, n_embd_kv);
+    add_matrix(b + "attn_v.weight", more, s.n_embd, n_embd_kv);
+    add_matrix(b + "attn_output.weight", base, s.n_embd, s.n_embd);
+    add_ones(b + "ffn_norm.weight", s.n_embd);
+    add_matrix(b + "ffn_gate.weight", base, s.n_embd, s.n_ff);
+    add_matrix(b + "ffn_up.weight", base, s.n_embd, s.n_ff);
+    add_matrix(b + "ffn_down.weight", more, s.n_ff, s.n_embd);
+  }
+  add_ones("output_norm.weight", s.n_embd);
+  if (!s.tied_output) add_matrix("output.weight", output_type(base), s.n_embd, n_vocab);
+  return w.write(path);
+}
+
+}  // namespace qrun::models

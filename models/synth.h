@@ -1,0 +1,42 @@
+// Synthetic llama-shaped models with random weights, for benchmarks and tests: any
+// shape, any weight recipe, and the tokenizer copied from a vocab-only GGUF file.
+// Memory traffic and arithmetic do not depend on the values, so these stand in for
+// full-size downloads.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/gguf.h"
+
+namespace qrun::models {
+
+struct SynthShape {
+  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0;
+  int64_t n_ctx = 2048;
+  float rope_freq_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  bool tied_output = false;  // no output.weight: the token embedding is reused
+};
+
+// Named shapes: "tinyllama-1.1b", "llama-3.2-1b", "llama-3-8b", ...
+std::optional<SynthShape> synth_preset(const std::string& name);
+std::vector<std::string> synth_preset_names();
+
+struct SynthOptions {
+  SynthShape shape;
+  std::string recipe = "q4_0";  // a weight type name, or "q4_k_m" / "q4_k_s" / "q5_k_m"
+  uint64_t seed = 42;
+  float weight_std = 0.02f;
+  std::string name = "qrun-synth";
+};
+
+// Names accepted as SynthOptions::recipe.
+std::vector<std::string> synth_recipe_names();
+
+// Writes a synthetic model to `path`, taking the tokenizer.* keys from `vocab`.
+Result<void> write_synthetic_model(const SynthOptions& options, const gguf::File& vocab,
+                                   const std::string& path);
+
+}  // namespace qrun::models

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qrun builds and tests with, skipping the package
+# manager entirely when everything is already there (so CI pays nothing).
+# Usage: scripts/install-deps.sh [--test]   (--test adds clang for the fuzzer)
+set -euo pipefail
+packages=(cmake g++ make libcli11-dev libreadline-dev libgtest-dev libgmock-dev libbenchmark-dev
+          nlohmann-json3-dev)
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(clang libclang-rt-14-dev tmux)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}" >&2
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test qrun has, as CI does:
+#   1. a Release build (warnings as errors; the CUDA target too when nvcc is present) and ctest;
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build and ctest;
+#   3. the GGUF reader fuzzer for a bounded time under ASan/UBSan (clang's libFuzzer).
+# Shared test data is found through QRUN_TEST_DATA (default: ../shared).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export QRUN_TEST_DATA="${QRUN_TEST_DATA:-$root/../shared}"
+jobs=$(nproc)
+fuzz_seconds="${QRUN_FUZZ_SECONDS:-60}"
+
+bash scripts/install-deps.sh --test
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "release build"
+cmake -S . -B build/ci-release -DCMAKE_BUILD_TYPE=Release -DQRUN_WERROR=ON >/dev/null
+cmake --build build/ci-release -j "$jobs"
+step "release tests"
+ctest --test-dir build/ci-release -j "$jobs" --output-on-failure
+
+step "sanitizer build (address,undefined)"
+cmake -S . -B build/ci-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQRUN_WERROR=ON -DQRUN_CUDA=OFF \
+  -DQRUN_SANITIZE=address,undefined >/dev/null
+cmake --build build/ci-asan -j "$jobs"
+step "sanitizer tests"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build/ci-asan -j "$jobs" --output-on-failure
+
+step "fuzz the GGUF reader for ${fuzz_seconds}s"
+bash scripts/fuzz.sh "$fuzz_seconds"
+
+step "all tests passed"
