@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 
-#include "ggml-like/quants.h"
 
 namespace qrun::models {
 namespace {
@@ -71,10 +70,12 @@ class RowPool {
       : type_(type), row_bytes_(row_size(type, row_len)), rows_(kPoolRows * row_bytes_) {
     Rng rng{seed};
     const float amplitude = std_dev * std::sqrt(3.0f);  // uniform [-a, a) has std a/sqrt(3)
+    const FromFloatFn quantize = type_traits(type).from_float;
+    QRUN_CHECK(quantize != nullptr, "no reference quantizer for %s", dtype_name(type));
     std::vector<float> src(static_cast<size_t>(row_len));
     for (int64_t r = 0; r < kPoolRows; ++r) {
       for (float& x : src) x = amplitude * rng.uniform();
-      quantize_rows(type, src.data(), rows_.data() + r * row_bytes_, 1, row_len);
+      quantize(src.data(), rows_.data() + r * row_bytes_, row_len);
     }
     block_bytes_ = type_traits(type).block_bytes;
   }
