@@ -1,0 +1,118 @@
+// End-to-end tests of `qrun info` and `qrun synth` through the built binary:
+// synthetic models of every recipe are written, read back and described correctly,
+// and bad input gives one-line errors with the documented exit codes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/test_data.h"
+
+namespace qrun::test {
+namespace {
+
+std::string qrun() { return qrun_binary().string(); }
+
+nlohmann::json info_json(const std::string& path) {
+  CommandResult r = run_command(qrun() + " info --json '" + path + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+TEST(CliInfo, DescribesStories260K) {
+  const std::string path = data_path("models/stories260K.gguf").string();
+  nlohmann::json j = info_json(path);
+  EXPECT_EQ(j["architecture"], "llama");
+  EXPECT_EQ(j["n_embd"], 64);
+  EXPECT_EQ(j["n_layer"], 5);
+  EXPECT_EQ(j["n_head"], 8);
+  EXPECT_EQ(j["n_head_kv"], 4);
+  EXPECT_EQ(j["n_ff"], 172);
+  EXPECT_EQ(j["n_vocab"], 512);
+  EXPECT_EQ(j["tokenizer_model"], "llama");
+  EXPECT_EQ(j["special_tokens"]["bos"]["id"], 1);
+  EXPECT_EQ(j["chat_template"], false);
+  EXPECT_TRUE(j["tensor_types"].contains("f32"));
+}
+
+TEST(CliInfo, TextAndTensorListing) {
+  const std::string path = data_path("models/TinyLLama-v0-5M-Q4_K_M.gguf").string();
+  CommandResult r = run_command(qrun() + " info --tensors '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("architecture   llama"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("q4_k"), std::string::npos);
+  EXPECT_NE(r.out.find("q6_k"), std::string::npos);
+  EXPECT_NE(r.out.find("blk.7.ffn_down.weight"), std::string::npos);
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST(CliInfo, ErrorsAreOneLineWithDocumentedCodes) {
+  CommandResult missing = run_command(qrun() + " info /nonexistent/model.gguf");
+  EXPECT_EQ(missing.exit_code, 3);
+  EXPECT_NE(missing.err.find("/nonexistent/model.gguf"), std::string::npos) << missing.err;
+  EXPECT_EQ(std::count(missing.err.begin(), missing.err.end(), '\n'), 1) << missing.err;
+
+  const std::string bad = data_path("models/invalid/tinyllamas-stories-260k-q8_0.BADROW.gguf").string();
+  CommandResult corrupt = run_command(qrun() + " info '" + bad + "'");
+  EXPECT_EQ(corrupt.exit_code, 4);
+  EXPECT_NE(corrupt.err.find("multiple of"), std::string::npos) << corrupt.err;
+  EXPECT_EQ(std::count(corrupt.err.begin(), corrupt.err.end(), '\n'), 1) << corrupt.err;
+
+  CommandResult usage = run_command(qrun() + " info --no-such-flag x.gguf");
+  EXPECT_EQ(usage.exit_code, 2);
+  CommandResult none = run_command(qrun() + " info");
+  EXPECT_EQ(none.exit_code, 2);
+}
+
+TEST(CliSynth, EveryRecipeWritesADescribableModel) {
+  const std::filesystem::path dir = temp_dir();
+  const std::string vocab = data_path("vocab/ggml-vocab-llama-spm.gguf").string();
+  for (const char* recipe :
+       {"f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"}) {
+    SCOPED_TRACE(recipe);
+    const std::string out = (dir / (std::string(recipe) + ".gguf")).string();
+    // n_embd 256 so that every k-quant row length is a whole number of 256-blocks.
+    CommandResult r = run_command(qrun() + " synth -o '" + out + "' --like tiny --n-embd 256 --n-ff 512 --type " +
+                                  recipe + " --vocab '" + vocab + "' --seed 7");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json j = info_json(out);
+    EXPECT_EQ(j["architecture"], "llama");
+    EXPECT_EQ(j["n_embd"], 256);
+    EXPECT_EQ(j["n_layer"], 2);
+    EXPECT_EQ(j["n_head"], 4);
+    EXPECT_EQ(j["n_head_kv"], 2);
+    EXPECT_EQ(j["n_ff"], 512);
+    EXPECT_EQ(j["n_vocab"], 32000);
+    EXPECT_EQ(j["tokenizer_model"], "llama");
+    // 2 layers x 9 tensors + token_embd + output_norm + output.
+    EXPECT_EQ(j["n_tensors"], 21);
+    const std::string base = std::string(recipe).substr(0, 4);
+    EXPECT_TRUE(j["tensor_types"].contains(base == "q4_k" || base == "q5_k" ? base : recipe))
+        << j["tensor_types"].dump();
+  }
+}
+
+TEST(CliSynth, SameSeedSameFile) {
+  const std::filesystem::path dir = temp_dir();
+  for (const char* name : {"a.gguf", "b.gguf"}) {
+    CommandResult r = run_command(qrun() + " synth -o '" + (dir / name).string() + "' --like tiny --type q4_0");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  EXPECT_EQ(read_bytes(dir / "a.gguf"), read_bytes(dir / "b.gguf"));
+}
+
+TEST(CliSynth, BadArgumentsAreUsageErrors) {
+  const std::filesystem::path dir = temp_dir();
+  const std::string out = (dir / "x.gguf").string();
+  CommandResult bad_type = run_command(qrun() + " synth -o '" + out + "' --type q9_9");
+  EXPECT_EQ(bad_type.exit_code, 2);
+  EXPECT_NE(bad_type.err.find("q9_9"), std::string::npos);
+  CommandResult bad_like = run_command(qrun() + " synth -o '" + out + "' --like gpt-9");
+  EXPECT_EQ(bad_like.exit_code, 2);
+  CommandResult bad_shape = run_command(qrun() + " synth -o '" + out + "' --n-embd 65 --n-head 4");
+  EXPECT_EQ(bad_shape.exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+}  // namespace
+}  // namespace qrun::test
