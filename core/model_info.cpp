@@ -103,7 +103,8 @@ ModelInfo describe_model(const gguf::File& f) {
                                  "mask"};
   for (const char* role : kRoles) {
     const int64_t id = int_or(f, format("tokenizer.ggml.%s_token_id", role), -1);
-    if (id < 0) continue;
+    // Absent, or set to -1 stored as an unsigned (0xffffffff), as some converters do.
+    if (id < 0 || id == 0xffffffff || (m.n_vocab > 0 && id >= m.n_vocab)) continue;
     SpecialToken s{role, id, ""};
     if (have_tokens && id < m.n_vocab) s.text = tokens->as_array().items[id].as_string();
     m.special_tokens.push_back(std::move(s));

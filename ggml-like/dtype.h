@@ -76,8 +76,9 @@ std::optional<DType> dtype_from_name(std::string_view name);
 std::span<const TypeTraits> all_types();
 
 inline const char* dtype_name(DType type) { return type_traits(type).name; }
-// True when qrun has reference kernels for the type (it can be a weight type).
-inline bool is_supported(DType type) { return type_traits(type).to_float != nullptr; }
+// True when qrun has reference kernels for the type, a dot product included (it can be a
+// weight type). Activation-only types such as Q8_K convert but are not supported weights.
+inline bool is_supported(DType type) { return type_traits(type).vec_dot != nullptr; }
 // Bytes of n elements; n must be a multiple of the block size.
 size_t row_size(DType type, int64_t n);
 
