@@ -408,8 +408,9 @@ class Parser {
       t.data = f_.base_ + begin;
     }
     std::iota(order.begin(), order.end(), size_t{0});
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return f_.tensors_[a].offset < f_.tensors_[b].offset; });
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return f_.tensors_[a].offset < f_.tensors_[b].offset;
+    });
     for (size_t k = 1; k < order.size(); ++k) {
       const TensorInfo& prev = f_.tensors_[order[k - 1]];
       const TensorInfo& cur = f_.tensors_[order[k]];
