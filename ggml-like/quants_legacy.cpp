@@ -1,0 +1,178 @@
+// Reference kernels of the 32-element block types Q4_0, Q5_0 and Q8_0 (Q8_0 is also the
+// activation type all three dot against). Quantizers produce exactly the bits of
+// llama.cpp's reference quantizers: the same float operations in the same order, ties
+// broken the same way. Dot products sum the integer products of a block exactly, then add
+// sum * d_x * d_y to a float accumulator block by block (llama.cpp's generic order).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ggml-like/fp16.h"
+#include "ggml-like/quants.h"
+
+namespace qrun {
+namespace {
+
+// The element of largest magnitude in a block (the first one on ties), with its sign.
+float signed_absmax(const float* x, int64_t n) {
+  float amax = 0.0f;
+  float max = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+int64_t blocks_of(int64_t n) {
+  return n / kQK;
+}
+
+}  // namespace
+
+// ---- Q4_0 ---------------------------------------------------------------------------------
+
+// The signed extreme maps to -8 exactly, so the opposite side gets the extra level (+7).
+void quantize_q4_0(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ4_0*>(dst);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const float* x = src + b * kQK;
+    const float d = signed_absmax(x, kQK) / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp32_to_fp16(d);
+    for (int64_t j = 0; j < kQK / 2; ++j) {
+      // x * id lies in [-8, 8]; + 8.5 and truncation round half up.
+      const int lo = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+      const int hi = std::min(15, static_cast<int>(x[j + kQK / 2] * id + 8.5f));
+      out[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+void dequantize_q4_0(const void* src, float* dst, int64_t n) {
+  const auto* in = static_cast<const BlockQ4_0*>(src);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const float d = fp16_to_fp32(in[b].d);
+    float* y = dst + b * kQK;
+    for (int64_t j = 0; j < kQK / 2; ++j) {
+      y[j] = static_cast<float>((in[b].qs[j] & 15) - 8) * d;
+      y[j + kQK / 2] = static_cast<float>((in[b].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y) {
+  const auto* bx = static_cast<const BlockQ4_0*>(x);
+  const auto* by = static_cast<const BlockQ8_0*>(y);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    int32_t sumi = 0;
+    for (int64_t j = 0; j < kQK / 2; ++j) {
+      sumi += ((bx[b].qs[j] & 15) - 8) * by[b].qs[j];
+      sumi += ((bx[b].qs[j] >> 4) - 8) * by[b].qs[j + kQK / 2];
+    }
+    sum += static_cast<float>(sumi) * fp16_to_fp32(bx[b].d) * fp16_to_fp32(by[b].d);
+  }
+  return sum;
+}
+
+// ---- Q5_0 ---------------------------------------------------------------------------------
+
+void quantize_q5_0(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ5_0*>(dst);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const float* x = src + b * kQK;
+    const float d = signed_absmax(x, kQK) / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp32_to_fp16(d);
+    uint32_t qh = 0;
+    for (int64_t j = 0; j < kQK / 2; ++j) {
+      const int lo = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+      const int hi = std::min(31, static_cast<int>(x[j + kQK / 2] * id + 16.5f));
+      out[b].qs[j] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+      qh |= static_cast<uint32_t>(lo >> 4) << j;
+      qh |= static_cast<uint32_t>(hi >> 4) << (j + kQK / 2);
+    }
+    for (int k = 0; k < 4; ++k) out[b].qh[k] = static_cast<uint8_t>(qh >> (8 * k));
+  }
+}
+
+namespace {
+
+uint32_t load_qh(const BlockQ5_0& block) {
+  return static_cast<uint32_t>(block.qh[0]) | static_cast<uint32_t>(block.qh[1]) << 8 |
+         static_cast<uint32_t>(block.qh[2]) << 16 | static_cast<uint32_t>(block.qh[3]) << 24;
+}
+
+// The signed 5-bit value of element i of a Q5_0 block, in [-16, 15].
+int q5_0_value(const BlockQ5_0& block, uint32_t qh, int64_t i) {
+  const int64_t j = i % (kQK / 2);
+  const int nibble = i < kQK / 2 ? block.qs[j] & 15 : block.qs[j] >> 4;
+  return (nibble | static_cast<int>(((qh >> i) & 1) << 4)) - 16;
+}
+
+}  // namespace
+
+void dequantize_q5_0(const void* src, float* dst, int64_t n) {
+  const auto* in = static_cast<const BlockQ5_0*>(src);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const float d = fp16_to_fp32(in[b].d);
+    const uint32_t qh = load_qh(in[b]);
+    for (int64_t i = 0; i < kQK; ++i) {
+      dst[b * kQK + i] = static_cast<float>(q5_0_value(in[b], qh, i)) * d;
+    }
+  }
+}
+
+float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y) {
+  const auto* bx = static_cast<const BlockQ5_0*>(x);
+  const auto* by = static_cast<const BlockQ8_0*>(y);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const uint32_t qh = load_qh(bx[b]);
+    int32_t sumi = 0;
+    for (int64_t i = 0; i < kQK; ++i) sumi += q5_0_value(bx[b], qh, i) * by[b].qs[i];
+    sum += (fp16_to_fp32(bx[b].d) * fp16_to_fp32(by[b].d)) * static_cast<float>(sumi);
+  }
+  return sum;
+}
+
+// ---- Q8_0 ---------------------------------------------------------------------------------
+
+// d = absmax / 127 and q = round(x / d), ties away from zero (std::round, as roundf).
+void quantize_q8_0(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const float* x = src + b * kQK;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp32_to_fp16(d);
+    for (int64_t j = 0; j < kQK; ++j) out[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  }
+}
+
+void dequantize_q8_0(const void* src, float* dst, int64_t n) {
+  const auto* in = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const float d = fp16_to_fp32(in[b].d);
+    for (int64_t j = 0; j < kQK; ++j) dst[b * kQK + j] = static_cast<float>(in[b].qs[j]) * d;
+  }
+}
+
+float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y) {
+  const auto* bx = static_cast<const BlockQ8_0*>(x);
+  const auto* by = static_cast<const BlockQ8_0*>(y);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    int32_t sumi = 0;
+    for (int64_t j = 0; j < kQK; ++j) sumi += bx[b].qs[j] * by[b].qs[j];
+    sum += static_cast<float>(sumi) * (fp16_to_fp32(bx[b].d) * fp16_to_fp32(by[b].d));
+  }
+  return sum;
+}
+
+}  // namespace qrun
