@@ -79,16 +79,19 @@ bool is_power_of_two(uint64_t v) {
   return v != 0 && (v & (v - 1)) == 0;
 }
 
-// The magic as printable text for messages ("GGML", or hex escapes).
-std::string printable(const uint8_t* p, size_t n) {
+// Bytes as one printable line for messages: control bytes, quotes and backslashes become
+// \xNN escapes (UTF-8 passes through), and long names are cut to `max_bytes`.
+std::string printable(std::string_view s, size_t max_bytes = 120) {
   std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\'') {
-      out += static_cast<char>(p[i]);
+  for (size_t i = 0; i < s.size() && i < max_bytes; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') {
+      out += format("\\x%02x", c);
     } else {
-      out += format("\\x%02x", p[i]);
+      out += static_cast<char>(c);
     }
   }
+  if (s.size() > max_bytes) out += format("...(%zu bytes)", s.size());
   return out;
 }
 
@@ -247,9 +250,10 @@ class Parser {
   bool parse_header(uint64_t& n_tensors, uint64_t& n_kv) {
     if (!need(4, "the magic")) return false;
     if (std::memcmp(f_.base_, kMagic, 4) != 0) {
-      return fail(ErrorCode::kFormat, 0,
-                  format("bad magic '%s', expected 'GGUF' (not a GGUF file)",
-                         printable(f_.base_, 4).c_str()));
+      return fail(
+          ErrorCode::kFormat, 0,
+          format("bad magic '%s', expected 'GGUF' (not a GGUF file)",
+                 printable(std::string_view(reinterpret_cast<const char*>(f_.base_), 4)).c_str()));
     }
     pos_ = 4;
     if (!read(f_.version_, "the version")) return false;
@@ -299,7 +303,7 @@ class Parser {
     KeyValue kv;
     if (!read_string(kv.key, "key")) return false;
     if (kv.key.empty()) return fail(ErrorCode::kFormat, at, "empty key");
-    subject_ = format("key '%s'", kv.key.c_str());
+    subject_ = format("key '%s'", printable(kv.key).c_str());
     if (!seen.insert(kv.key).second) return fail(ErrorCode::kFormat, at, "duplicate key");
     const size_t type_at = pos_;
     ValueType type{};
@@ -327,7 +331,7 @@ class Parser {
     const size_t at = pos_;
     TensorInfo t;
     if (!read_string(t.name, "tensor name")) return false;
-    subject_ = format("tensor '%s'", t.name.c_str());
+    subject_ = format("tensor '%s'", printable(t.name).c_str());
     if (!seen.insert(t.name).second) return fail(ErrorCode::kFormat, at, "duplicate tensor name");
     uint32_t n_dims = 0;
     if (!read(n_dims, "n_dims")) return false;
@@ -365,7 +369,7 @@ class Parser {
       return fail(
           ErrorCode::kFormat, at,
           format("tensor '%s' (%s) has %" PRId64 " elements per row, not a multiple of %" PRId64,
-                 t.name.c_str(), traits->name, t.ne[0], traits->block_elems));
+                 printable(t.name).c_str(), traits->name, t.ne[0], traits->block_elems));
     }
     // n_elements / block_elems blocks of block_bytes each.
     uint64_t n_bytes = 0;
@@ -393,7 +397,7 @@ class Parser {
     std::vector<size_t> order(f_.tensors_.size());
     for (size_t i = 0; i < f_.tensors_.size(); ++i) {
       TensorInfo& t = f_.tensors_[i];
-      subject_ = format("tensor '%s'", t.name.c_str());
+      subject_ = format("tensor '%s'", printable(t.name).c_str());
       uint64_t begin = 0;
       uint64_t end = 0;
       if (__builtin_add_overflow(f_.data_offset_, t.offset, &begin) ||
@@ -415,12 +419,12 @@ class Parser {
       const TensorInfo& prev = f_.tensors_[order[k - 1]];
       const TensorInfo& cur = f_.tensors_[order[k]];
       if (cur.offset < prev.offset + prev.n_bytes) {
-        subject_ = format("tensor '%s'", cur.name.c_str());
+        subject_ = format("tensor '%s'", printable(cur.name).c_str());
         return fail(ErrorCode::kFormat, info_offsets[order[k]],
                     format("data [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s' [%" PRIu64
                            ", %" PRIu64 ")",
-                           cur.offset, cur.offset + cur.n_bytes, prev.name.c_str(), prev.offset,
-                           prev.offset + prev.n_bytes));
+                           cur.offset, cur.offset + cur.n_bytes, printable(prev.name).c_str(),
+                           prev.offset, prev.offset + prev.n_bytes));
       }
     }
     return true;

@@ -187,6 +187,13 @@ const std::vector<Case>& cases() {
          put<uint32_t>(b, t, 13);
          return at(t) + "key 'test.aaa': unknown value type 13";
        }},
+      {"names in messages are escaped", kF,
+       [](Bytes& b) {
+         b[locate(b, "test.bbb") + 4] = '\n';
+         const size_t t = key_type(b, "test\nbbb");
+         put<uint32_t>(b, t, 13);
+         return at(t) + "key 'test\\x0abbb': unknown value type 13";
+       }},
       {"unknown array element type", kF,
        [](Bytes& b) {
          const size_t t = key_value(b, "tokenizer.ggml.tokens");
