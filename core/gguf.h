@@ -54,11 +54,11 @@ struct Value {
   bool is_integer() const;
   bool is_float() const { return type() == ValueType::kFloat32 || type() == ValueType::kFloat64; }
   // Conversions; QRUN_CHECK the kind (use the File getters for checked access by key).
-  int64_t as_int() const;       // any integer type or bool
-  double as_double() const;     // any integer or float type
+  int64_t as_int() const;    // any integer type or bool
+  double as_double() const;  // any integer or float type
   const std::string& as_string() const { return std::get<std::string>(data); }
   const Array& as_array() const { return std::get<Array>(data); }
-  // Short human-readable rendering ("[32000 strings]" for long arrays).
+  // Short human-readable rendering ("[32000 string]" for long arrays).
   std::string to_display_string(size_t max_items = 8) const;
 };
 
@@ -72,8 +72,8 @@ struct TensorInfo {
   DType type = DType::kF32;
   int n_dims = 0;
   std::array<int64_t, 4> ne = {1, 1, 1, 1};  // ne[0] is the row length
-  uint64_t offset = 0;       // relative to the start of the data section
-  uint64_t file_offset = 0;  // absolute offset in the file
+  uint64_t offset = 0;                       // relative to the start of the data section
+  uint64_t file_offset = 0;                  // absolute offset in the file
   size_t n_bytes = 0;
   const uint8_t* data = nullptr;
 
@@ -86,6 +86,8 @@ inline constexpr uint64_t kMaxTensors = 1u << 20;
 inline constexpr uint64_t kMaxKeyValues = 1u << 20;
 inline constexpr uint64_t kMaxStringBytes = 1u << 28;
 inline constexpr uint32_t kMaxArrayDepth = 8;
+// All metadata values together, array items included (each costs a Value in memory).
+inline constexpr uint64_t kMaxMetadataValues = 1u << 24;
 inline constexpr uint32_t kMaxDims = 4;
 inline constexpr size_t kDefaultAlignment = 32;
 
@@ -113,7 +115,7 @@ class File {
 
   // Typed access by key. A missing key or a value of the wrong type is an Error
   // ("model.gguf: key 'llama.block_count' is missing").
-  Result<int64_t> get_int(std::string_view key) const;  // any integer type
+  Result<int64_t> get_int(std::string_view key) const;   // any integer type
   Result<double> get_float(std::string_view key) const;  // any number
   Result<bool> get_bool(std::string_view key) const;
   Result<std::string> get_string(std::string_view key) const;
@@ -155,7 +157,9 @@ class Writer {
 
   // Sets (or replaces) a metadata value; keys are written in first-set order.
   void set(std::string key, Value value);
-  void set_string(std::string key, std::string value) { set(std::move(key), Value{std::move(value)}); }
+  void set_string(std::string key, std::string value) {
+    set(std::move(key), Value{std::move(value)});
+  }
   void set_u32(std::string key, uint32_t value) { set(std::move(key), Value{value}); }
   void set_i32(std::string key, int32_t value) { set(std::move(key), Value{value}); }
   void set_f32(std::string key, float value) { set(std::move(key), Value{value}); }

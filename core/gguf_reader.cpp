@@ -113,6 +113,7 @@ class Parser {
   size_t pos_ = 0;
   std::string subject_;  // "key 'general.name'", "tensor 'output.weight'", or empty
   Error err_;
+  uint64_t n_values_ = 0;  // metadata values so far, array items included
 
   size_t remaining() const { return f_.size_ - pos_; }
 
@@ -240,6 +241,13 @@ class Parser {
                  value_type_name(out.elem_type),
                  count > UINT64_MAX / min_bytes ? UINT64_MAX : count * min_bytes, remaining()));
     }
+    if (count > kMaxMetadataValues - n_values_) {
+      return fail(ErrorCode::kFormat, at,
+                  format("array of %" PRIu64 " %s takes the metadata past the limit of %" PRIu64
+                         " values in all",
+                         count, value_type_name(out.elem_type), kMaxMetadataValues));
+    }
+    n_values_ += count;
     out.items.resize(static_cast<size_t>(count));
     for (Value& item : out.items) {
       if (!read_value(out.elem_type, item, depth)) return false;

@@ -493,6 +493,33 @@ TEST(GgufCorrupt, EveryByteFlipIsHandled) {
   }
 }
 
+// A file whose arrays hold more values in all than kMaxMetadataValues is refused before
+// the items are allocated (each would cost a Value, far more than its encoded byte).
+TEST(GgufCorrupt, MetadataValueLimit) {
+  const uint64_t count = kMaxMetadataValues + 1;
+  Bytes b = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
+  auto append = [&b](auto v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    b.insert(b.end(), p, p + sizeof v);
+  };
+  append(uint64_t{0});  // tensors
+  append(uint64_t{1});  // keys
+  append(uint64_t{4});
+  b.insert(b.end(), {'b', 'i', 'g', '!'});
+  append(static_cast<uint32_t>(ValueType::kArray));
+  const size_t array_at = b.size();
+  append(static_cast<uint32_t>(ValueType::kUint8));
+  append(count);
+  b.resize(b.size() + count, 0);
+  Result<File> f = File::from_bytes(std::move(b), "big.gguf");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().message.find(format("big.gguf: offset %zu: key 'big!': array of 16777217 u8 "
+                                          "takes the metadata past the limit of 16777216 values",
+                                          array_at)),
+            std::string::npos)
+      << f.error().message;
+}
+
 TEST(GgufCorrupt, EmptyInput) {
   Result<File> f = File::from_bytes({}, "empty.gguf");
   ASSERT_FALSE(f.ok());
