@@ -177,8 +177,8 @@ void quantize_k_superblock(const float* x, int nmax, float rmin, float rdelta, i
   std::array<uint8_t, 8> ls{};
   std::array<uint8_t, 8> lm{};
   for (int s = 0; s < kQKK / kSub; ++s) {
-    // The uint8 conversion wraps as in llama.cpp before the clamp (a negative fit stays
-    // bit-identical, though it cannot occur for finite input).
+    // Converted to uint8 before the clamp, as llama.cpp does, so that even a (rare)
+    // negative fitted scale gives the same bits.
     ls[s] = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_scale * scales[s])));
     lm[s] = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_min * mins[s])));
   }
