@@ -1,4 +1,4 @@
-// Compressed Unicode property tables used by the tokenizers, generated into
+// Compressed Unicode 15.1 property tables (as llama.cpp's) used by the tokenizers, generated into
 // core/unicode_tables*.cpp by scripts/gen_unicode_tables.py (Python's unicodedata).
 // Every table is sorted by its first code point, so lookups are binary searches.
 #pragma once
