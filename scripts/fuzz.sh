@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader: builds tests/fuzz with clang (libFuzzer + ASan + UBSan) in
-# build-fuzz/, seeds a corpus with small Writer-made files and the shared models, vocab
-# and invalid files, and runs for N seconds. Exits non-zero when the fuzzer finds a crash,
+# build-fuzz/, seeds a corpus with small Writer-made files, the shared models, vocab and
+# invalid files and past findings (tests/fuzz/regressions/), and runs for N seconds. Exits non-zero when the fuzzer finds a crash,
 # a hang or a leak; the input that did it is left in build-fuzz/artifacts/.
 # Usage: scripts/fuzz.sh [SECONDS=60]
 # Environment: QRUN_TEST_DATA (default <repo>/../shared), QRUN_FUZZ_BUILD (default
@@ -28,7 +28,8 @@ artifacts=$build/artifacts
 mkdir -p "$seeds" "$corpus" "$artifacts"
 "$build/gguf_fuzz_seeds" "$seeds"
 shopt -s nullglob
-for f in "$data"/models/*.gguf "$data"/models/invalid/*.gguf "$data"/vocab/*.gguf; do
+for f in "$data"/models/*.gguf "$data"/models/invalid/*.gguf "$data"/vocab/*.gguf \
+    "$root"/tests/fuzz/regressions/*; do
   cp -f "$f" "$seeds/"
 done
 shopt -u nullglob
