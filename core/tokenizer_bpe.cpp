@@ -3,6 +3,7 @@
 // within a piece the adjacent pair with the lowest merge rank is merged until none is left
 // (ties: leftmost pair first). The pre-tokenizer table maps tokenizer.ggml.pre names to the
 // regexes the models' tokenizer.json files define.
+#include <algorithm>
 #include <queue>
 
 #include "core/tokenizer_vocab.h"

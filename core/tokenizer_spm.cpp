@@ -3,6 +3,7 @@
 // concatenation is the highest-scoring vocabulary entry (ties: leftmost pair first). A final
 // piece that is not in the vocabulary falls back to byte tokens <0xXX>.
 // The caller has already replaced spaces with U+2581 and added the prefix space.
+#include <algorithm>
 #include <queue>
 
 #include "core/tokenizer_vocab.h"
