@@ -1,8 +1,239 @@
-// `qrun run` (not yet implemented: registers nothing).
-#include "cli/commands.h"
+// `qrun run`: one-shot generation for people and scripts. stdout carries only the
+// generated text (or, with --json, one JSON object); logs and timings go to stderr.
+// The prompt comes from -p, -f, or a piped stdin; with -p (or -f) and a piped stdin, the
+// stdin text is context placed before the prompt. Ctrl-C stops cleanly with exit 130.
+#include <poll.h>
+#include <unistd.h>
+
+#include <sys/stat.h>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli/session.h"
+#include "core/generate.h"
+#include "core/sampling.h"
 
 namespace qrun::cli {
+namespace {
 
-void register_run(CLI::App& app, Action* selected) {}
+struct RunOptions {
+  ModelFlags model;
+  std::string prompt;
+  std::string prompt_file;
+  int64_t n_predict = -1;
+  int64_t seed = -1;
+  float temp = 0.8f;
+  bool echo = false;
+  bool quiet = false;
+  bool json = false;
+  bool no_stdin = false;
+};
+
+// Set by SIGINT; read by the generation loop between tokens. A signal handler can only
+// talk to the program through a global, so this is the one mutable global in qrun.
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+}
+
+// stdin is read only when it is a pipe or a regular file, never a terminal or a socket,
+// so `qrun run` never waits for a person to type.
+bool stdin_is_data() {
+  struct stat st {};
+  if (fstat(STDIN_FILENO, &st) != 0) return false;
+  return S_ISFIFO(st.st_mode) || S_ISREG(st.st_mode);
+}
+
+// With a prompt on the command line, stdin is optional context: it is read only if data
+// (or end of file) is there within this grace period, so an idle pipe inherited from a
+// parent process never hangs a script.
+constexpr int kStdinGraceMs = 1000;
+
+bool stdin_ready(int timeout_ms) {
+  pollfd p{STDIN_FILENO, POLLIN, 0};
+  return poll(&p, 1, timeout_ms) > 0;
+}
+
+std::string read_stdin() {
+  std::stringstream ss;
+  ss << std::cin.rdbuf();
+  return ss.str();
+}
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(ErrorCode::kIo, format("-f %s: cannot open the prompt file", path.c_str()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<std::string> assemble_prompt(const RunOptions& o) {
+  std::string prompt = o.prompt;
+  if (!o.prompt_file.empty()) {
+    if (!o.prompt.empty()) return make_error(ErrorCode::kUsage, "give either -p or -f, not both");
+    Result<std::string> text = read_file(o.prompt_file);
+    if (!text.ok()) return text.error();
+    prompt = std::move(*text);
+  }
+  const bool have_flag_prompt = !o.prompt.empty() || !o.prompt_file.empty();
+  if (!o.no_stdin && stdin_is_data()) {
+    if (!have_flag_prompt) {
+      std::string text = read_stdin();
+      if (text.empty()) return make_error(ErrorCode::kUsage, "the prompt on stdin is empty");
+      return text;
+    }
+    if (stdin_ready(kStdinGraceMs)) {
+      std::string context = read_stdin();
+      if (!context.empty() && context.back() != '\n') context += '\n';
+      prompt = context + prompt;
+    } else if (!o.quiet) {
+      std::fprintf(stderr, "qrun: stdin is an open pipe with no data after %d ms; not reading it\n",
+                   kStdinGraceMs);
+    }
+  }
+  if (prompt.empty()) {
+    return make_error(ErrorCode::kUsage, "no prompt: give -p TEXT, -f FILE, or pipe text on stdin");
+  }
+  return prompt;
+}
+
+nlohmann::json timings_json(const GenerateTimings& t) {
+  auto rate = [](int64_t n, double ms) {
+    return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0;
+  };
+  return {{"load_ms", t.load_ms},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_tokens", t.n_prompt},
+          {"prompt_tok_s", rate(t.n_prompt, t.prompt_ms)},
+          {"gen_ms", t.gen_ms},
+          {"gen_tokens", t.n_gen},
+          {"gen_tok_s", rate(t.n_gen > 1 ? t.n_gen - 1 : 0, t.gen_ms)},
+          {"ttft_ms", t.ttft_ms}};
+}
+
+void print_timings(const GenerateResult& r) {
+  const GenerateTimings& t = r.timings;
+  const nlohmann::json j = timings_json(t);
+  std::fprintf(stderr,
+               "qrun: load %.0f ms | prompt %lld tokens in %.1f ms (%.1f tok/s) | generated %lld "
+               "tokens in %.1f ms (%.1f tok/s) | first token after %.1f ms | stop: %s\n",
+               t.load_ms, static_cast<long long>(t.n_prompt), t.prompt_ms,
+               j["prompt_tok_s"].get<double>(), static_cast<long long>(t.n_gen), t.gen_ms,
+               j["gen_tok_s"].get<double>(), t.ttft_ms, stop_reason_name(r.stop_reason));
+}
+
+Result<void> run_generation(const RunOptions& o) {
+  Result<std::string> prompt = assemble_prompt(o);
+  if (!prompt.ok()) return prompt.error();
+  Result<std::unique_ptr<Session>> session = open_session(o.model, !o.quiet);
+  if (!session.ok()) return session.error();
+  Session& s = **session;
+
+  const std::vector<int32_t> tokens =
+      s.tokenizer->encode(*prompt, /*add_special=*/true, /*parse_special=*/true);
+  if (static_cast<int64_t>(tokens.size()) >= s.kv.n_ctx()) {
+    return make_error(
+        ErrorCode::kContextOverflow,
+        format("the prompt is %zu tokens but the context holds %lld; raise -c/--ctx-size "
+               "(the model was trained for %lld)",
+               tokens.size(), static_cast<long long>(s.kv.n_ctx()),
+               static_cast<long long>(s.model->hparams().n_ctx_train)));
+  }
+
+  SamplingParams sp;
+  sp.temperature = o.temp;
+  sp.seed = o.seed >= 0 ? static_cast<uint32_t>(o.seed) : std::random_device{}();
+  Sampler sampler = make_sampler(sp);
+  if (!o.quiet && o.temp > 0) std::fprintf(stderr, "qrun: seed %u\n", sp.seed);
+
+  GenerateParams gp;
+  gp.n_predict = o.n_predict;
+  gp.n_batch = o.model.batch_size;
+  gp.interrupt = &g_interrupted;
+
+  if (o.echo && !o.json) {
+    std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+    std::fflush(stdout);
+  }
+  TokenStreamDecoder decoder(*s.tokenizer);
+  std::string text;
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    text += piece;
+    if (o.json) return;
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
+  auto on_token = [&](int32_t token) {
+    emit(decoder.push(token));
+    return true;
+  };
+  auto is_eog = [&](int32_t token) { return s.tokenizer->is_eog(token); };
+
+  g_interrupted.store(false);
+  std::signal(SIGINT, on_sigint);
+  Result<GenerateResult> r =
+      generate(*s.model, *s.backend, s.kv, tokens, gp, sampler, on_token, is_eog);
+  std::signal(SIGINT, SIG_DFL);
+  if (!r.ok()) return r.error();
+  emit(decoder.flush());
+  r->timings.load_ms = s.load_ms;
+
+  if (o.json) {
+    nlohmann::json j = {{"prompt_tokens", tokens},
+                        {"tokens", r->tokens},
+                        {"text", text},
+                        {"stop_reason", stop_reason_name(r->stop_reason)},
+                        {"timings", timings_json(r->timings)}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  std::fflush(stdout);
+  if (!o.quiet) {
+    if (!o.json) std::fprintf(stderr, "\n");
+    print_timings(*r);
+  }
+  if (r->stop_reason == StopReason::kInterrupted) {
+    return make_error(ErrorCode::kInterrupted, "interrupted");
+  }
+  return {};
+}
+
+}  // namespace
+
+void register_run(CLI::App& app, Action* selected) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (one shot)");
+  add_model_flags(cmd, o->model);
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  cmd->add_option("-n,--n-predict", o->n_predict,
+                  "Tokens to generate (-1: until end of text or a full context)")
+      ->capture_default_str();
+  cmd->add_option("-s,--seed", o->seed, "Random seed (-1: random)")->capture_default_str();
+  cmd->add_option("--temp", o->temp, "Temperature (0: greedy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--echo", o->echo, "Print the prompt before the generated text");
+  cmd->add_flag("-q,--quiet", o->quiet, "No logs or timings on stderr");
+  cmd->add_flag("--json", o->json,
+                "Print one JSON object (tokens, text, stop reason, timings) instead of the text");
+  cmd->add_flag("--no-stdin", o->no_stdin, "Never read stdin, even when it is a pipe");
+  cmd->footer(
+      "stdin: with no -p/-f, a piped stdin is the prompt; with -p or -f, a piped stdin is context\n"
+      "placed before the prompt (a newline is added between them). A terminal is never read.\n"
+      "Exit codes: 0 ok, 2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context "
+      "overflow,\n"
+      "130 interrupted.");
+  cmd->callback([o, selected] { *selected = [o] { return run_generation(*o); }; });
+}
 
 }  // namespace qrun::cli

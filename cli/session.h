@@ -1,0 +1,45 @@
+// What every generating subcommand (run, chat, bench, perplexity) needs: the model flags
+// declared once, and a Session that holds the mapped file, tokenizer, model, backend and
+// KV cache, loaded in that order with one-line errors.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/gguf.h"
+#include "core/kv_cache.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "ggml-like/backend.h"
+
+namespace qrun::cli {
+
+struct ModelFlags {
+  std::string model;     // empty: the embedded demo model
+  int threads = 0;       // <= 0: one per physical core
+  int64_t ctx_size = 0;  // <= 0: the model's context length, capped at kDefaultMaxCtx
+  int64_t batch_size = 512;
+  std::string cache_type = "f16";
+};
+
+inline constexpr int64_t kDefaultMaxCtx = 4096;
+
+// Declares -m, -t, -c, -b and --cache-type on `cmd`, bound to `flags`.
+void add_model_flags(CLI::App* cmd, ModelFlags& flags);
+
+struct Session {
+  gguf::File file;
+  std::string model_name;  // the path, or the demo model's name
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+  KvCache kv;
+  double load_ms = 0.0;
+};
+
+// Loads everything. `log` says on stderr what was loaded (and that the demo model is used
+// when no -m was given).
+Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log);
+
+}  // namespace qrun::cli
