@@ -4,6 +4,8 @@
 // real models must give their recorded prompt_tokens (BOS added, special not parsed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -88,20 +90,37 @@ TEST_P(VocabFile, MatchesLlamaCppReferenceIds) {
               cases.size());
 }
 
-// Pieces put back together give the input again (byte-level BPE is lossless; SentencePiece
-// adds its prefix space; WordPiece lowercases, so it is not checked here).
+// Pieces put back together give the input again: byte-level BPE is lossless, SentencePiece
+// adds its prefix space, WordPiece lowercases and loses white space (checked on ASCII inputs).
 TEST_P(VocabFile, PiecesRoundTrip) {
   std::unique_ptr<Tokenizer> tok = load(path());
   ASSERT_TRUE(tok);
-  if (tok->type() == TokenizerType::kWpm) GTEST_SKIP() << "WordPiece is lossy by design";
+  const auto squeeze_lower = [](const std::string& s) {
+    std::string out;
+    for (const char c : s) {
+      if (!std::isspace(static_cast<unsigned char>(c))) {
+        out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+      }
+    }
+    return out;
+  };
+  size_t checked = 0;
   for (const VocabCase& c : read_cases(path())) {
     std::string text;
     for (const int32_t id : tok->encode(c.input, false, false))
       text += tok->token_to_piece(id, false);
-    const std::string expected =
-        tok->type() == TokenizerType::kSpm && !c.input.empty() ? " " + c.input : c.input;
-    EXPECT_EQ(text, expected);
+    if (tok->type() == TokenizerType::kWpm) {
+      const bool ascii = std::all_of(c.input.begin(), c.input.end(),
+                                     [](char ch) { return static_cast<unsigned char>(ch) < 0x80; });
+      if (!ascii) continue;
+      EXPECT_EQ(squeeze_lower(text), squeeze_lower(c.input));
+    } else {
+      EXPECT_EQ(text,
+                tok->type() == TokenizerType::kSpm && !c.input.empty() ? " " + c.input : c.input);
+    }
+    ++checked;
   }
+  EXPECT_GE(checked, 30u);
 }
 
 // Arbitrary bytes (often invalid UTF-8) never crash and give valid ids; where the text is
