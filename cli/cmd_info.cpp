@@ -24,7 +24,9 @@ std::string shape_string(const gguf::TensorInfo& t) {
   return s + "]";
 }
 
-std::string opt_int(int64_t v) { return v < 0 ? "-" : std::to_string(v); }
+std::string opt_int(int64_t v) {
+  return v < 0 ? "-" : std::to_string(v);
+}
 
 void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
   std::printf("file           %s (%s, GGUF v%u, %zu tensors, %zu metadata keys)\n", m.path.c_str(),
@@ -37,17 +39,19 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
               human_count(static_cast<double>(m.n_params)).c_str(),
               static_cast<long long>(m.n_params),
               human_bytes(static_cast<double>(m.n_tensor_bytes)).c_str());
-  std::printf("shape          n_embd %s, n_layer %s, n_head %s, n_head_kv %s, head_dim %s, "
-              "n_ff %s, n_vocab %s\n",
-              opt_int(m.n_embd).c_str(), opt_int(m.n_layer).c_str(), opt_int(m.n_head).c_str(),
-              opt_int(m.n_head_kv).c_str(), opt_int(m.head_dim).c_str(), opt_int(m.n_ff).c_str(),
-              opt_int(m.n_vocab).c_str());
+  std::printf(
+      "shape          n_embd %s, n_layer %s, n_head %s, n_head_kv %s, head_dim %s, "
+      "n_ff %s, n_vocab %s\n",
+      opt_int(m.n_embd).c_str(), opt_int(m.n_layer).c_str(), opt_int(m.n_head).c_str(),
+      opt_int(m.n_head_kv).c_str(), opt_int(m.head_dim).c_str(), opt_int(m.n_ff).c_str(),
+      opt_int(m.n_vocab).c_str());
   std::printf("context        %s tokens (trained)\n", opt_int(m.n_ctx_train).c_str());
   std::printf("rope           freq_base %s, dims %s, scaling %s\n",
               m.rope_freq_base ? format("%g", *m.rope_freq_base).c_str() : "-",
               opt_int(m.rope_dims).c_str(), m.rope_scaling.c_str());
   if (m.rms_eps) std::printf("rms norm eps   %g\n", *m.rms_eps);
-  std::printf("tokenizer      %s%s%s, %s tokens", m.tokenizer_model.empty() ? "-" : m.tokenizer_model.c_str(),
+  std::printf("tokenizer      %s%s%s, %s tokens",
+              m.tokenizer_model.empty() ? "-" : m.tokenizer_model.c_str(),
               m.tokenizer_pre.empty() ? "" : ", pre ", m.tokenizer_pre.c_str(),
               opt_int(m.n_vocab).c_str());
   if (m.add_bos) std::printf(", add_bos %s", *m.add_bos ? "true" : "false");
@@ -74,8 +78,7 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
   int i = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     std::printf("%-4d %-40s %-8s %-24s %12llu %12zu\n", i++, t.name.c_str(), dtype_name(t.type),
-                shape_string(t).c_str(), static_cast<unsigned long long>(t.file_offset),
-                t.n_bytes);
+                shape_string(t).c_str(), static_cast<unsigned long long>(t.file_offset), t.n_bytes);
   }
 }
 
@@ -111,10 +114,12 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors)
       {"chat_template", m.chat_template_bytes > 0},
   };
   json specials = json::object();
-  for (const SpecialToken& s : m.special_tokens) specials[s.role] = {{"id", s.id}, {"text", s.text}};
+  for (const SpecialToken& s : m.special_tokens)
+    specials[s.role] = {{"id", s.id}, {"text", s.text}};
   j["special_tokens"] = specials;
   json hist = json::object();
-  for (const auto& [name, cb] : m.type_histogram) hist[name] = {{"count", cb.first}, {"bytes", cb.second}};
+  for (const auto& [name, cb] : m.type_histogram)
+    hist[name] = {{"count", cb.first}, {"bytes", cb.second}};
   j["tensor_types"] = hist;
   if (tensors) {
     json list = json::array();
@@ -131,7 +136,8 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors)
 }
 
 Result<void> run_info(const InfoOptions& opts) {
-  if (opts.model.empty()) return make_error(ErrorCode::kUsage, "info: no model given (qrun info MODEL.gguf)");
+  if (opts.model.empty())
+    return make_error(ErrorCode::kUsage, "info: no model given (qrun info MODEL.gguf)");
   Result<gguf::File> file = gguf::File::open(opts.model);
   if (!file.ok()) return file.error();
   const ModelInfo m = describe_model(*file);

@@ -28,8 +28,9 @@ std::string join(const std::vector<std::string>& v) {
 Result<void> run_synth(const SynthCliOptions& o) {
   std::optional<models::SynthShape> shape = models::synth_preset(o.like);
   if (!shape) {
-    return make_error(ErrorCode::kUsage, format("synth: unknown --like '%s' (known: %s)",
-                                                o.like.c_str(), join(models::synth_preset_names()).c_str()));
+    return make_error(ErrorCode::kUsage,
+                      format("synth: unknown --like '%s' (known: %s)", o.like.c_str(),
+                             join(models::synth_preset_names()).c_str()));
   }
   auto override_if = [](int64_t v, int64_t& field) {
     if (v > 0) field = v;
@@ -44,7 +45,9 @@ Result<void> run_synth(const SynthCliOptions& o) {
 
   Result<gguf::File> vocab = o.vocab.empty() ? open_demo_model() : gguf::File::open(o.vocab);
   if (!vocab.ok()) return vocab.error();
-  if (o.vocab.empty()) std::fprintf(stderr, "qrun: synth: no --vocab given, using the vocabulary of %s\n", kDemoModelName);
+  if (o.vocab.empty())
+    std::fprintf(stderr, "qrun: synth: no --vocab given, using the vocabulary of %s\n",
+                 kDemoModelName);
 
   models::SynthOptions so;
   so.shape = *shape;
@@ -69,7 +72,8 @@ void register_synth(CLI::App& app, Action* selected) {
       ->capture_default_str();
   cmd->add_option("--type", o->type, "Weight type or recipe: " + join(models::synth_recipe_names()))
       ->capture_default_str();
-  cmd->add_option("--vocab", o->vocab, "GGUF file to copy the tokenizer from (default: the demo model's)");
+  cmd->add_option("--vocab", o->vocab,
+                  "GGUF file to copy the tokenizer from (default: the demo model's)");
   cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   cmd->add_option("--n-embd", o->n_embd, "Override the embedding width");
   cmd->add_option("--n-layer", o->n_layer, "Override the number of layers");

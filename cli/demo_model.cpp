@@ -3,12 +3,14 @@
 
 #include <vector>
 
-__asm__(".section .rodata\n"
-        ".balign 64\n"
-        "qrun_demo_model_begin:\n"
-        ".incbin \"" QRUN_DEMO_MODEL_PATH "\"\n"
-        "qrun_demo_model_end:\n"
-        ".previous\n");
+__asm__(
+    ".section .rodata\n"
+    ".balign 64\n"
+    "qrun_demo_model_begin:\n"
+    ".incbin \"" QRUN_DEMO_MODEL_PATH
+    "\"\n"
+    "qrun_demo_model_end:\n"
+    ".previous\n");
 
 extern "C" const uint8_t qrun_demo_model_begin[];
 extern "C" const uint8_t qrun_demo_model_end[];

@@ -27,9 +27,9 @@ std::string string_or(const gguf::File& f, const std::string& key) {
 std::string file_type_name(int64_t file_type) {
   // llama.cpp's llama_ftype values.
   static const std::map<int64_t, const char*> kNames = {
-      {0, "F32"},     {1, "F16"},      {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
-      {8, "Q5_0"},    {9, "Q5_1"},     {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
-      {13, "Q3_K_L"}, {14, "Q4_K_S"},  {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
+      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
+      {8, "Q5_0"},    {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
+      {13, "Q3_K_L"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
       {18, "Q6_K"},   {32, "BF16"},
   };
   auto it = kNames.find(file_type);
@@ -85,8 +85,8 @@ ModelInfo describe_model(const gguf::File& f) {
   const std::string scaling = string_or(f, a + "rope.scaling.type");
   const std::optional<double> factor = float_opt(f, a + "rope.scaling.factor");
   if (scaling.empty() || scaling == "none") {
-    m.rope_scaling = factor && *factor != 1.0 && *factor != 0.0 ? format("linear x%g", *factor)
-                                                                : "none";
+    m.rope_scaling =
+        factor && *factor != 1.0 && *factor != 0.0 ? format("linear x%g", *factor) : "none";
   } else {
     m.rope_scaling = factor ? format("%s x%g", scaling.c_str(), *factor) : scaling;
   }
@@ -99,8 +99,8 @@ ModelInfo describe_model(const gguf::File& f) {
                            tokens->as_array().elem_type == gguf::ValueType::kString;
   if (have_tokens) m.n_vocab = static_cast<int64_t>(tokens->as_array().items.size());
   if (m.n_vocab < 0) m.n_vocab = int_or(f, a + "vocab_size", -1);
-  static const char* kRoles[] = {"bos", "eos", "eot", "eom", "unknown", "padding", "sep", "cls",
-                                 "mask"};
+  static const char* kRoles[] = {"bos",     "eos", "eot", "eom", "unknown",
+                                 "padding", "sep", "cls", "mask"};
   for (const char* role : kRoles) {
     const int64_t id = int_or(f, format("tokenizer.ggml.%s_token_id", role), -1);
     // Absent, or set to -1 stored as an unsigned (0xffffffff), as some converters do.

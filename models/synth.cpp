@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 
-
 namespace qrun::models {
 namespace {
 
@@ -101,7 +100,7 @@ class RowPool {
 
 int64_t llama_file_type(const std::string& recipe) {
   static const std::map<std::string, int64_t> kTypes = {
-      {"f32", 0},  {"f16", 1},  {"q4_0", 2},  {"q8_0", 7},    {"q5_0", 8},     {"q4_k", 14},
+      {"f32", 0},   {"f16", 1},   {"q4_0", 2},  {"q8_0", 7},    {"q5_0", 8},    {"q4_k", 14},
       {"q5_k", 16}, {"q6_k", 18}, {"bf16", 32}, {"q4_k_m", 15}, {"q5_k_m", 17},
   };
   auto it = kTypes.find(recipe);
@@ -128,8 +127,8 @@ std::optional<SynthShape> synth_preset(const std::string& name) {
 }
 
 std::vector<std::string> synth_preset_names() {
-  return {"tiny", "smollm-135m", "tinyllama-1.1b", "llama-3.2-1b", "llama-3.2-3b",
-          "llama-2-7b", "llama-3-8b", "mistral-7b"};
+  return {"tiny",         "smollm-135m", "tinyllama-1.1b", "llama-3.2-1b",
+          "llama-3.2-3b", "llama-2-7b",  "llama-3-8b",     "mistral-7b"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -141,7 +140,8 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const SynthShape& s = o.shape;
   std::optional<Recipe> recipe = find_recipe(o.recipe);
   if (!recipe) {
-    return make_error(ErrorCode::kUsage, format("synth: unknown weight type '%s'", o.recipe.c_str()));
+    return make_error(ErrorCode::kUsage,
+                      format("synth: unknown weight type '%s'", o.recipe.c_str()));
   }
   if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
       s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0) {
@@ -153,7 +153,8 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   }
   const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
   if (!tokens || tokens->type() != gguf::ValueType::kArray || tokens->as_array().items.empty()) {
-    return vocab.error(ErrorCode::kFormat, "no tokenizer.ggml.tokens array to copy the vocabulary from");
+    return vocab.error(ErrorCode::kFormat,
+                       "no tokenizer.ggml.tokens array to copy the vocabulary from");
   }
   const int64_t n_vocab = static_cast<int64_t>(tokens->as_array().items.size());
   const int64_t head_dim = s.n_embd / s.n_head;
@@ -185,12 +186,14 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     const DType type = fit_type(want, cols);
     std::unique_ptr<RowPool>& pool = pools[{type, cols}];
     if (!pool) {
-      const uint64_t pool_seed = o.seed ^ (static_cast<uint64_t>(cols) * 31 + static_cast<uint64_t>(type));
+      const uint64_t pool_seed =
+          o.seed ^ (static_cast<uint64_t>(cols) * 31 + static_cast<uint64_t>(type));
       pool = std::make_unique<RowPool>(type, cols, o.weight_std, pool_seed);
     }
     const RowPool* p = pool.get();
     const uint64_t seed = ++tensor_seed;
-    w.add_tensor(name, type, {cols, rows}, [p, seed](std::span<uint8_t> out) { p->fill(out, seed); });
+    w.add_tensor(name, type, {cols, rows},
+                 [p, seed](std::span<uint8_t> out) { p->fill(out, seed); });
   };
   auto add_ones = [&](const std::string& name, int64_t n) {
     w.add_tensor(name, DType::kF32, {n}, [](std::span<uint8_t> out) {

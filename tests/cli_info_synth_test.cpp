@@ -11,7 +11,9 @@
 namespace qrun::test {
 namespace {
 
-std::string qrun() { return qrun_binary().string(); }
+std::string qrun() {
+  return qrun_binary().string();
+}
 
 nlohmann::json info_json(const std::string& path) {
   CommandResult r = run_command(qrun() + " info --json '" + path + "'");
@@ -52,7 +54,8 @@ TEST(CliInfo, ErrorsAreOneLineWithDocumentedCodes) {
   EXPECT_NE(missing.err.find("/nonexistent/model.gguf"), std::string::npos) << missing.err;
   EXPECT_EQ(std::count(missing.err.begin(), missing.err.end(), '\n'), 1) << missing.err;
 
-  const std::string bad = data_path("models/invalid/tinyllamas-stories-260k-q8_0.BADROW.gguf").string();
+  const std::string bad =
+      data_path("models/invalid/tinyllamas-stories-260k-q8_0.BADROW.gguf").string();
   CommandResult corrupt = run_command(qrun() + " info '" + bad + "'");
   EXPECT_EQ(corrupt.exit_code, 4);
   EXPECT_NE(corrupt.err.find("multiple of"), std::string::npos) << corrupt.err;
@@ -72,8 +75,9 @@ TEST(CliSynth, EveryRecipeWritesADescribableModel) {
     SCOPED_TRACE(recipe);
     const std::string out = (dir / (std::string(recipe) + ".gguf")).string();
     // n_embd 256 so that every k-quant row length is a whole number of 256-blocks.
-    CommandResult r = run_command(qrun() + " synth -o '" + out + "' --like tiny --n-embd 256 --n-ff 512 --type " +
-                                  recipe + " --vocab '" + vocab + "' --seed 7");
+    CommandResult r =
+        run_command(qrun() + " synth -o '" + out + "' --like tiny --n-embd 256 --n-ff 512 --type " +
+                    recipe + " --vocab '" + vocab + "' --seed 7");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     nlohmann::json j = info_json(out);
     EXPECT_EQ(j["architecture"], "llama");
@@ -95,7 +99,8 @@ TEST(CliSynth, EveryRecipeWritesADescribableModel) {
 TEST(CliSynth, SameSeedSameFile) {
   const std::filesystem::path dir = temp_dir();
   for (const char* name : {"a.gguf", "b.gguf"}) {
-    CommandResult r = run_command(qrun() + " synth -o '" + (dir / name).string() + "' --like tiny --type q4_0");
+    CommandResult r =
+        run_command(qrun() + " synth -o '" + (dir / name).string() + "' --like tiny --type q4_0");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   EXPECT_EQ(read_bytes(dir / "a.gguf"), read_bytes(dir / "b.gguf"));
