@@ -14,12 +14,14 @@ fuzz_seconds="${QRUN_FUZZ_SECONDS:-60}"
 bash scripts/install-deps.sh --test
 
 step() { printf '\n==== %s ====\n' "$*"; }
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 
 step "release build"
 cmake -S . -B build/ci-release -DCMAKE_BUILD_TYPE=Release -DQRUN_WERROR=ON >/dev/null
 cmake --build build/ci-release -j "$jobs"
 step "release tests"
-ctest --test-dir build/ci-release -j "$jobs" --output-on-failure
+ctest --test-dir build/ci-release -j "$jobs" --output-on-failure | tee "$logs/release.txt"
 
 step "sanitizer build (address,undefined)"
 cmake -S . -B build/ci-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQRUN_WERROR=ON -DQRUN_CUDA=OFF \
@@ -27,9 +29,11 @@ cmake -S . -B build/ci-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQRUN_WERROR=ON -
 cmake --build build/ci-asan -j "$jobs"
 step "sanitizer tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build/ci-asan -j "$jobs" --output-on-failure
+  ctest --test-dir build/ci-asan -j "$jobs" --output-on-failure | tee "$logs/asan.txt"
 
 step "fuzz the GGUF reader for ${fuzz_seconds}s"
 bash scripts/fuzz.sh "$fuzz_seconds"
 
-step "all tests passed"
+# One closing line over both ctest runs (set -o pipefail has already stopped on a failure).
+total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$logs"/*.txt | awk '{s += $1} END {print s + 0}')
+printf '\n%d passed, 0 failed\n' "$total"
