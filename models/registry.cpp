@@ -1,8 +1,44 @@
 // The architecture table. Each architecture file adds one row.
 #include "models/registry.h"
 
-namespace qrun::models {
+#include <array>
+#include <string>
 
-std::vector<std::string_view> architecture_names() { return {}; }
+#include "models/llama.h"
+
+namespace qrun::models {
+namespace {
+
+constexpr std::array kArchitectures = {
+    Architecture{"llama", load_llama},
+};
+
+}  // namespace
+
+std::span<const Architecture> architectures() {
+  return kArchitectures;
+}
+
+std::vector<std::string_view> architecture_names() {
+  std::vector<std::string_view> names;
+  for (const Architecture& a : kArchitectures) names.push_back(a.name);
+  return names;
+}
+
+Result<std::unique_ptr<Model>> load_model(const gguf::File& file, const ModelOptions& options) {
+  Result<std::string> arch = file.get_string("general.architecture");
+  if (!arch.ok()) return arch.error();
+  for (const Architecture& a : kArchitectures) {
+    if (a.name == *arch) return a.load(file, options);
+  }
+  std::string supported;
+  for (const Architecture& a : kArchitectures) {
+    if (!supported.empty()) supported += ", ";
+    supported += a.name;
+  }
+  return file.error(ErrorCode::kUnsupported,
+                    format("architecture '%s' is not supported (supported: %s)", arch->c_str(),
+                           supported.c_str()));
+}
 
 }  // namespace qrun::models

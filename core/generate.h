@@ -1,0 +1,61 @@
+// The generation loop shared by one-shot runs and the chat REPL: feed a prompt after what
+// the KV cache already holds, then sample, stream and feed one token at a time until an
+// end-of-generation token, the token budget, the context end, or an interruption.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/kv_cache.h"
+#include "core/model.h"
+#include "core/sampling.h"
+#include "ggml-like/backend.h"
+#include "ggml-like/result.h"
+
+namespace qrun {
+
+struct GenerateParams {
+  int64_t n_predict = -1;  // tokens to generate; < 0: until EOG or the context is full
+  int64_t n_batch = 512;   // prompt tokens per forward call (interruptions are seen between)
+  const std::atomic<bool>* interrupt = nullptr;  // set (e.g. by SIGINT) to stop early
+};
+
+enum class StopReason {
+  kEos,          // the sampler picked an end-of-generation token (not emitted, not fed)
+  kLength,       // n_predict tokens were generated
+  kContext,      // the KV cache is full
+  kInterrupted,  // on_token returned false or *interrupt was set
+};
+const char* stop_reason_name(StopReason reason);  // "eos", "length", "context", "interrupted"
+
+struct GenerateTimings {
+  double load_ms = 0.0;    // filled in by the caller, who loaded the model
+  double prompt_ms = 0.0;  // prompt processing
+  double gen_ms = 0.0;     // sampling and decoding after the first token
+  double ttft_ms = 0.0;    // start of generate() to the first sampled token
+  int64_t n_prompt = 0;
+  int64_t n_gen = 0;  // tokens sampled (emitted ones and a final EOG)
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated tokens, as passed to on_token
+  StopReason stop_reason = StopReason::kLength;
+  GenerateTimings timings;
+};
+
+// Called with each generated token; return false to stop (kInterrupted).
+using OnToken = std::function<bool(int32_t token)>;
+using IsEog = std::function<bool(int32_t token)>;
+
+// Runs `prompt` (non-empty) at positions kv.n_tokens() .. and generates after it. The
+// cache keeps every fed token, so a chat can call generate() again with the next turn.
+// Errors: an empty prompt or a bad token (kUsage); a prompt that does not fit in the
+// remaining context (kContextOverflow); an interruption during the prompt is not an error.
+Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
+                                std::span<const int32_t> prompt, const GenerateParams& params,
+                                Sampler& sampler, const OnToken& on_token, const IsEog& is_eog);
+
+}  // namespace qrun

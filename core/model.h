@@ -1,0 +1,66 @@
+// The abstract model every architecture implements (models/), and its hyper-parameters.
+// A Model holds weight views into a gguf::File (which must outlive it) and its own
+// activation scratch, sized once at load for `n_batch` tokens; forward() runs a span of
+// tokens through it on a Backend, appending their K/V to a KvCache, and allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/kv_cache.h"
+#include "ggml-like/backend.h"
+#include "ggml-like/result.h"
+
+namespace qrun {
+
+struct ModelHparams {
+  std::string arch;  // general.architecture, e.g. "llama"
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;  // context length the model was trained with
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_ff = 0;
+  int64_t n_rot = 0;  // rotated elements per head
+  float norm_eps = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;
+  bool has_rope_freqs = false;  // per-pair frequency factors (Llama 3.1 rope_freqs)
+};
+
+// Options fixed at load time.
+struct ModelOptions {
+  int64_t n_batch = 512;  // most tokens one matmul sees; longer inputs go in chunks
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ModelHparams& hparams() const = 0;
+  // Tokens per internal chunk (ModelOptions::n_batch).
+  virtual int64_t n_batch() const = 0;
+
+  // Runs tokens at positions pos .. pos + n - 1, in chunks of n_batch(), writing their K/V
+  // to `kv` (pos <= kv.n_tokens(); afterwards kv.n_tokens() == pos + n). logits_out gets
+  // n_vocab floats per token when all_logits, else only the last token's row.
+  // Errors: empty input or pos past kv.n_tokens() (kUsage), a token id outside the
+  // vocabulary (kUsage), pos + n > kv.n_ctx() (kContextOverflow).
+  virtual Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
+                               KvCache& kv, bool all_logits, float* logits_out) = 0;
+
+  // kUnsupported naming the first weight whose type `backend` cannot multiply or look up.
+  virtual Result<void> check_backend(const Backend& backend) const = 0;
+};
+
+// A KV cache shaped for `model`. n_ctx <= 0 means the training context length.
+inline Result<KvCache> make_kv_cache(const Model& model, int64_t n_ctx, DType type = DType::kF16) {
+  const ModelHparams& hp = model.hparams();
+  return KvCache::create(hp.n_layer, n_ctx > 0 ? n_ctx : hp.n_ctx_train, hp.n_head_kv, hp.head_dim,
+                         type);
+}
+
+}  // namespace qrun

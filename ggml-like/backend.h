@@ -1,0 +1,124 @@
+// The op-level interface every compute backend (CPU, CUDA) implements. Models call these
+// ops in order and never see a device. Activations are row-major float arrays: a batch of
+// n_tokens rows, each row one token's vector. Weights are Tensor views (GGML layout, one
+// row per output feature). Each op states its numerics so every backend computes the same
+// function as llama.cpp's CPU backend, within rounding.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/tensor.h"
+
+namespace qrun {
+
+enum class Op {
+  kMatMul,     // dtype: the weight type
+  kGetRows,    // dtype: the embedding table type
+  kRmsNorm,    // dtype: the norm weight type
+  kRope,       // dtype: kF32 (activations)
+  kKvStore,    // dtype: the KV cache type
+  kAttention,  // dtype: the KV cache type
+  kSwiglu,     // dtype: kF32
+  kAdd,        // dtype: kF32
+};
+inline const char* op_name(Op op) {
+  switch (op) {
+    case Op::kMatMul:
+      return "matmul";
+    case Op::kGetRows:
+      return "get_rows";
+    case Op::kRmsNorm:
+      return "rms_norm";
+    case Op::kRope:
+      return "rope";
+    case Op::kKvStore:
+      return "kv_store";
+    case Op::kAttention:
+      return "attention";
+    case Op::kSwiglu:
+      return "swiglu";
+    case Op::kAdd:
+      return "add";
+  }
+  return "?";
+}
+
+// Rotary position embedding of the first n_rot elements of each head, in adjacent pairs
+// (x[2i], x[2i+1]) ("normal" mode, which llama uses since its converter permutes Q and K).
+// Pair i at position p turns by the angle freq_scale * p * freq_base^(-2i/n_rot) / f[i],
+// with f the optional freq_factors (Llama 3.1's rope_freqs), else 1. Elements past n_rot
+// are left as they are.
+struct RopeParams {
+  int64_t n_rot = 0;  // even, <= head_dim
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;              // linear scaling: 1 / rope.scaling.factor
+  const float* freq_factors = nullptr;  // [n_rot / 2] or null
+};
+
+// One layer of a KV cache: k and v hold n_ctx rows of n_head_kv * head_dim elements of
+// `type` (kF16 or kF32), row p being position p. Owned by the caller (core/kv_cache).
+struct KvLayerView {
+  DType type = DType::kF16;
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t n_ctx = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t row_elems() const { return n_head_kv * head_dim; }
+};
+
+// Causal self-attention, grouped-query: query head h reads KV head h / (n_head / n_head_kv).
+struct AttentionParams {
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;  // divides n_head
+  int64_t head_dim = 0;
+  float scale = 1.0f;  // applied to q.k before the softmax, usually 1/sqrt(head_dim)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+  // Whether `op` runs on this backend with operands of `type` (see Op for which operand).
+  virtual bool supports(Op op, DType type) const = 0;
+
+  // y[t][o] = sum_i w[o][i] * x[t][i]; w: [n_in, n_out], x: [n_tokens, n_in],
+  // y: [n_tokens, n_out]. x is first converted to w's vec_dot_type (quantized with that
+  // type's from_float, as llama.cpp does), then dotted with the type's vec_dot.
+  virtual void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) = 0;
+
+  // out[t] = row ids[t] of table, dequantized; table: [n, n_rows], out: [ids.size(), n].
+  // Ids are in range (callers validate user input).
+  virtual void get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) = 0;
+
+  // y[r] = (x[r] * 1/sqrt(mean(x[r]^2) + eps)) * weight, for n_rows rows of n elements;
+  // the sum of squares is accumulated in double. weight: [n]. y may alias x.
+  virtual void rms_norm(const float* x, const Tensor& weight, int64_t n_rows, int64_t n, float eps,
+                        float* y) = 0;
+
+  // Rotates x: [n_tokens, n_head, head_dim] in place; token t is at positions[t].
+  virtual void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
+                    std::span<const int32_t> positions, const RopeParams& params) = 0;
+
+  // Writes k, v: [n_tokens, n_head_kv * head_dim] to cache rows pos .. pos + n_tokens - 1,
+  // converting to the cache type.
+  virtual void kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
+                        const float* v) = 0;
+
+  // out[t] = softmax(scale * q[t] K^T) V over cache positions 0 .. pos0 + t for each head;
+  // q, out: [n_tokens, n_head, head_dim]. Online softmax: no n_tokens x n_ctx matrix.
+  virtual void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
+                         const AttentionParams& params, float* out) = 0;
+
+  // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+
+  // out[i] = a[i] + b[i]. out may alias a or b.
+  virtual void add(const float* a, const float* b, int64_t n, float* out) = 0;
+};
+
+}  // namespace qrun

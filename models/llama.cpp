@@ -1,0 +1,337 @@
+// LlamaModel: hyper-parameters, weight binding and the forward pass. The forward pass
+// follows llama.cpp's LLM_ARCH_LLAMA graph op for op, so logits match it to rounding.
+// Activations live in buffers sized once for n_batch tokens; forward() allocates nothing.
+#include "models/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "models/common_blocks.h"
+
+namespace qrun::models {
+namespace {
+
+struct LlamaLayer {
+  Tensor attn_norm;  // [n_embd]
+  AttentionWeights attn;
+  Tensor ffn_norm;  // [n_embd]
+  FfnWeights ffn;
+};
+
+class LlamaModel final : public Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const gguf::File& file, const ModelOptions& options);
+
+  const ModelHparams& hparams() const override { return hp_; }
+  int64_t n_batch() const override { return n_batch_; }
+  Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
+                       bool all_logits, float* logits_out) override;
+  Result<void> check_backend(const Backend& backend) const override;
+
+ private:
+  Result<void> read_hparams(const gguf::File& file);
+  Result<void> bind_weights(const gguf::File& file);
+  void allocate_scratch();
+  // One chunk of at most n_batch tokens; logits (may be null) gets the requested rows.
+  void forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
+                     bool all_logits, float* logits);
+
+  ModelHparams hp_;
+  int64_t n_batch_ = 0;
+  RopeParams rope_;
+  AttentionParams attn_shape_;
+
+  Tensor tok_embd_;  // [n_embd, n_vocab]
+  std::vector<LlamaLayer> layers_;
+  Tensor output_norm_;  // [n_embd]
+  Tensor output_;       // [n_embd, n_vocab]; token_embd when the file has no output.weight
+
+  // Scratch, [n_batch, ...] each.
+  std::vector<float> x_;            // [n_batch, n_embd] residual stream
+  std::vector<float> xn_;           // [n_batch, n_embd] normed input / block output
+  std::vector<float> q_;            // [n_batch, n_head * head_dim]
+  std::vector<float> k_;            // [n_batch, n_head_kv * head_dim]
+  std::vector<float> v_;            // [n_batch, n_head_kv * head_dim]
+  std::vector<float> attn_;         // [n_batch, n_head * head_dim]
+  std::vector<float> gate_;         // [n_batch, n_ff]
+  std::vector<float> up_;           // [n_batch, n_ff]
+  std::vector<int32_t> positions_;  // [n_batch]
+};
+
+Result<void> LlamaModel::read_hparams(const gguf::File& file) {
+  Result<std::string> arch = file.get_string("general.architecture");
+  if (!arch.ok()) return arch.error();
+  hp_.arch = *arch;
+  const std::string& a = hp_.arch;
+
+  const auto positive = [&](const char* suffix, std::optional<int64_t> fallback,
+                            int64_t* out) -> Result<void> {
+    Result<int64_t> v = read_positive(file, a, suffix, fallback);
+    if (!v.ok()) return v.error();
+    *out = *v;
+    return {};
+  };
+  QRUN_TRY(positive("embedding_length", std::nullopt, &hp_.n_embd));
+  QRUN_TRY(positive("block_count", std::nullopt, &hp_.n_layer));
+  QRUN_TRY(positive("feed_forward_length", std::nullopt, &hp_.n_ff));
+  QRUN_TRY(positive("attention.head_count", std::nullopt, &hp_.n_head));
+  QRUN_TRY(positive("attention.head_count_kv", hp_.n_head, &hp_.n_head_kv));
+  QRUN_TRY(positive("context_length", std::nullopt, &hp_.n_ctx_train));
+  if (hp_.n_embd % hp_.n_head != 0) {
+    return file.error(
+        ErrorCode::kFormat,
+        format("embedding length %lld is not a multiple of the head count %lld",
+               static_cast<long long>(hp_.n_embd), static_cast<long long>(hp_.n_head)));
+  }
+  QRUN_TRY(positive("attention.key_length", hp_.n_embd / hp_.n_head, &hp_.head_dim));
+  int64_t value_length = 0;
+  QRUN_TRY(positive("attention.value_length", hp_.head_dim, &value_length));
+  if (value_length != hp_.head_dim) {
+    return file.error(
+        ErrorCode::kUnsupported,
+        format("key length %lld differs from value length %lld",
+               static_cast<long long>(hp_.head_dim), static_cast<long long>(value_length)));
+  }
+  if (hp_.n_head % hp_.n_head_kv != 0) {
+    return file.error(
+        ErrorCode::kFormat,
+        format("head count %lld is not a multiple of the KV head count %lld",
+               static_cast<long long>(hp_.n_head), static_cast<long long>(hp_.n_head_kv)));
+  }
+  QRUN_TRY(positive("rope.dimension_count", hp_.head_dim, &hp_.n_rot));
+  if (hp_.n_rot % 2 != 0 || hp_.n_rot > hp_.head_dim) {
+    return file.error(
+        ErrorCode::kFormat,
+        format("key '%s.rope.dimension_count' is %lld; it must be even and at most "
+               "the head size %lld",
+               a.c_str(), static_cast<long long>(hp_.n_rot), static_cast<long long>(hp_.head_dim)));
+  }
+
+  Result<double> eps = file.get_float(a + ".attention.layer_norm_rms_epsilon");
+  if (!eps.ok()) return eps.error();
+  Result<double> base = file.get_float_or(a + ".rope.freq_base", 10000.0);
+  if (!base.ok()) return base.error();
+  if (!(*eps >= 0.0 && *eps < 1.0) || !(*base > 0.0 && std::isfinite(*base))) {
+    return file.error(ErrorCode::kFormat,
+                      format("bad rms epsilon %g or rope base %g", *eps, *base));
+  }
+  hp_.norm_eps = static_cast<float>(*eps);
+  hp_.rope_freq_base = static_cast<float>(*base);
+
+  // Rope scaling: none or linear (positions divided by the factor); others are not built.
+  Result<std::string> scaling = file.get_string_or(a + ".rope.scaling.type", "none");
+  if (!scaling.ok()) return scaling.error();
+  Result<double> factor = file.get_float_or(a + ".rope.scaling.factor", 0.0);
+  if (!factor.ok()) return factor.error();
+  if (*factor == 0.0) {
+    factor = file.get_float_or(a + ".rope.scale_linear", 0.0);
+    if (!factor.ok()) return factor.error();
+  }
+  if (*scaling != "none" && *scaling != "linear") {
+    return file.error(
+        ErrorCode::kUnsupported,
+        format("rope scaling type '%s' is not supported (none, linear)", scaling->c_str()));
+  }
+  if (*factor < 0.0 || !std::isfinite(*factor)) {
+    return file.error(ErrorCode::kFormat, format("bad rope scaling factor %g", *factor));
+  }
+  hp_.rope_freq_scale = *factor == 0.0 ? 1.0f : static_cast<float>(1.0 / *factor);
+  return {};
+}
+
+Result<void> LlamaModel::bind_weights(const gguf::File& file) {
+  const WeightBinder b(file);
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_q = hp_.n_head * hp_.head_dim;
+  const int64_t n_kv = hp_.n_head_kv * hp_.head_dim;
+
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (embd == nullptr)
+    return file.error(ErrorCode::kFormat, "tensor 'token_embd.weight' is missing");
+  hp_.n_vocab = embd->ne[1];
+  const auto bind = [&](const std::string& name, std::vector<int64_t> shape, WeightUse use,
+                        Tensor* out) -> Result<void> {
+    Result<Tensor> t = b.bind(name, std::move(shape), use);
+    if (!t.ok()) return t.error();
+    *out = *t;
+    return {};
+  };
+  QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kGetRows, &tok_embd_));
+  QRUN_TRY(bind("output_norm.weight", {n_embd}, WeightUse::kF32, &output_norm_));
+  Result<std::optional<Tensor>> output =
+      b.bind_optional("output.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul);
+  if (!output.ok()) return output.error();
+  if (output->has_value()) {
+    output_ = **output;
+  } else {
+    QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul, &output_));
+  }
+  Result<std::optional<Tensor>> freqs =
+      b.bind_optional("rope_freqs.weight", {hp_.n_rot / 2}, WeightUse::kF32);
+  if (!freqs.ok()) return freqs.error();
+  if (freqs->has_value()) {
+    hp_.has_rope_freqs = true;
+    rope_.freq_factors = static_cast<const float*>((*freqs)->data);
+  }
+
+  layers_.resize(static_cast<size_t>(hp_.n_layer));
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    LlamaLayer& l = layers_[static_cast<size_t>(il)];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    QRUN_TRY(bind(p + "attn_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_norm));
+    QRUN_TRY(bind(p + "attn_q.weight", {n_embd, n_q}, WeightUse::kMatMul, &l.attn.wq));
+    QRUN_TRY(bind(p + "attn_k.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wk));
+    QRUN_TRY(bind(p + "attn_v.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wv));
+    QRUN_TRY(bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
+    QRUN_TRY(bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
+    QRUN_TRY(bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
+    QRUN_TRY(bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
+    QRUN_TRY(bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
+    for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"}) {
+      QRUN_TRY(b.reject_if_present(p + bias, "attention biases"));
+    }
+    QRUN_TRY(b.reject_if_present(p + "ffn_gate_inp.weight", "mixture-of-experts layers"));
+  }
+  return {};
+}
+
+void LlamaModel::allocate_scratch() {
+  const auto n = static_cast<size_t>(n_batch_);
+  const auto n_q = static_cast<size_t>(hp_.n_head * hp_.head_dim);
+  const auto n_kv = static_cast<size_t>(hp_.n_head_kv * hp_.head_dim);
+  x_.resize(n * static_cast<size_t>(hp_.n_embd));
+  xn_.resize(n * static_cast<size_t>(hp_.n_embd));
+  q_.resize(n * n_q);
+  k_.resize(n * n_kv);
+  v_.resize(n * n_kv);
+  attn_.resize(n * n_q);
+  gate_.resize(n * static_cast<size_t>(hp_.n_ff));
+  up_.resize(n * static_cast<size_t>(hp_.n_ff));
+  positions_.resize(n);
+}
+
+Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file,
+                                                const ModelOptions& options) {
+  if (options.n_batch <= 0 || options.n_batch > (int64_t{1} << 20)) {
+    return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
+                                                static_cast<long long>(options.n_batch)));
+  }
+  auto m = std::make_unique<LlamaModel>();
+  m->n_batch_ = options.n_batch;
+  QRUN_TRY(m->read_hparams(file));
+  QRUN_TRY(m->bind_weights(file));
+  m->rope_.n_rot = m->hp_.n_rot;
+  m->rope_.freq_base = m->hp_.rope_freq_base;
+  m->rope_.freq_scale = m->hp_.rope_freq_scale;
+  m->attn_shape_ = AttentionParams{m->hp_.n_head, m->hp_.n_head_kv, m->hp_.head_dim,
+                                   1.0f / std::sqrt(static_cast<float>(m->hp_.head_dim))};
+  m->allocate_scratch();
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+Result<void> LlamaModel::check_backend(const Backend& backend) const {
+  const auto need = [&](Op op, const Tensor& t) -> Result<void> {
+    if (backend.supports(op, t.type)) return {};
+    return make_error(
+        ErrorCode::kUnsupported,
+        format("the %.*s backend cannot run %s on tensor '%.*s' (%s)",
+               static_cast<int>(backend.name().size()), backend.name().data(), op_name(op),
+               static_cast<int>(t.name.size()), t.name.data(), dtype_name(t.type)));
+  };
+  QRUN_TRY(need(Op::kGetRows, tok_embd_));
+  QRUN_TRY(need(Op::kRmsNorm, output_norm_));
+  QRUN_TRY(need(Op::kMatMul, output_));
+  for (const LlamaLayer& l : layers_) {
+    for (const Tensor* t :
+         {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down}) {
+      QRUN_TRY(need(Op::kMatMul, *t));
+    }
+    QRUN_TRY(need(Op::kRmsNorm, l.attn_norm));
+    QRUN_TRY(need(Op::kRmsNorm, l.ffn_norm));
+  }
+  return {};
+}
+
+Result<void> LlamaModel::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
+                                 KvCache& kv, bool all_logits, float* logits_out) {
+  const auto n_tokens = static_cast<int64_t>(tokens.size());
+  if (n_tokens == 0) return make_error(ErrorCode::kUsage, "forward: no tokens");
+  if (pos < 0 || pos > kv.n_tokens()) {
+    return make_error(ErrorCode::kUsage,
+                      format("forward: position %lld is past the %lld cached tokens",
+                             static_cast<long long>(pos), static_cast<long long>(kv.n_tokens())));
+  }
+  if (pos + n_tokens > kv.n_ctx()) {
+    return make_error(ErrorCode::kContextOverflow,
+                      format("%lld tokens at position %lld do not fit in a context of %lld",
+                             static_cast<long long>(n_tokens), static_cast<long long>(pos),
+                             static_cast<long long>(kv.n_ctx())));
+  }
+  for (const int32_t t : tokens) {
+    if (t < 0 || t >= hp_.n_vocab) {
+      return make_error(ErrorCode::kUsage,
+                        format("token id %d is outside the vocabulary of %lld tokens", t,
+                               static_cast<long long>(hp_.n_vocab)));
+    }
+  }
+  QRUN_CHECK(kv.n_layer() == hp_.n_layer && kv.n_head_kv() == hp_.n_head_kv &&
+                 kv.head_dim() == hp_.head_dim,
+             "KV cache shaped [%lld layers, %lld x %lld] for a model of [%lld, %lld x %lld]",
+             static_cast<long long>(kv.n_layer()), static_cast<long long>(kv.n_head_kv()),
+             static_cast<long long>(kv.head_dim()), static_cast<long long>(hp_.n_layer),
+             static_cast<long long>(hp_.n_head_kv), static_cast<long long>(hp_.head_dim));
+
+  for (int64_t done = 0; done < n_tokens; done += n_batch_) {
+    const int64_t n = std::min(n_batch_, n_tokens - done);
+    const bool last_chunk = done + n == n_tokens;
+    float* logits =
+        all_logits ? logits_out + done * hp_.n_vocab : (last_chunk ? logits_out : nullptr);
+    forward_chunk(backend, tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)),
+                  pos + done, kv, all_logits, logits);
+    kv.set_n_tokens(pos + done + n);
+  }
+  return {};
+}
+
+void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
+                               KvCache& kv, bool all_logits, float* logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t n_embd = hp_.n_embd;
+  const BlockScratch s{q_.data(), k_.data(), v_.data(), attn_.data(), gate_.data(), up_.data()};
+  for (int64_t t = 0; t < n; ++t)
+    positions_[static_cast<size_t>(t)] = static_cast<int32_t>(pos + t);
+  const std::span<const int32_t> positions(positions_.data(), static_cast<size_t>(n));
+  float* x = x_.data();
+  float* xn = xn_.data();
+
+  // x: [n, n_embd] token embeddings
+  backend.get_rows(tok_embd_, tokens, x);
+
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const LlamaLayer& l = layers_[static_cast<size_t>(il)];
+    // Attention. xn: [n, n_embd] normed, then the attention output; x += xn
+    backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+    self_attention(backend, l.attn, attn_shape_, rope_, kv.layer(il), xn, n, pos, positions, s, xn);
+    backend.add(x, xn, n * n_embd, x);
+    // Feed-forward. xn: [n, n_embd] normed, then the FFN output; x += xn
+    backend.rms_norm(x, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
+    swiglu_ffn(backend, l.ffn, xn, n, s, xn);
+    backend.add(x, xn, n * n_embd, x);
+  }
+  if (logits == nullptr) return;
+
+  // Output: the rows asked for (every token, or the last), normed and projected.
+  // xn: [rows, n_embd]; logits: [rows, n_vocab]
+  const int64_t rows = all_logits ? n : 1;
+  backend.rms_norm(x + (n - rows) * n_embd, output_norm_, rows, n_embd, hp_.norm_eps, xn);
+  backend.matmul(output_, xn, rows, logits);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> load_llama(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options);
+}
+
+}  // namespace qrun::models
