@@ -36,6 +36,7 @@ enum class ValueType : uint32_t {
   kFloat64 = 12,
 };
 const char* value_type_name(ValueType t);
+bool is_integer_type(ValueType t);  // the eight integer types (not bool)
 
 struct Value;
 struct Array {

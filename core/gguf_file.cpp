@@ -33,22 +33,6 @@ std::string type_description(const Value& v) {
   return std::string("array of ") + value_type_name(v.as_array().elem_type);
 }
 
-bool is_integer_type(ValueType t) {
-  switch (t) {
-    case ValueType::kUint8:
-    case ValueType::kInt8:
-    case ValueType::kUint16:
-    case ValueType::kInt16:
-    case ValueType::kUint32:
-    case ValueType::kInt32:
-    case ValueType::kUint64:
-    case ValueType::kInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool is_number_type(ValueType t) {
   return is_integer_type(t) || t == ValueType::kFloat32 || t == ValueType::kFloat64;
 }

@@ -38,8 +38,8 @@ const char* value_type_name(ValueType t) {
   return "unknown";
 }
 
-bool Value::is_integer() const {
-  switch (type()) {
+bool is_integer_type(ValueType t) {
+  switch (t) {
     case ValueType::kUint8:
     case ValueType::kInt8:
     case ValueType::kUint16:
@@ -52,6 +52,10 @@ bool Value::is_integer() const {
     default:
       return false;
   }
+}
+
+bool Value::is_integer() const {
+  return is_integer_type(type());
 }
 
 int64_t Value::as_int() const {

@@ -359,3 +359,17 @@ std::string TokenStreamDecoder::flush() {
 }
 
 }  // namespace qrun
+
+namespace qrun::tokenizer {
+
+void split_into_symbols(std::string_view text, std::vector<Symbol>& symbols) {
+  for (size_t offset = 0; offset < text.size();) {
+    const size_t len = std::min(unicode::utf8_sequence_length(static_cast<uint8_t>(text[offset])),
+                                text.size() - offset);
+    const int index = static_cast<int>(symbols.size());
+    symbols.push_back({index - 1, offset + len == text.size() ? -1 : index + 1, offset, len});
+    offset += len;
+  }
+}
+
+}  // namespace qrun::tokenizer

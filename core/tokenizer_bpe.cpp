@@ -78,13 +78,6 @@ const std::vector<NamedPreTokenizer>& pre_tokenizers() {
   return table;
 }
 
-struct Symbol {
-  int prev;
-  int next;
-  size_t offset;
-  size_t n;
-};
-
 struct Bigram {
   int left;
   int right;
@@ -112,14 +105,7 @@ class BpeWord {
         return;
       }
     }
-    for (size_t offset = 0; offset < word_.size();) {
-      const size_t len =
-          std::min(unicode::utf8_sequence_length(static_cast<uint8_t>(word_[offset])),
-                   word_.size() - offset);
-      const int index = static_cast<int>(symbols_.size());
-      symbols_.push_back({index - 1, offset + len == word_.size() ? -1 : index + 1, offset, len});
-      offset += len;
-    }
+    split_into_symbols(word_, symbols_);
     for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) add_bigram(i - 1, i);
 
     while (!queue_.empty()) {

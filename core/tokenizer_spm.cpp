@@ -13,13 +13,6 @@ namespace qrun::tokenizer {
 namespace {
 
 // A piece of the text; merged-away symbols keep n == 0. prev/next link the live ones.
-struct Symbol {
-  int prev;
-  int next;
-  size_t offset;
-  size_t n;
-};
-
 struct Bigram {
   int left;
   int right;
@@ -39,15 +32,7 @@ class SpmSession {
   SpmSession(const Vocab& vocab, std::string_view text) : vocab_(vocab), text_(text) {}
 
   void run(std::vector<int32_t>& out) {
-    // Split into UTF-8 characters (by lead byte, without validation).
-    for (size_t offset = 0; offset < text_.size();) {
-      const size_t len =
-          std::min(unicode::utf8_sequence_length(static_cast<uint8_t>(text_[offset])),
-                   text_.size() - offset);
-      const int index = static_cast<int>(symbols_.size());
-      symbols_.push_back({index - 1, offset + len == text_.size() ? -1 : index + 1, offset, len});
-      offset += len;
-    }
+    split_into_symbols(text_, symbols_);
     for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add_bigram(i - 1, i);
 
     while (!queue_.empty()) {

@@ -15,6 +15,19 @@
 
 namespace qrun::tokenizer {
 
+// One symbol of a word being merged (SentencePiece and BPE): a byte range of the input,
+// linked to its neighbours; n == 0 marks a symbol merged into its left neighbour.
+struct Symbol {
+  int prev;
+  int next;
+  size_t offset;
+  size_t n;
+};
+
+// Splits `text` into one Symbol per UTF-8 character (by lead byte, without validation; a
+// truncated sequence at the end becomes a shorter symbol), linked into a list.
+void split_into_symbols(std::string_view text, std::vector<Symbol>& symbols);
+
 enum TokenAttr : uint32_t {
   kAttrUndefined = 0,
   kAttrUnknown = 1u << 0,
