@@ -3,12 +3,38 @@
 
 #include <cstdio>
 
+#include "kernels/cpu/cpu_features.h"
+#include "models/registry.h"
+#if defined(QRUN_HAVE_CUDA)
+#include "kernels/cuda/cuda_info.h"
+#endif
+
 namespace qrun::cli {
+namespace {
+
+// `qrun --version`: the version, the backends compiled in and what this host offers.
+std::string version_text() {
+  std::string archs;
+  for (std::string_view a : models::architecture_names())
+    archs += (archs.empty() ? "" : ", ") + std::string(a);
+  std::string s = std::string("qrun ") + QRUN_VERSION + "\n";
+  s += "cpu backend: scalar reference kernels; host cpu: " +
+       kernels::detect_cpu_features().to_string() + "\n";
+#if defined(QRUN_HAVE_CUDA)
+  s += "cuda backend: compiled for " + kernels::cuda::compiled_architectures() + "\n";
+#else
+  s += "cuda backend: not compiled in\n";
+#endif
+  s += "architectures: " + archs;
+  return s;
+}
+
+}  // namespace
 
 int run_main(int argc, char** argv) {
   CLI::App app{"qrun: run quantized language models from GGUF files"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("qrun ") + QRUN_VERSION);
+  app.set_version_flag("--version", version_text());
   Action selected;
   register_run(app, &selected);
   register_info(app, &selected);
