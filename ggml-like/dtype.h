@@ -55,15 +55,15 @@ using VecDotFn = float (*)(int64_t n, const void* x, const void* y);
 
 struct TypeTraits {
   DType type;
-  const char* name;       // lower case, as qrun prints and parses it: "q4_k", "bf16"
-  int64_t block_elems;    // elements per block (1 for plain float/int types)
-  size_t block_bytes;     // bytes per block
+  const char* name;     // lower case, as qrun prints and parses it: "q4_k", "bf16"
+  int64_t block_elems;  // elements per block (1 for plain float/int types)
+  size_t block_bytes;   // bytes per block
   bool is_quantized;
   // Computation support: null function pointers mean "known to the reader, not runnable".
-  DType vec_dot_type;         // the activation type this type's dot product expects
-  ToFloatFn to_float;         // scalar reference dequantize
-  FromFloatFn from_float;     // scalar reference quantize
-  VecDotFn vec_dot;           // scalar reference dot against vec_dot_type
+  DType vec_dot_type;      // the activation type this type's dot product expects
+  ToFloatFn to_float;      // scalar reference dequantize
+  FromFloatFn from_float;  // scalar reference quantize
+  VecDotFn vec_dot;        // scalar reference dot against vec_dot_type
 };
 
 // Traits of a known type. QRUN_CHECKs that `type` is known (see find_type for ids from files).
@@ -75,10 +75,14 @@ std::optional<DType> dtype_from_name(std::string_view name);
 // All known types, in id order.
 std::span<const TypeTraits> all_types();
 
-inline const char* dtype_name(DType type) { return type_traits(type).name; }
+inline const char* dtype_name(DType type) {
+  return type_traits(type).name;
+}
 // True when qrun has reference kernels for the type, a dot product included (it can be a
 // weight type). Activation-only types such as Q8_K convert but are not supported weights.
-inline bool is_supported(DType type) { return type_traits(type).vec_dot != nullptr; }
+inline bool is_supported(DType type) {
+  return type_traits(type).vec_dot != nullptr;
+}
 // Bytes of n elements; n must be a multiple of the block size.
 size_t row_size(DType type, int64_t n);
 

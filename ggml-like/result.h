@@ -28,7 +28,9 @@ struct Error {
   std::string message;
 };
 
-inline Error make_error(ErrorCode code, std::string message) { return Error{code, std::move(message)}; }
+inline Error make_error(ErrorCode code, std::string message) {
+  return Error{code, std::move(message)};
+}
 
 // A value or an Error. Small on purpose: ok(), value(), error(), and moving out.
 template <class T>
@@ -65,20 +67,21 @@ class [[nodiscard]] Result<void> {
   bool ok_ = true;
 };
 
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 }  // namespace qrun
 
 // Propagates an Error from an expression that yields a Result.
-#define QRUN_TRY(expr)                           \
-  do {                                           \
-    auto&& qrun_try_result_ = (expr);            \
+#define QRUN_TRY(expr)                                           \
+  do {                                                           \
+    auto&& qrun_try_result_ = (expr);                            \
     if (!qrun_try_result_.ok()) return qrun_try_result_.error(); \
   } while (0)
 
 // Always-on invariant check: prints the condition and a formatted message, then aborts.
-#define QRUN_CHECK(cond, ...)                                                          \
-  do {                                                                                 \
+#define QRUN_CHECK(cond, ...)                                                                  \
+  do {                                                                                         \
     if (!(cond)) ::qrun::check_failed(__FILE__, __LINE__, #cond, ::qrun::format(__VA_ARGS__)); \
   } while (0)

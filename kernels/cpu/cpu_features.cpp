@@ -47,7 +47,9 @@ CpuFeatures detect_cpu_features() {
   return f;
 }
 #else
-CpuFeatures detect_cpu_features() { return CpuFeatures{}; }
+CpuFeatures detect_cpu_features() {
+  return CpuFeatures{};
+}
 #endif
 
 std::string CpuFeatures::to_string() const {

@@ -7,7 +7,9 @@
 
 namespace qrun::kernels::cuda {
 
-std::string compiled_architectures() { return QRUN_CUDA_ARCHS; }
+std::string compiled_architectures() {
+  return QRUN_CUDA_ARCHS;
+}
 
 int device_count() {
   int n = 0;

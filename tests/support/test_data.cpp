@@ -25,14 +25,16 @@ std::filesystem::path data_path(const std::string& relative) {
   return p;
 }
 
-std::filesystem::path qrun_binary() { return QRUN_BINARY; }
+std::filesystem::path qrun_binary() {
+  return QRUN_BINARY;
+}
 
 std::filesystem::path temp_dir() {
   static std::atomic<int> counter{0};
   const char* base = std::getenv("TMPDIR");
-  std::filesystem::path dir = std::filesystem::path(base && *base ? base : "/tmp") /
-                              ("qrun-test-" + std::to_string(getpid()) + "-" +
-                               std::to_string(counter++));
+  std::filesystem::path dir =
+      std::filesystem::path(base && *base ? base : "/tmp") /
+      ("qrun-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
