@@ -13,7 +13,7 @@ namespace qrun {
 namespace {
 
 constexpr TypeTraits row(DType t, const char* name, int64_t be, size_t bb, bool q) {
-  return TypeTraits{t, name, be, bb, q, t, nullptr, nullptr, nullptr};
+  return TypeTraits{t, name, be, bb, q, t, nullptr, nullptr, nullptr, nullptr};
 }
 
 // A row with reference kernels (quants.h): dequantize, quantize, and the dot product
@@ -25,8 +25,15 @@ constexpr TypeTraits kernel_row(TypeTraits geometry, DType dot_type, ToFloatFn t
   geometry.vec_dot_type = dot_type;
   geometry.to_float = to;
   geometry.from_float = from;
+  geometry.from_float_act = from;
   geometry.vec_dot = dot;
   return geometry;
+}
+
+// A row whose activations are quantized differently from its weights.
+constexpr TypeTraits with_activation_quantizer(TypeTraits t, FromFloatFn act) {
+  t.from_float_act = act;
+  return t;
 }
 
 // Geometry of every known type (block elements, block bytes) in id order, with the
@@ -42,8 +49,9 @@ constexpr std::array kGeometry = {
     kernel_row(row(DType::kQ5_0, "q5_0", 32, 22, true), DType::kQ8_0, dequantize_q5_0,
                quantize_q5_0, vec_dot_q5_0_q8_0),
     row(DType::kQ5_1, "q5_1", 32, 24, true),
-    kernel_row(row(DType::kQ8_0, "q8_0", 32, 34, true), DType::kQ8_0, dequantize_q8_0,
-               quantize_q8_0, vec_dot_q8_0_q8_0),
+    with_activation_quantizer(kernel_row(row(DType::kQ8_0, "q8_0", 32, 34, true), DType::kQ8_0,
+                                         dequantize_q8_0, quantize_q8_0, vec_dot_q8_0_q8_0),
+                              quantize_q8_0_act),
     row(DType::kQ8_1, "q8_1", 32, 36, true),
     row(DType::kQ2_K, "q2_k", 256, 84, true),
     row(DType::kQ3_K, "q3_k", 256, 110, true),

@@ -63,7 +63,10 @@ struct TypeTraits {
   DType vec_dot_type;      // the activation type this type's dot product expects
   ToFloatFn to_float;      // scalar reference dequantize
   FromFloatFn from_float;  // scalar reference quantize
-  VecDotFn vec_dot;        // scalar reference dot against vec_dot_type
+  // How a row of this type is produced from F32 activations before a matmul: llama.cpp's
+  // CPU behaviour, which for Q8_0 differs from its reference quantizer (see quants.h).
+  FromFloatFn from_float_act;
+  VecDotFn vec_dot;  // scalar reference dot against vec_dot_type
 };
 
 // Traits of a known type. QRUN_CHECKs that `type` is known (see find_type for ids from files).

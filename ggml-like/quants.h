@@ -121,6 +121,12 @@ void quantize_q5_0(const float* src, void* dst, int64_t n);
 float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
 void dequantize_q8_0(const void* src, float* dst, int64_t n);
 void quantize_q8_0(const float* src, void* dst, int64_t n);
+// Q8_0 as llama.cpp's x86 CPU backend quantizes activations before a matmul (its AVX/AVX2
+// row quantizer): d = amax / 127 stored as F16, multiplier 127 / amax (not 1 / d: the two
+// differ in the last bit for some amax), and round half to even. quantize_q8_0 (weights,
+// llama.cpp's reference) rounds half away from zero; the two disagree on a few elements
+// per million, enough to move greedy picks at near-ties.
+void quantize_q8_0_act(const float* src, void* dst, int64_t n);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
 
 void dequantize_q4_k(const void* src, float* dst, int64_t n);

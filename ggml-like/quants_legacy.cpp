@@ -155,6 +155,21 @@ void quantize_q8_0(const float* src, void* dst, int64_t n) {
   }
 }
 
+void quantize_q8_0_act(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const float* x = src + b * kQK;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    out[b].d = fp32_to_fp16(amax / 127.0f);
+    for (int64_t j = 0; j < kQK; ++j) {
+      const long q = std::lrint(x[j] * id);  // the default rounding mode: half to even
+      out[b].qs[j] = static_cast<int8_t>(std::clamp<long>(q, -128, 127));
+    }
+  }
+}
+
 void dequantize_q8_0(const void* src, float* dst, int64_t n) {
   const auto* in = static_cast<const BlockQ8_0*>(src);
   for (int64_t b = 0; b < blocks_of(n); ++b) {

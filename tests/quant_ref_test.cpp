@@ -141,7 +141,10 @@ TEST(QuantTraits, RowsAreAllOrNothingAndListedHere) {
       EXPECT_FALSE(is_supported(t.type)) << t.name;
       continue;
     }
-    EXPECT_TRUE(t.to_float && t.from_float) << t.name << " has a partial row";
+    EXPECT_TRUE(t.to_float && t.from_float && t.from_float_act) << t.name << " has a partial row";
+    if (t.type != DType::kQ8_0) {
+      EXPECT_EQ(t.from_float_act, t.from_float) << t.name << ": activations quantize as weights";
+    }
     bool listed = false;
     for (DType w : kWeightTypes) listed |= w == t.type;
     for (DType a : kActivationTypes) listed |= a == t.type;
@@ -164,6 +167,27 @@ TEST(QuantTraits, ActivationTypesAreLlamaCppChoices) {
   for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     EXPECT_EQ(type_traits(t).vec_dot_type, DType::kQ8_K) << dtype_name(t);
   }
+}
+
+// Activations are quantized to Q8_0 as llama.cpp's x86 CPU code does: ties to even, where
+// the weight quantizer (llama.cpp's reference) rounds ties away from zero.
+TEST(QuantRef, Q8_0ActivationsRoundTiesToEven) {
+  std::vector<float> x(kQK, 0.0f);
+  x[0] = 127.0f;  // amax 127: multiplier exactly 1, scale 1
+  x[1] = 2.5f;
+  x[2] = -3.5f;
+  x[3] = 1.25f;
+  BlockQ8_0 act{}, weight{};
+  const TypeTraits& t = type_traits(DType::kQ8_0);
+  t.from_float_act(x.data(), &act, kQK);
+  t.from_float(x.data(), &weight, kQK);
+  EXPECT_EQ(act.qs[0], 127);
+  EXPECT_EQ(act.qs[1], 2);   // 2.5 -> 2
+  EXPECT_EQ(act.qs[2], -4);  // -3.5 -> -4
+  EXPECT_EQ(act.qs[3], 1);
+  EXPECT_EQ(weight.qs[1], 3);   // 2.5 -> 3
+  EXPECT_EQ(weight.qs[2], -4);  // -3.5 -> -4
+  EXPECT_EQ(act.d, weight.d);
 }
 
 TEST(QuantTraits, BlockStructsMatchTheTable) {

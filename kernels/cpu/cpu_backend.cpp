@@ -15,7 +15,7 @@ bool CpuBackend::supports(Op op, DType type) const {
     case Op::kMatMul: {
       if (t->vec_dot == nullptr) return false;
       const TypeTraits& act = type_traits(t->vec_dot_type);
-      return act.type == DType::kF32 || act.from_float != nullptr;
+      return act.type == DType::kF32 || act.from_float_act != nullptr;
     }
     case Op::kGetRows:
       return t->to_float != nullptr;

@@ -19,34 +19,6 @@ namespace {
 // Below this many multiply-adds per thread, splitting costs more than it saves.
 constexpr int64_t kMinMacsPerThread = 32 * 1024;
 
-// Q8_0 activations as llama.cpp's x86 CPU backend quantizes them (its AVX/AVX2 row
-// quantizer, also used by its repacked Q4_0 GEMM): scale d = amax / 127 stored as F16,
-// multiplier 127 / amax (not 1 / d: the two differ in the last bit for some amax), and
-// round half to even. The reference quantizer (weights) rounds half away from zero, so the
-// two disagree on a few elements per million, enough to move greedy picks at near-ties.
-void quantize_act_q8_0(const float* x, void* dst, int64_t n) {
-  auto* blocks = static_cast<BlockQ8_0*>(dst);
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    const float* xb = x + b * kQK;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    blocks[b].d = fp32_to_fp16(d);
-    for (int64_t i = 0; i < kQK; ++i) {
-      const long q = std::lrint(xb[i] * id);
-      blocks[b].qs[i] = static_cast<int8_t>(std::clamp<long>(q, -128, 127));
-    }
-  }
-}
-
-// The activation quantizer for a vec_dot_type: llama.cpp's CPU choice where it differs
-// from the reference quantizer, else the traits table's.
-FromFloatFn activation_quantizer(const TypeTraits& t) {
-  if (t.type == DType::kQ8_0) return quantize_act_q8_0;
-  return t.from_float;
-}
-
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
@@ -64,12 +36,13 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   size_t act_row_bytes = static_cast<size_t>(n_in) * sizeof(float);
   if (at.type != DType::kF32) {
-    QRUN_CHECK(at.from_float != nullptr, "matmul: activation type %s has no quantizer", at.name);
+    QRUN_CHECK(at.from_float_act != nullptr, "matmul: activation type %s has no quantizer",
+               at.name);
     act_row_bytes = row_size(at.type, n_in);
     const size_t need = act_row_bytes * static_cast<size_t>(n_tokens);
     if (act_buf_.size() < need) act_buf_.resize(need);
     uint8_t* buf = act_buf_.data();
-    const FromFloatFn quantize = activation_quantizer(at);
+    const FromFloatFn quantize = at.from_float_act;
     pool_.parallel_for(n_tokens, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         quantize(x + t * n_in, buf + static_cast<size_t>(t) * act_row_bytes, n_in);
