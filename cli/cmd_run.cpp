@@ -175,7 +175,7 @@ Result<void> run_generation(const RunOptions& o) {
   };
   auto on_token = [&](int32_t token) {
     emit(decoder.push(token));
-    return true;
+    return TokenAction::kContinue;
   };
   auto is_eog = [&](int32_t token) { return s.tokenizer->is_eog(token); };
 

@@ -29,6 +29,8 @@ const char* stop_reason_name(StopReason reason) {
       return "length";
     case StopReason::kContext:
       return "context";
+    case StopReason::kStop:
+      return "stop";
     case StopReason::kInterrupted:
       return "interrupted";
   }
@@ -68,8 +70,12 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
                            kv.n_tokens(), kv, false, logits.data()));
   }
   result.timings.prompt_ms = ms_since(t_start);
+  for (const int32_t t : prompt) sampler.accept(t);
 
-  // Generation: sample, emit, feed.
+  // Generation: sample, emit, feed. At most n_free + 1 tokens can be emitted.
+  const int64_t max_gen =
+      params.n_predict >= 0 ? std::min(params.n_predict, kv.n_free() + 1) : kv.n_free() + 1;
+  result.tokens.reserve(static_cast<size_t>(max_gen));
   const auto t_gen = Clock::now();
   for (;;) {
     if (params.n_predict >= 0 && result.timings.n_gen >= params.n_predict) {
@@ -85,7 +91,12 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
       break;
     }
     result.tokens.push_back(token);
-    if (on_token && !on_token(token)) {
+    const TokenAction action = on_token ? on_token(token) : TokenAction::kContinue;
+    if (action == TokenAction::kStop) {
+      result.stop_reason = StopReason::kStop;
+      break;
+    }
+    if (action == TokenAction::kInterrupt) {
       result.stop_reason = StopReason::kInterrupted;
       break;
     }

@@ -1,6 +1,7 @@
 // The generation loop shared by one-shot runs and the chat REPL: feed a prompt after what
 // the KV cache already holds, then sample, stream and feed one token at a time until an
-// end-of-generation token, the token budget, the context end, or an interruption.
+// end-of-generation token, the token budget, the context end, a stop string (the caller's
+// on_token says so) or an interruption. No allocation per token beyond result.tokens.
 #pragma once
 
 #include <atomic>
@@ -27,9 +28,11 @@ enum class StopReason {
   kEos,          // the sampler picked an end-of-generation token (not emitted, not fed)
   kLength,       // n_predict tokens were generated
   kContext,      // the KV cache is full
-  kInterrupted,  // on_token returned false or *interrupt was set
+  kStop,         // on_token returned TokenAction::kStop (a stop string was completed)
+  kInterrupted,  // on_token returned TokenAction::kInterrupt or *interrupt was set
 };
-const char* stop_reason_name(StopReason reason);  // "eos", "length", "context", "interrupted"
+// "eos", "length", "context", "stop", "interrupted"
+const char* stop_reason_name(StopReason reason);
 
 struct GenerateTimings {
   double load_ms = 0.0;    // filled in by the caller, who loaded the model
@@ -46,12 +49,27 @@ struct GenerateResult {
   GenerateTimings timings;
 };
 
-// Called with each generated token; return false to stop (kInterrupted).
-using OnToken = std::function<bool(int32_t token)>;
+// What on_token tells the loop after seeing a token.
+enum class TokenAction {
+  kContinue,   // go on
+  kStop,       // stop with StopReason::kStop (e.g. the text now contains a stop string)
+  kInterrupt,  // stop with StopReason::kInterrupted
+};
+
+// Called with each generated (non-EOG) token, after it is appended to result.tokens.
+// When it returns kStop or kInterrupt, that last token is kept in result.tokens but is not
+// fed to the model (as with the last token of a kLength stop): the KV cache then holds
+// everything before it.
+using OnToken = std::function<TokenAction(int32_t token)>;
+// True for tokens that end generation; a null IsEog (or one that is never true, as
+// --ignore-eos makes it) lets generation run to the token budget or the context end.
 using IsEog = std::function<bool(int32_t token)>;
 
 // Runs `prompt` (non-empty) at positions kv.n_tokens() .. and generates after it. The
 // cache keeps every fed token, so a chat can call generate() again with the next turn.
+// Every prompt token and every sampled token (EOG included) is passed to sampler.accept(),
+// as llama.cpp does, so repetition penalties see the prompt; reuse one Sampler across
+// chat turns to keep that history (Sampler::reset() forgets it).
 // Errors: an empty prompt or a bad token (kUsage); a prompt that does not fit in the
 // remaining context (kContextOverflow); an interruption during the prompt is not an error.
 Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,

@@ -68,7 +68,7 @@ TEST_F(Generate, GreedyReproducesLlamaCpp) {
   p.n_batch = 5;  // the prompt in three pieces
   const GenerateResult r = run(kv, prompt_, p, greedy, [&](int32_t t) {
     streamed.push_back(t);
-    return true;
+    return TokenAction::kContinue;
   });
   EXPECT_EQ(r.tokens, golden_);
   EXPECT_EQ(streamed, golden_);
@@ -94,13 +94,27 @@ TEST_F(Generate, StopReasons) {
     EXPECT_EQ(r.tokens, std::vector<int32_t>(golden_.begin(), golden_.begin() + 5));
     EXPECT_EQ(r.timings.n_gen, 6);
   }
-  {  // The callback stops it.
+  {  // The callback interrupts it.
     KvCache kv = cache();
     Sampler s = make_sampler(SamplingParams{0.0f, 0});
     int n = 0;
-    const GenerateResult r = run(kv, prompt_, p, s, [&](int32_t) { return ++n < 3; });
+    const GenerateResult r = run(kv, prompt_, p, s, [&](int32_t) {
+      return ++n < 3 ? TokenAction::kContinue : TokenAction::kInterrupt;
+    });
     EXPECT_EQ(r.stop_reason, StopReason::kInterrupted);
     EXPECT_EQ(r.tokens.size(), 3u);
+  }
+  {  // The callback reports a stop string: the last token is returned but not fed.
+    KvCache kv = cache();
+    Sampler s = make_sampler(SamplingParams{0.0f, 0});
+    int n = 0;
+    const GenerateResult r = run(kv, prompt_, p, s, [&](int32_t) {
+      return ++n < 4 ? TokenAction::kContinue : TokenAction::kStop;
+    });
+    EXPECT_EQ(r.stop_reason, StopReason::kStop);
+    EXPECT_STREQ(stop_reason_name(r.stop_reason), "stop");
+    EXPECT_EQ(r.tokens, std::vector<int32_t>(golden_.begin(), golden_.begin() + 4));
+    EXPECT_EQ(kv.n_tokens(), static_cast<int64_t>(prompt_.size()) + 3);
   }
   {  // The interrupt flag, set before the prompt.
     KvCache kv = cache();
