@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_table.h"
 #include "models/registry.h"
 #if defined(QRUN_HAVE_CUDA)
 #include "kernels/cuda/cuda_info.h"
@@ -18,8 +19,15 @@ std::string version_text() {
   for (std::string_view a : models::architecture_names())
     archs += (archs.empty() ? "" : ", ") + std::string(a);
   std::string s = std::string("qrun ") + QRUN_VERSION + "\n";
-  s += "cpu backend: scalar reference kernels; host cpu: " +
-       kernels::detect_cpu_features().to_string() + "\n";
+  const kernels::CpuFeatures features = kernels::detect_cpu_features();
+  std::string isas;
+  for (kernels::Isa isa :
+       {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512, kernels::Isa::kNeon}) {
+    if (kernels::isa_compiled(isa))
+      isas += (isas.empty() ? "" : ", ") + std::string(kernels::isa_name(isa));
+  }
+  s += "cpu backend: kernels for " + isas + "; host cpu: " + features.to_string() +
+       "; selected: " + kernels::isa_name(kernels::default_isa()) + "\n";
 #if defined(QRUN_HAVE_CUDA)
   s += "cuda backend: compiled for " + kernels::cuda::compiled_architectures() + "\n";
 #else

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/demo_model.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -44,7 +45,10 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   if (!model.ok()) return model.error();
   const ModelHparams& hp = (*model)->hparams();
 
-  auto backend = std::make_unique<kernels::CpuBackend>(flags.threads);
+  Result<kernels::Isa> isa =
+      kernels::resolve_isa(std::getenv("QRUN_FORCE_ISA"), kernels::detect_cpu_features());
+  if (!isa.ok()) return isa.error();
+  auto backend = std::make_unique<kernels::CpuBackend>(flags.threads, *isa);
   QRUN_TRY((*model)->check_backend(*backend));
 
   int64_t n_ctx = flags.ctx_size;
@@ -63,10 +67,12 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   if (log) {
     std::fprintf(
         stderr,
-        "qrun: %s: %s, %lld layers, n_embd %lld, vocab %d; context %lld (%s cache); %d threads\n",
+        "qrun: %s: %s, %lld layers, n_embd %lld, vocab %d; context %lld (%s cache); %d threads, "
+        "%s kernels\n",
         s->model_name.c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_layer),
         static_cast<long long>(hp.n_embd), s->tokenizer->n_vocab(), static_cast<long long>(n_ctx),
-        flags.cache_type.c_str(), static_cast<kernels::CpuBackend&>(*s->backend).n_threads());
+        flags.cache_type.c_str(), static_cast<kernels::CpuBackend&>(*s->backend).n_threads(),
+        kernels::isa_name(*isa));
   }
   return s;
 }

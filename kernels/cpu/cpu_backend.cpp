@@ -6,16 +6,15 @@
 
 namespace qrun::kernels {
 
-CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+CpuBackend::CpuBackend(int n_threads, Isa isa) : pool_(n_threads), kernels_(&cpu_kernels(isa)) {}
 
 bool CpuBackend::supports(Op op, DType type) const {
   const TypeTraits* t = find_type(static_cast<uint32_t>(type));
   if (t == nullptr) return false;
   switch (op) {
     case Op::kMatMul: {
-      if (t->vec_dot == nullptr) return false;
-      const TypeTraits& act = type_traits(t->vec_dot_type);
-      return act.type == DType::kF32 || act.from_float_act != nullptr;
+      const MatmulKernels& mk = kernels_->for_type(type);
+      return mk.vec_dot != nullptr && (mk.act_type == DType::kF32 || mk.quantize_act != nullptr);
     }
     case Op::kGetRows:
       return t->to_float != nullptr;

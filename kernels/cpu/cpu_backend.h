@@ -1,7 +1,7 @@
-// The CPU backend: every Backend op as a scalar reference kernel, multithreaded over
-// output rows (matmul), tokens (rope, norms) or (token, head) pairs (attention) with one
-// persistent thread pool. The dot products and quantizers are the reference functions of
-// the dtype traits table, so this backend is the oracle later SIMD paths are tested against.
+// The CPU backend: every Backend op multithreaded over output rows (matmul), tokens (rope,
+// norms) or (token, KV head) pairs (attention) with one persistent thread pool, calling the
+// row and tile kernels of one ISA's table (kernel_table.h). With Isa::kGeneric it runs the
+// scalar references, the oracle the SIMD tables are tested against.
 // Not thread-safe: one caller at a time.
 #pragma once
 
@@ -11,15 +11,18 @@
 
 #include "ggml-like/backend.h"
 #include "ggml-like/thread_pool.h"
+#include "kernels/cpu/kernel_table.h"
 
 namespace qrun::kernels {
 
 class CpuBackend final : public Backend {
  public:
-  // n_threads <= 0: one thread per physical core.
-  explicit CpuBackend(int n_threads = 0);
+  // n_threads <= 0: one thread per physical core. The ISA must run on this CPU (see
+  // resolve_isa); the default honours QRUN_FORCE_ISA, else takes the best one.
+  explicit CpuBackend(int n_threads = 0, Isa isa = default_isa());
 
   int n_threads() const { return pool_.n_threads(); }
+  Isa isa() const { return kernels_->isa; }
   ThreadPool& pool() { return pool_; }
 
   std::string_view name() const override { return "cpu"; }
@@ -40,6 +43,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  const CpuKernels* kernels_;
   // Activations converted to a weight's vec_dot_type; grows to the largest batch seen,
   // then is reused (no allocation per token).
   std::vector<uint8_t> act_buf_;

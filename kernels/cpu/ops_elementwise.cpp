@@ -1,7 +1,5 @@
 // Element-wise ops on float activations: the SwiGLU gate and the residual add. Threads
 // take contiguous chunks; results do not depend on the thread count.
-#include <cmath>
-
 #include "kernels/cpu/cpu_backend.h"
 
 namespace qrun::kernels {
@@ -12,23 +10,17 @@ constexpr int64_t kMinPerThread = 16 * 1024;
 }  // namespace
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  const BinaryFn fn = kernels_->swiglu;
   pool_.parallel_for(
       n,
-      [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const float g = gate[i];
-          out[i] = g / (1.0f + std::exp(-g)) * up[i];
-        }
-      },
+      [&](int64_t begin, int64_t end) { fn(gate + begin, up + begin, end - begin, out + begin); },
       kMinPerThread);
 }
 
 void CpuBackend::add(const float* a, const float* b, int64_t n, float* out) {
+  const BinaryFn fn = kernels_->add;
   pool_.parallel_for(
-      n,
-      [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
-      },
+      n, [&](int64_t begin, int64_t end) { fn(a + begin, b + begin, end - begin, out + begin); },
       kMinPerThread);
 }
 

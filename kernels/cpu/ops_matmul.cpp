@@ -3,13 +3,12 @@
 // vec_dot_type (F32 stays as is, F16/BF16 round to nearest even, quantized weights meet
 // Q8_0 or Q8_K activations), then every output is one reference vec_dot of a weight row
 // with an activation row. Threads split the output rows; each weight row is read once and
-// dotted with every token while it is hot in cache.
+// dotted with every token while it is hot in cache. Kernels come from the ISA's table; a
+// type with a gemm tile kernel multiplies batches tile by tile.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "ggml-like/fp16.h"
-#include "ggml-like/quants.h"
 #include "ggml-like/result.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -18,13 +17,16 @@ namespace {
 
 // Below this many multiply-adds per thread, splitting costs more than it saves.
 constexpr int64_t kMinMacsPerThread = 32 * 1024;
+// Gemm tile sizes (weight rows x tokens).
+constexpr int64_t kGemmRows = 64;
+constexpr int64_t kGemmTokens = 64;
 
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
-  const TypeTraits& wt = type_traits(w.type);
-  QRUN_CHECK(wt.vec_dot != nullptr, "matmul: weight '%.*s' has type %s, which has no dot product",
-             static_cast<int>(w.name.size()), w.name.data(), wt.name);
+  const MatmulKernels& mk = kernels_->for_type(w.type);
+  QRUN_CHECK(mk.vec_dot != nullptr, "matmul: weight '%.*s' has type %s, which has no dot product",
+             static_cast<int>(w.name.size()), w.name.data(), dtype_name(w.type));
   const int64_t n_in = w.ne[0];
   const int64_t n_out = w.n_rows();
   const size_t w_row_bytes = w.row_bytes();
@@ -32,17 +34,16 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
   if (n_tokens <= 0 || n_out <= 0) return;
 
   // Activations in the dot type: [n_tokens] rows of act_row_bytes.
-  const TypeTraits& at = type_traits(wt.vec_dot_type);
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   size_t act_row_bytes = static_cast<size_t>(n_in) * sizeof(float);
-  if (at.type != DType::kF32) {
-    QRUN_CHECK(at.from_float_act != nullptr, "matmul: activation type %s has no quantizer",
-               at.name);
-    act_row_bytes = row_size(at.type, n_in);
+  if (mk.act_type != DType::kF32) {
+    QRUN_CHECK(mk.quantize_act != nullptr, "matmul: activation type %s has no quantizer",
+               dtype_name(mk.act_type));
+    act_row_bytes = row_size(mk.act_type, n_in);
     const size_t need = act_row_bytes * static_cast<size_t>(n_tokens);
     if (act_buf_.size() < need) act_buf_.resize(need);
     uint8_t* buf = act_buf_.data();
-    const FromFloatFn quantize = at.from_float_act;
+    const FromFloatFn quantize = mk.quantize_act;
     pool_.parallel_for(n_tokens, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         quantize(x + t * n_in, buf + static_cast<size_t>(t) * act_row_bytes, n_in);
@@ -51,9 +52,28 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
     act = buf;
   }
 
-  const VecDotFn dot = wt.vec_dot;
   const int64_t macs_per_row = std::max<int64_t>(1, n_in * n_tokens);
   const int64_t min_rows = std::max<int64_t>(1, kMinMacsPerThread / macs_per_row);
+  if (mk.gemm != nullptr && n_tokens >= mk.gemm_min_tokens) {
+    // Tiles of kGemmRows weight rows x kGemmTokens tokens keep both operands in cache.
+    const GemmFn gemm = mk.gemm;
+    pool_.parallel_for(
+        n_out,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemmTokens) {
+            const int64_t nt = std::min(kGemmTokens, n_tokens - t0);
+            for (int64_t r0 = begin; r0 < end; r0 += kGemmRows) {
+              const int64_t nr = std::min(kGemmRows, end - r0);
+              gemm(n_in, w_data + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, nr,
+                   act + static_cast<size_t>(t0) * act_row_bytes, act_row_bytes, nt,
+                   y + t0 * n_out + r0, n_out);
+            }
+          }
+        },
+        min_rows);
+    return;
+  }
+  const VecDotFn dot = mk.vec_dot;
   pool_.parallel_for(
       n_out,
       [&](int64_t begin, int64_t end) {

@@ -2,7 +2,6 @@
 // squares is accumulated in double (as ggml does) so long rows lose nothing to rounding;
 // the scale is applied first and the weight second, in float, matching ggml's two ops.
 #include <algorithm>
-#include <cmath>
 
 #include "ggml-like/result.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -16,18 +15,11 @@ void CpuBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows, 
              static_cast<long long>(n), dtype_name(weight.type),
              static_cast<long long>(weight.n_elements()));
   const auto* w = static_cast<const float*>(weight.data);
+  const RmsNormRowFn row = kernels_->rms_norm_row;
   pool_.parallel_for(
       n_rows,
       [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const float* xr = x + r * n;
-          float* yr = y + r * n;
-          double sum = 0.0;
-          for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-          const float mean = static_cast<float>(sum / static_cast<double>(n));
-          const float scale = 1.0f / std::sqrt(mean + eps);
-          for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * scale) * w[i];
-        }
+        for (int64_t r = begin; r < end; ++r) row(x + r * n, w, n, eps, y + r * n);
       },
       std::max<int64_t>(1, 8192 / std::max<int64_t>(1, n)));
 }

@@ -1,0 +1,94 @@
+// The per-ISA kernel table. CpuBackend splits every op over its thread pool and calls
+// row- or tile-level kernels through one CpuKernels table, chosen once at start-up: the
+// generic table holds the scalar references (the oracle every SIMD kernel is tested
+// against); an ISA's table starts as a copy of the generic one (AVX-512 from AVX2's) and
+// overrides only what that ISA implements, so a missing SIMD kernel is never a hole.
+// ISA code lives in avx2/, avx512/ and neon/, each folder compiled with its own flags.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/result.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace qrun::kernels {
+
+enum class Isa { kGeneric, kAvx2, kAvx512, kNeon };
+
+const char* isa_name(Isa isa);  // "generic", "avx2", "avx512", "neon"
+std::optional<Isa> isa_from_name(std::string_view name);
+// Whether this binary carries the ISA's kernels (x86-64 builds carry AVX2 and AVX-512,
+// arm64 builds NEON).
+bool isa_compiled(Isa isa);
+// Whether the ISA's kernels are compiled in and can run on a CPU with `features`.
+bool isa_runs_on(Isa isa, const CpuFeatures& features);
+// The fastest ISA that runs on `features`.
+Isa best_isa(const CpuFeatures& features);
+// The ISA named by `forced` (QRUN_FORCE_ISA's value), or best_isa() when it is null or
+// empty. Errors: an unknown name (kUsage), an ISA this binary or this CPU cannot run
+// (kUnsupported); both name QRUN_FORCE_ISA.
+Result<Isa> resolve_isa(const char* forced, const CpuFeatures& features);
+// resolve_isa(getenv("QRUN_FORCE_ISA"), detect_cpu_features()), falling back to the best
+// ISA when the variable is invalid (front ends report that error first via resolve_isa).
+Isa default_isa();
+
+// A tile of a matrix product: y[t * ldy + r] = dot(w row r, act row t) for r < n_rows and
+// t < n_tokens. w rows are w_stride bytes apart and act rows act_stride bytes apart; each
+// output equals the ISA's vec_dot of the same two rows up to float rounding.
+using GemmFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                        const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
+                        int64_t ldy);
+
+// How weights of one type are multiplied. A null vec_dot means the type is not a weight.
+struct MatmulKernels {
+  DType act_type = DType::kF32;        // the activation row type (the weight's vec_dot_type)
+  FromFloatFn quantize_act = nullptr;  // F32 -> act_type; null when act_type is kF32
+  VecDotFn vec_dot = nullptr;          // one weight row . one activation row
+  GemmFn gemm = nullptr;               // optional tile kernel for batches; null: vec_dot loops
+  int64_t gemm_min_tokens = 2;         // batches smaller than this use vec_dot
+};
+
+// Attention for one token: n_q query heads (rows q_stride floats apart) that share one KV
+// head, over cache rows 0 .. n_kv - 1 (k and v point at the head's first element; rows
+// kv_stride elements apart, of the cache type). out rows are out_stride floats apart.
+using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const void* k,
+                          const void* v, int64_t kv_stride, int64_t n_kv, int64_t head_dim,
+                          float scale, float* out, int64_t out_stride);
+// One row of RMS norm with an F32 weight (sum of squares in double): see Backend::rms_norm.
+using RmsNormRowFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* y);
+// out[i] = f(a[i], b[i]) for n elements; out may alias a or b.
+using BinaryFn = void (*)(const float* a, const float* b, int64_t n, float* out);
+// F32 -> F16 with round to nearest even, n elements.
+using ToF16Fn = void (*)(const float* src, uint16_t* dst, int64_t n);
+
+inline constexpr size_t kTypeSlots = 40;  // DType ids are below this
+
+struct CpuKernels {
+  Isa isa = Isa::kGeneric;
+  std::array<MatmulKernels, kTypeSlots> matmul{};  // indexed by DType id
+  AttendFn attend_f32 = nullptr;
+  AttendFn attend_f16 = nullptr;
+  RmsNormRowFn rms_norm_row = nullptr;
+  BinaryFn swiglu = nullptr;
+  BinaryFn add = nullptr;
+  ToF16Fn to_f16 = nullptr;
+
+  const MatmulKernels& for_type(DType type) const { return matmul[static_cast<size_t>(type)]; }
+  MatmulKernels& for_type(DType type) { return matmul[static_cast<size_t>(type)]; }
+};
+
+// The table of `isa`, built on first use. QRUN_CHECKs that the ISA is compiled in.
+const CpuKernels& cpu_kernels(Isa isa);
+
+// Filled in by each ISA folder (only those compiled in are called).
+void fill_generic_kernels(CpuKernels& k);  // generic/reference kernels (kernels/cpu/ref_*.cpp)
+void fill_avx2_kernels(CpuKernels& k);     // kernels/cpu/avx2/
+void fill_avx512_kernels(CpuKernels& k);   // kernels/cpu/avx512/
+void fill_neon_kernels(CpuKernels& k);     // kernels/cpu/neon/
+
+}  // namespace qrun::kernels

@@ -1,0 +1,26 @@
+// The generic (scalar reference) row kernels behind the generic CpuKernels table. SIMD
+// kernels are tested against these; each states the numerics it fixes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/kernel_table.h"
+
+namespace qrun::kernels::ref {
+
+inline constexpr int64_t kMaxHeadDim = 1024;
+
+// F32 cache: float scores (q.k summed in double), float accumulator.
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                int64_t out_stride);
+// F16 cache: the numerics of llama.cpp's CPU flash attention (see ref_attention.cpp).
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                int64_t out_stride);
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+void add(const float* a, const float* b, int64_t n, float* out);
+void to_f16(const float* src, uint16_t* dst, int64_t n);
+
+}  // namespace qrun::kernels::ref
