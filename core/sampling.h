@@ -1,13 +1,15 @@
 // Token sampling as a chain of small stages over a candidate list, with a seeded
 // std::mt19937 owned by the Sampler, so that a run is reproducible bit for bit. Stages
-// filter or reshape the candidates (temperature now; top-k, top-p, min-p, penalties later)
-// and the last stage picks a token (greedy or a draw from the softmax).
+// filter or reshape the candidates (logit bias, penalties, top-k, typical, top-p, min-p,
+// temperature) and the last stage picks a token (greedy, a draw, or mirostat). make_sampler
+// builds llama.cpp's default chain, in llama.cpp's order, from SamplingParams.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -16,13 +18,28 @@ namespace qrun {
 struct TokenCandidate {
   int32_t id;
   float logit;
+  float p = 0.0f;  // probability; valid only right after softmax() (stages say when)
 };
 
-// The candidates a stage sees. `selected` is set (>= 0) by the picking stage.
+// The candidates a stage sees. Sampler::sample fills `items` in token-id order.
 struct CandidateList {
   std::vector<TokenCandidate> items;
-  int32_t selected = -1;
+  // items[0, n_sorted) are the n_sorted highest logits in descending order (ties: lower id
+  // first), and no later item beats them. Stages that change logits other than by a
+  // positive scale set it to 0; stages that drop items keep it true.
+  int64_t n_sorted = 0;
+  int32_t selected = -1;  // set (a token id) by the picking stage
 };
+
+// Helpers for stages.
+// Makes items[0, min(k, size)) the top k in descending order: a heap for small k,
+// nth_element then a sort of the k otherwise.
+void sort_prefix(CandidateList& c, int64_t k);
+// Sets every item's p to the softmax of the logits (order unchanged). All -inf: uniform.
+void softmax(CandidateList& c);
+// Draws an index into items from their p values with 53 bits of the rng (never an item
+// with p == 0 unless all are 0).
+size_t draw_index(const CandidateList& c, std::mt19937& rng);
 
 class SamplerStage {
  public:
@@ -31,15 +48,42 @@ class SamplerStage {
   virtual void apply(CandidateList& candidates, std::mt19937& rng) = 0;
   // Sees every token that joins the sequence (for repetition penalties).
   virtual void accept(int32_t token) {}
+  // Forgets the history and any adaptive state (mirostat's mu).
   virtual void reset() {}
 };
 
+struct LogitBias {
+  int32_t token;
+  float bias;  // added to the logit; -inf bans the token
+};
+
+// Adds each bias to its token's logit (tokens not among the candidates are ignored).
+std::unique_ptr<SamplerStage> make_logit_bias_stage(std::vector<LogitBias> biases);
+// llama.cpp's penalties over the last `last_n` accepted tokens (< 0: all of them; 0: off):
+// a token seen c > 0 times gets its logit divided by `repeat` if positive or multiplied by
+// it if not, then minus c * frequency + presence.
+std::unique_ptr<SamplerStage> make_penalties_stage(int32_t last_n, float repeat, float frequency,
+                                                   float presence);
+// Keeps the k highest logits (k <= 0 or k >= n: all), sorted.
+std::unique_ptr<SamplerStage> make_top_k_stage(int32_t k);
+// Locally typical sampling: keeps the tokens whose surprise is closest to the entropy until
+// their probability mass exceeds p (at least one); p >= 1: off.
+std::unique_ptr<SamplerStage> make_typical_stage(float p);
+// Keeps the smallest set of highest-probability tokens whose mass reaches p; p >= 1: off.
+std::unique_ptr<SamplerStage> make_top_p_stage(float p);
+// Keeps tokens with probability >= p times the highest; p <= 0: off.
+std::unique_ptr<SamplerStage> make_min_p_stage(float p);
 // Divides logits by t (t > 0).
 std::unique_ptr<SamplerStage> make_temperature_stage(float t);
 // Picks the highest logit; ties go to the lowest token id.
 std::unique_ptr<SamplerStage> make_greedy_stage();
 // Picks at random from the softmax of the logits.
 std::unique_ptr<SamplerStage> make_dist_stage();
+// Mirostat (v1, Basu et al. 2020) with target surprise tau and learning rate eta,
+// estimating the Zipf exponent from the top m tokens; n_vocab is the candidate count. Picks.
+std::unique_ptr<SamplerStage> make_mirostat_stage(float tau, float eta, int32_t m = 100);
+// Mirostat 2.0: drops tokens with surprise above mu, draws, and adapts mu. Picks.
+std::unique_ptr<SamplerStage> make_mirostat_v2_stage(float tau, float eta);
 
 class Sampler {
  public:
@@ -49,12 +93,15 @@ class Sampler {
 
   Sampler& add(std::unique_ptr<SamplerStage> stage);
   // Runs the chain over one row of logits (n_vocab floats) and returns the chosen id.
-  // QRUN_CHECKs that the chain picked a token.
+  // QRUN_CHECKs that the chain picked a token. No allocation after the first call.
   int32_t sample(std::span<const float> logits);
   // Tells every stage that `token` joined the sequence.
   void accept(int32_t token);
+  // Resets every stage; the random generator keeps its state.
   void reset();
   size_t n_stages() const { return stages_.size(); }
+  // The stage names in order, "logit-bias -> penalties -> ... -> dist".
+  std::string describe() const;
 
  private:
   std::vector<std::unique_ptr<SamplerStage>> stages_;
@@ -62,12 +109,29 @@ class Sampler {
   std::mt19937 rng_;
 };
 
+// Every parameter of llama.cpp's default sampler, with its defaults.
 struct SamplingParams {
-  float temperature = 0.8f;  // <= 0: greedy
+  float temperature = 0.8f;  // <= 0: greedy (after logit bias and penalties)
   uint32_t seed = 0;
+  int32_t top_k = 40;             // <= 0: off
+  float top_p = 0.95f;            // 1: off
+  float min_p = 0.05f;            // 0: off
+  float typical_p = 1.0f;         // 1: off
+  float repeat_penalty = 1.0f;    // 1: off
+  int32_t repeat_last_n = 64;     // 0: off; < 0: every accepted token (the context)
+  float presence_penalty = 0.0f;  // 0: off
+  float frequency_penalty = 0.0f;
+  int32_t mirostat = 0;       // 0: off, 1: mirostat, 2: mirostat 2.0
+  float mirostat_lr = 0.1f;   // eta
+  float mirostat_ent = 5.0f;  // tau, the target surprise (entropy)
+  std::vector<LogitBias> logit_bias{};
 };
 
-// Greedy when temperature <= 0, else temperature then a draw.
+// The chain, in llama.cpp's order:
+//   logit-bias -> penalties -> top-k -> typical -> top-p -> min-p -> temperature -> dist,
+// temperature <= 0: logit-bias -> penalties -> greedy,
+// mirostat 1/2:     logit-bias -> penalties -> temperature -> mirostat(-v2).
+// Stages that would do nothing (e.g. top-p 1) are left out. QRUN_CHECKs mirostat in {0,1,2}.
 Sampler make_sampler(const SamplingParams& params);
 
 }  // namespace qrun

@@ -208,7 +208,11 @@ TEST(Sampling, GreedyPicksTheLowestIdOnTies) {
 TEST(Sampling, DistDrawsFromTheSoftmax) {
   const std::vector<float> logits = {1.0f, 2.0f, 0.0f, 3.0f};
   for (float temp : {1.0f, 0.5f}) {
-    Sampler s = make_sampler(SamplingParams{temp, 1234});
+    SamplingParams params{temp, 1234};
+    params.top_k = 0;  // temperature and the draw only
+    params.top_p = 1.0f;
+    params.min_p = 0.0f;
+    Sampler s = make_sampler(params);
     std::vector<int> counts(logits.size(), 0);
     const int n = 40000;
     for (int i = 0; i < n; ++i) ++counts[static_cast<size_t>(s.sample(logits))];
