@@ -1,7 +1,8 @@
 // `qrun run`: one-shot generation for people and scripts. stdout carries only the
 // generated text (or, with --json, one JSON object); logs and timings go to stderr.
 // The prompt comes from -p, -f, or a piped stdin; with -p (or -f) and a piped stdin, the
-// stdin text is context placed before the prompt. Ctrl-C stops cleanly with exit 130.
+// stdin text is context placed before the prompt. Sampling takes llama.cpp's flags
+// (cli/sampling_flags.h); --stop strings are cut from the output. Ctrl-C exits 130.
 #include <poll.h>
 #include <unistd.h>
 
@@ -12,12 +13,13 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
+#include "cli/sampling_flags.h"
 #include "cli/session.h"
 #include "core/generate.h"
 #include "core/sampling.h"
+#include "core/stop_strings.h"
 
 namespace qrun::cli {
 namespace {
@@ -27,8 +29,7 @@ struct RunOptions {
   std::string prompt;
   std::string prompt_file;
   int64_t n_predict = -1;
-  int64_t seed = -1;
-  float temp = 0.8f;
+  SamplingFlags sampling;
   bool echo = false;
   bool quiet = false;
   bool json = false;
@@ -132,6 +133,7 @@ void print_timings(const GenerateResult& r) {
 }
 
 Result<void> run_generation(const RunOptions& o) {
+  if (o.sampling.error) return *o.sampling.error;  // before any I/O
   Result<std::string> prompt = assemble_prompt(o);
   if (!prompt.ok()) return prompt.error();
   Result<std::unique_ptr<Session>> session = open_session(o.model, !o.quiet);
@@ -149,11 +151,14 @@ Result<void> run_generation(const RunOptions& o) {
                static_cast<long long>(s.model->hparams().n_ctx_train)));
   }
 
-  SamplingParams sp;
-  sp.temperature = o.temp;
-  sp.seed = o.seed >= 0 ? static_cast<uint32_t>(o.seed) : std::random_device{}();
-  Sampler sampler = make_sampler(sp);
-  if (!o.quiet && o.temp > 0) std::fprintf(stderr, "qrun: seed %u\n", sp.seed);
+  Result<SamplingParams> sp = resolve_sampling_params(o.sampling, *s.tokenizer);
+  if (!sp.ok()) return sp.error();
+  Sampler sampler = make_sampler(*sp);
+  if (!o.quiet) {
+    std::fprintf(stderr, "qrun: sampler %s", sampler.describe().c_str());
+    if (sp->temperature > 0) std::fprintf(stderr, ", seed %u", sp->seed);
+    std::fprintf(stderr, "\n");
+  }
 
   GenerateParams gp;
   gp.n_predict = o.n_predict;
@@ -164,7 +169,7 @@ Result<void> run_generation(const RunOptions& o) {
     std::fwrite(prompt->data(), 1, prompt->size(), stdout);
     std::fflush(stdout);
   }
-  TokenStreamDecoder decoder(*s.tokenizer);
+  StopStringFilter filter(*s.tokenizer, o.sampling.stops);
   std::string text;
   auto emit = [&](const std::string& piece) {
     if (piece.empty()) return;
@@ -174,10 +179,13 @@ Result<void> run_generation(const RunOptions& o) {
     std::fflush(stdout);
   };
   auto on_token = [&](int32_t token) {
-    emit(decoder.push(token));
-    return TokenAction::kContinue;
+    const StopChunk chunk = filter.push(token);
+    emit(chunk.text);
+    return chunk.stopped ? TokenAction::kStop : TokenAction::kContinue;
   };
-  auto is_eog = [&](int32_t token) { return s.tokenizer->is_eog(token); };
+  // --ignore-eos: no token ends generation (and resolve_sampling_params banned them).
+  IsEog is_eog;
+  if (!o.sampling.ignore_eos) is_eog = [&](int32_t token) { return s.tokenizer->is_eog(token); };
 
   g_interrupted.store(false);
   std::signal(SIGINT, on_sigint);
@@ -185,7 +193,7 @@ Result<void> run_generation(const RunOptions& o) {
       generate(*s.model, *s.backend, s.kv, tokens, gp, sampler, on_token, is_eog);
   std::signal(SIGINT, SIG_DFL);
   if (!r.ok()) return r.error();
-  emit(decoder.flush());
+  emit(filter.flush());
   r->timings.load_ms = s.load_ms;
 
   if (o.json) {
@@ -193,7 +201,12 @@ Result<void> run_generation(const RunOptions& o) {
                         {"tokens", r->tokens},
                         {"text", text},
                         {"stop_reason", stop_reason_name(r->stop_reason)},
+                        {"n_prompt_tokens", r->timings.n_prompt},
+                        {"n_tokens", r->tokens.size()},
+                        {"seed", sp->seed},
+                        {"sampler", sampler.describe()},
                         {"timings", timings_json(r->timings)}};
+    if (r->stop_reason == StopReason::kStop) j["stop_string"] = std::string(filter.matched());
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   std::fflush(stdout);
@@ -218,21 +231,23 @@ void register_run(CLI::App& app, Action* selected) {
   cmd->add_option("-n,--n-predict", o->n_predict,
                   "Tokens to generate (-1: until end of text or a full context)")
       ->capture_default_str();
-  cmd->add_option("-s,--seed", o->seed, "Random seed (-1: random)")->capture_default_str();
-  cmd->add_option("--temp", o->temp, "Temperature (0: greedy)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--echo", o->echo, "Print the prompt before the generated text");
   cmd->add_flag("-q,--quiet", o->quiet, "No logs or timings on stderr");
   cmd->add_flag("--json", o->json,
                 "Print one JSON object (tokens, text, stop reason, timings) instead of the text");
   cmd->add_flag("--no-stdin", o->no_stdin, "Never read stdin, even when it is a pipe");
+  add_sampling_flags(cmd, o->sampling);
   cmd->footer(
+      "stdout carries only the generated text (with --json, one JSON object: tokens, text,\n"
+      "stop_reason eos|length|context|stop|interrupted, token counts, seed, sampler, timings);\n"
+      "logs and timings go to stderr, and nothing is colored.\n"
       "stdin: with no -p/-f, a piped stdin is the prompt; with -p or -f, a piped stdin is context\n"
       "placed before the prompt (a newline is added between them). A terminal is never read.\n"
-      "Exit codes: 0 ok, 2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context "
-      "overflow,\n"
-      "130 interrupted.");
+      "Sampling follows llama.cpp: logit bias, penalties, top-k, typical, top-p, min-p,\n"
+      "temperature, then a seeded draw; --temp 0 is greedy; --mirostat replaces the filters.\n"
+      "Exit codes: 0 ok (whatever the stop reason, but an interruption), 1 runtime error,\n"
+      "2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context overflow, 130 "
+      "interrupted.");
   cmd->callback([o, selected] { *selected = [o] { return run_generation(*o); }; });
 }
 
