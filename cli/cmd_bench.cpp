@@ -1,0 +1,427 @@
+// `qrun bench`: llama-bench's two measurements on qrun's CPU backend, with its flags, its
+// Markdown table and its JSON field names, so the two tools compare line by line.
+//   ppN: N random valid tokens in one forward (chunked by -b), timed to the logits.
+//   tgN: N single-token forwards from an empty cache, as in decoding.
+// Each test runs once to warm up (pp: in full; tg: one token, as llama-bench does), then
+// -r times with the KV cache cleared before each run; t/s is the mean +- sample stddev of
+// the runs. For tg the weights read per token times t/s gives an effective bandwidth,
+// compared with the measured read bandwidth of this machine (the roofline of decoding).
+// stdout carries only the table or the JSON; progress goes to stderr.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/session.h"
+#include "core/model_info.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/mem_bandwidth.h"
+
+namespace qrun::cli {
+namespace {
+
+// Longest -p or -n accepted (the KV cache is sized from them).
+constexpr int64_t kMaxBenchTokens = int64_t{1} << 20;
+
+struct BenchOptions {
+  ModelFlags model;
+  std::vector<int64_t> n_prompt{512};
+  std::vector<int64_t> n_gen{128};
+  std::vector<int> threads;  // empty: the backend's default
+  int repetitions = 5;
+  bool json = false;
+  bool memory = false;
+};
+
+// One row of the report: a test at one thread count, with its timed runs.
+struct BenchRecord {
+  int64_t n_prompt = 0;
+  int64_t n_gen = 0;
+  int n_threads = 0;
+  std::string test_time;
+  std::vector<int64_t> samples_ns;
+  const kernels::MemBandwidth* memory = nullptr;  // measured at this thread count, if any
+};
+
+// What every record shares: the model file and the backend.
+struct BenchContext {
+  ModelInfo info;
+  std::string model_type;
+  std::string isa;
+  size_t weight_bytes_per_token = 0;
+  int64_t n_batch = 0;
+  std::string cache_type;
+};
+
+double mean(const std::vector<double>& v) {
+  double s = 0.0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+double sample_stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0.0;
+  const double m = mean(v);
+  double ss = 0.0;
+  for (double x : v) ss += (x - m) * (x - m);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1));
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Bytes of weights one decoded token reads: every tensor but the token embedding, one row
+// of the embedding, or the whole embedding when the output projection is tied to it.
+size_t weight_bytes_per_token(const gguf::File& file) {
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  size_t bytes = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (&t != embd) bytes += t.n_bytes;
+  }
+  if (embd) bytes += tied ? embd->n_bytes : row_size(embd->type, embd->ne[0]);
+  return bytes;
+}
+
+// "llama 1.10B Q4_0", after llama-bench's "<arch> <size> <file type>".
+std::string model_type(const ModelInfo& m) {
+  std::string type = m.file_type;
+  if (type.empty()) {  // the type holding the most bytes
+    size_t most = 0;
+    for (const auto& [name, count_bytes] : m.type_histogram) {
+      if (count_bytes.second > most) most = count_bytes.second, type = name;
+    }
+    std::transform(type.begin(), type.end(), type.begin(), ::toupper);
+  }
+  return (m.architecture.empty() ? "?" : m.architecture) + " " +
+         human_count(static_cast<double>(m.n_params)) + " " + type;
+}
+
+std::string test_name(const BenchRecord& r) {
+  return r.n_prompt > 0 ? format("pp%lld", static_cast<long long>(r.n_prompt))
+                        : format("tg%lld", static_cast<long long>(r.n_gen));
+}
+
+std::vector<double> samples_ts(const BenchRecord& r) {
+  const double n = static_cast<double>(r.n_prompt + r.n_gen);
+  std::vector<double> ts;
+  for (int64_t ns : r.samples_ns) ts.push_back(n * 1e9 / static_cast<double>(ns));
+  return ts;
+}
+
+// Random valid tokens; the first is BOS when the model adds one, as in llama-bench.
+std::vector<int32_t> bench_tokens(const Session& s, int64_t n, uint32_t seed) {
+  const int32_t n_vocab =
+      static_cast<int32_t>(std::min<int64_t>(s.tokenizer->n_vocab(), s.model->hparams().n_vocab));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, n_vocab - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int32_t& t : tokens) t = pick(rng);
+  if (n > 0 && s.tokenizer->add_bos() && s.tokenizer->is_valid(s.tokenizer->bos()))
+    tokens[0] = s.tokenizer->bos();
+  return tokens;
+}
+
+// One run of a test from an empty cache: tokens in one forward (pp) or one by one (tg).
+// Returns the nanoseconds it took.
+Result<int64_t> run_once(Session& s, std::span<const int32_t> tokens, bool one_by_one,
+                         std::vector<float>& logits) {
+  s.kv.clear();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (one_by_one) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      QRUN_TRY(s.model->forward(*s.backend, tokens.subspan(i, 1), static_cast<int64_t>(i), s.kv,
+                                false, logits.data()));
+    }
+  } else {
+    QRUN_TRY(s.model->forward(*s.backend, tokens, 0, s.kv, false, logits.data()));
+  }
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r) {
+  const bool tg = r.n_gen > 0;
+  const std::vector<int32_t> tokens = bench_tokens(s, tg ? r.n_gen : r.n_prompt, 1234);
+  std::vector<float> logits(static_cast<size_t>(s.model->hparams().n_vocab));
+  std::fprintf(stderr, "qrun: bench %s, %d threads: warm-up", test_name(r).c_str(), r.n_threads);
+  std::fflush(stderr);
+  std::span<const int32_t> warm_up(tokens);
+  if (tg) warm_up = warm_up.first(1);
+  Result<int64_t> ns = run_once(s, warm_up, tg, logits);
+  if (!ns.ok()) return ns.error();
+  r.test_time = utc_now();
+  for (int i = 0; i < o.repetitions; ++i) {
+    std::fprintf(stderr, ", run %d", i + 1);
+    std::fflush(stderr);
+    ns = run_once(s, tokens, tg, logits);
+    if (!ns.ok()) return ns.error();
+    r.samples_ns.push_back(std::max<int64_t>(1, *ns));
+  }
+  const std::vector<double> ts = samples_ts(r);
+  std::fprintf(stderr, ": %.2f +- %.2f t/s\n", mean(ts), sample_stddev(ts));
+  return {};
+}
+
+// The tg roofline figures; null when they do not apply (pp, or no measured bandwidth).
+struct Bandwidth {
+  std::optional<double> effective_gbps;
+  std::optional<double> utilisation;
+};
+
+Bandwidth bandwidth_of(const BenchContext& c, const BenchRecord& r) {
+  Bandwidth b;
+  if (r.n_gen <= 0) return b;
+  b.effective_gbps = static_cast<double>(c.weight_bytes_per_token) * mean(samples_ts(r)) / 1e9;
+  if (r.memory && r.memory->gbps > 0) b.utilisation = *b.effective_gbps / r.memory->gbps;
+  return b;
+}
+
+template <class T>
+nlohmann::json or_null(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::ordered_json record_json(const BenchContext& c, const BenchRecord& r) {
+  const std::vector<double> ts = samples_ts(r);
+  std::vector<double> ns(r.samples_ns.begin(), r.samples_ns.end());
+  const Bandwidth b = bandwidth_of(c, r);
+  nlohmann::ordered_json j;
+  j["model_filename"] = c.info.path;
+  j["model_type"] = c.model_type;
+  j["model_size"] = c.info.n_tensor_bytes;
+  j["model_n_params"] = c.info.n_params;
+  j["n_batch"] = c.n_batch;
+  j["n_threads"] = r.n_threads;
+  j["type_k"] = c.cache_type;
+  j["type_v"] = c.cache_type;
+  j["n_prompt"] = r.n_prompt;
+  j["n_gen"] = r.n_gen;
+  j["test_time"] = r.test_time;
+  j["avg_ns"] = static_cast<int64_t>(std::llround(mean(ns)));
+  j["stddev_ns"] = static_cast<int64_t>(std::llround(sample_stddev(ns)));
+  j["avg_ts"] = mean(ts);
+  j["stddev_ts"] = sample_stddev(ts);
+  j["samples_ns"] = r.samples_ns;
+  j["samples_ts"] = ts;
+  j["backend"] = "cpu";
+  j["isa"] = c.isa;
+  j["weight_bytes_per_token"] = c.weight_bytes_per_token;
+  j["effective_gbps"] = or_null(b.effective_gbps);
+  j["memory_gbps"] = r.memory ? nlohmann::json(r.memory->gbps) : nlohmann::json(nullptr);
+  j["bandwidth_utilisation"] = or_null(b.utilisation);
+  return j;
+}
+
+// Characters as a terminal shows them: UTF-8 continuation bytes take no column.
+size_t display_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+  return n;
+}
+
+// A Markdown table row; a negative width right-aligns the cell.
+void print_row(const std::vector<std::string>& cells, const std::vector<int>& widths) {
+  std::string line = "|";
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const size_t width = static_cast<size_t>(std::abs(widths[i]));
+    const size_t w = display_width(cells[i]);
+    const std::string pad(w < width ? width - w : 0, ' ');
+    line += " " + (widths[i] < 0 ? pad + cells[i] : cells[i] + pad) + " |";
+  }
+  std::printf("%s\n", line.c_str());
+}
+
+void print_markdown(const BenchContext& c, const std::vector<BenchRecord>& records,
+                    const std::map<int, kernels::MemBandwidth>& memory) {
+  // llama-bench's columns, then the tg roofline: effective GB/s and its share of the
+  // measured read bandwidth.
+  const std::vector<int> widths = {30, -10, -10, 12, -7, -8, -20, -9, -7};
+  print_row({"model", "size", "params", "backend", "threads", "test", "t/s", "eff. GB/s", "% mem"},
+            widths);
+  std::vector<std::string> rule;
+  for (int w : widths) {
+    rule.push_back(w < 0 ? std::string(static_cast<size_t>(-w) - 1, '-') + ":"
+                         : std::string(static_cast<size_t>(w), '-'));
+  }
+  print_row(rule, widths);
+  for (const BenchRecord& r : records) {
+    const std::vector<double> ts = samples_ts(r);
+    const Bandwidth b = bandwidth_of(c, r);
+    const std::string gbps = b.effective_gbps ? format("%.2f", *b.effective_gbps) : "";
+    const std::string share =
+        b.utilisation ? format("%.1f", 100.0 * *b.utilisation) : (r.n_gen > 0 ? "-" : "");
+    print_row({c.model_type, human_bytes(static_cast<double>(c.info.n_tensor_bytes)),
+               human_count(static_cast<double>(c.info.n_params)), "cpu " + c.isa,
+               std::to_string(r.n_threads), test_name(r),
+               format("%.2f ± %.2f", mean(ts), sample_stddev(ts)), gbps, share},
+              widths);
+  }
+  std::printf("\nqrun %s, cpu kernels %s; weights read per token: %s", QRUN_VERSION, c.isa.c_str(),
+              human_bytes(static_cast<double>(c.weight_bytes_per_token)).c_str());
+  for (const auto& [n_threads, m] : memory) {
+    std::printf("; memory read bandwidth: %.2f GB/s with %d thread%s", m.gbps, n_threads,
+                n_threads == 1 ? "" : "s");
+  }
+  std::printf("\n");
+}
+
+Result<kernels::MemBandwidth> measure_memory(ThreadPool& pool) {
+  std::fprintf(stderr, "qrun: bench: measuring memory read bandwidth with %d threads\n",
+               pool.n_threads());
+  return kernels::measure_read_bandwidth(pool, kernels::MemBandwidthOptions{});
+}
+
+// `qrun bench --memory` with no model: the read bandwidth at each thread count.
+Result<void> run_memory_only(const BenchOptions& o) {
+  std::vector<int> threads = o.threads.empty() ? std::vector<int>{0} : o.threads;
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (int t : threads) {
+    ThreadPool pool(t);
+    Result<kernels::MemBandwidth> m = measure_memory(pool);
+    if (!m.ok()) return m.error();
+    if (o.json) {
+      nlohmann::ordered_json j;
+      j["n_threads"] = m->n_threads;
+      j["memory_gbps"] = m->gbps;
+      j["mean_gbps"] = m->mean_gbps;
+      j["passes"] = m->passes;
+      j["buffer_bytes"] = m->buffer_bytes;
+      all.push_back(j);
+    } else {
+      std::printf("memory read bandwidth: %.2f GB/s with %d threads (best of %d passes over %s)\n",
+                  m->gbps, m->n_threads, m->passes,
+                  human_bytes(static_cast<double>(m->buffer_bytes)).c_str());
+    }
+  }
+  if (o.json) std::printf("%s\n", all.dump(2).c_str());
+  return {};
+}
+
+Result<void> run_bench(BenchOptions o) {
+  int64_t max_p = 0, max_n = 0;
+  for (int64_t p : o.n_prompt) max_p = std::max(max_p, p);
+  for (int64_t n : o.n_gen) max_n = std::max(max_n, n);
+  if (o.model.model.empty() && o.memory) return run_memory_only(o);
+  if (max_p == 0 && max_n == 0 && !o.memory) {
+    return make_error(ErrorCode::kUsage, "bench: nothing to measure: every -p and -n is 0");
+  }
+  // llama-bench sizes the context of a test as n_prompt + n_gen; one cache serves all.
+  const int64_t needed = std::max<int64_t>(1, max_p + max_n);
+  if (o.model.ctx_size <= 0) {
+    o.model.ctx_size = needed;
+  } else if (o.model.ctx_size < needed) {
+    return make_error(
+        ErrorCode::kContextOverflow,
+        format("bench: -p %lld + -n %lld need a context of %lld tokens but -c is "
+               "%lld; raise -c or lower -p/-n",
+               static_cast<long long>(max_p), static_cast<long long>(max_n),
+               static_cast<long long>(needed), static_cast<long long>(o.model.ctx_size)));
+  }
+
+  Result<std::unique_ptr<Session>> session = open_session(o.model, /*log=*/true);
+  if (!session.ok()) return session.error();
+  Session& s = **session;
+  const kernels::Isa isa = static_cast<kernels::CpuBackend&>(*s.backend).isa();
+
+  BenchContext c;
+  c.info = describe_model(s.file);
+  c.model_type = model_type(c.info);
+  c.isa = kernels::isa_name(isa);
+  c.weight_bytes_per_token = weight_bytes_per_token(s.file);
+  c.n_batch = o.model.batch_size;
+  c.cache_type = o.model.cache_type;
+
+  std::vector<BenchRecord> records;
+  std::map<int, kernels::MemBandwidth> memory;
+  const std::vector<int> threads = o.threads.empty() ? std::vector<int>{0} : o.threads;
+  for (int t : threads) {
+    auto* cpu = static_cast<kernels::CpuBackend*>(s.backend.get());
+    if (t > 0 && t != cpu->n_threads()) {
+      s.backend = std::make_unique<kernels::CpuBackend>(t, isa);
+      cpu = static_cast<kernels::CpuBackend*>(s.backend.get());
+    }
+    const int n_threads = cpu->n_threads();
+    if ((o.memory || max_n > 0) && !memory.count(n_threads)) {
+      Result<kernels::MemBandwidth> m = measure_memory(cpu->pool());
+      if (!m.ok()) return m.error();
+      std::fprintf(stderr, "qrun: bench: memory read %.2f GB/s (best of %d passes over %s)\n",
+                   m->gbps, m->passes, human_bytes(static_cast<double>(m->buffer_bytes)).c_str());
+      memory.emplace(n_threads, *m);
+    }
+    auto add_test = [&](int64_t p, int64_t n) -> Result<void> {
+      BenchRecord r;
+      r.n_prompt = p;
+      r.n_gen = n;
+      r.n_threads = n_threads;
+      QRUN_TRY(run_test(s, o, r));
+      records.push_back(std::move(r));
+      return {};
+    };
+    for (int64_t p : o.n_prompt) {
+      if (p > 0) QRUN_TRY(add_test(p, 0));
+    }
+    for (int64_t n : o.n_gen) {
+      if (n > 0) QRUN_TRY(add_test(0, n));
+    }
+  }
+  for (BenchRecord& r : records) {
+    auto it = memory.find(r.n_threads);
+    r.memory = it == memory.end() ? nullptr : &it->second;
+  }
+
+  if (o.json) {
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    for (const BenchRecord& r : records) all.push_back(record_json(c, r));
+    std::printf("%s\n", all.dump(2).c_str());
+  } else {
+    print_markdown(c, records, memory);
+  }
+  return {};
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, Action* selected) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prompt and generation speed (llama-bench)");
+  add_model_flags(cmd, o->model);
+  // -t takes a list here, as in llama-bench.
+  cmd->remove_option(cmd->get_option("--threads"));
+  cmd->add_option("-t,--threads", o->threads,
+                  "CPU threads, a comma list (default: one per physical core)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths, a comma list (0: no pp test)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, kMaxBenchTokens));
+  cmd->add_option("-n,--n-gen", o->n_gen, "Generated lengths, a comma list (0: no tg test)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, kMaxBenchTokens));
+  cmd->add_option("-r,--repetitions", o->repetitions, "Timed runs per test, after one warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--json", o->json, "Print a JSON array of records (llama-bench's field names)");
+  cmd->add_flag("--memory", o->memory,
+                "Measure the memory read bandwidth (alone: without -m, only that)");
+  cmd->footer(
+      "-c defaults to max(-p) + max(-n). tg tests measure the memory read bandwidth (about a\n"
+      "second) and report weights read per token x t/s and its share of that bandwidth.\n"
+      "Exit codes: 0 ok, 2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context "
+      "overflow.");
+  cmd->callback([o, selected] { *selected = [o] { return run_bench(*o); }; });
+}
+
+}  // namespace qrun::cli

@@ -1,0 +1,172 @@
+// End-to-end tests of `qrun bench` through the built binary on tiny synthetic models:
+// the JSON records (llama-bench's field names plus qrun's bandwidth fields), the Markdown
+// table, `--memory` alone, and the usage and context errors. Speeds are only checked to
+// be positive and self-consistent, never against a threshold.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "core/gguf.h"
+#include "tests/support/test_data.h"
+
+namespace qrun::test {
+namespace {
+
+std::string qrun() {
+  return qrun_binary().string();
+}
+
+// A tiny synthetic model (demo vocabulary), tied to its embedding or not.
+std::string synth_model(const std::filesystem::path& dir, bool tied) {
+  const std::string out = (dir / (tied ? "tied.gguf" : "untied.gguf")).string();
+  CommandResult r = run_command(qrun() + " synth -o '" + out + "' --like tiny --type q8_0" +
+                                (tied ? " --tied" : ""));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return out;
+}
+
+// Weights read per decoded token, from the tensor table: everything but the embedding,
+// plus one embedding row, or the whole embedding when it is also the output projection.
+size_t expected_weight_bytes(const std::string& path) {
+  Result<gguf::File> f = gguf::File::open(path);
+  EXPECT_TRUE(f.ok());
+  size_t total = 0;
+  for (const gguf::TensorInfo& t : f->tensors()) total += t.n_bytes;
+  const gguf::TensorInfo* embd = f->find_tensor("token_embd.weight");
+  EXPECT_NE(embd, nullptr);
+  if (f->find_tensor("output.weight") == nullptr) return total;
+  return total - embd->n_bytes + embd->n_bytes / static_cast<size_t>(embd->ne[1]);
+}
+
+TEST(CliBench, JsonRecordsHaveLlamaBenchFieldsAndBandwidth) {
+  const std::string model = synth_model(temp_dir(), /*tied=*/false);
+  CommandResult r =
+      run_command(qrun() + " bench -m '" + model + "' -p 16 -n 8 -r 2 -t 1,2 --json -b 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // stdout is only the JSON
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 4u) << r.out;  // (pp16, tg8) x (1, 2 threads)
+
+  const size_t weight_bytes = expected_weight_bytes(model);
+  for (size_t i = 0; i < j.size(); ++i) {
+    SCOPED_TRACE(i);
+    const nlohmann::json& rec = j[i];
+    for (const char* key : {"model_filename", "model_type",  "model_size",
+                            "model_n_params", "n_batch",     "n_threads",
+                            "n_prompt",       "n_gen",       "test_time",
+                            "avg_ns",         "stddev_ns",   "avg_ts",
+                            "stddev_ts",      "samples_ns",  "samples_ts",
+                            "backend",        "isa",         "weight_bytes_per_token",
+                            "effective_gbps", "memory_gbps", "bandwidth_utilisation"}) {
+      EXPECT_TRUE(rec.contains(key)) << key;
+    }
+    EXPECT_EQ(rec["model_filename"], model);
+    EXPECT_EQ(rec["n_batch"], 8);
+    EXPECT_EQ(rec["n_threads"], i < 2 ? 1 : 2);
+    const bool tg = i % 2 == 1;
+    EXPECT_EQ(rec["n_prompt"], tg ? 0 : 16);
+    EXPECT_EQ(rec["n_gen"], tg ? 8 : 0);
+    EXPECT_EQ(rec["backend"], "cpu");
+    EXPECT_FALSE(rec["isa"].get<std::string>().empty());
+    EXPECT_GT(rec["model_size"].get<int64_t>(), 0);
+    EXPECT_GT(rec["model_n_params"].get<int64_t>(), 0);
+    EXPECT_TRUE(std::regex_match(rec["test_time"].get<std::string>(),
+                                 std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
+
+    ASSERT_EQ(rec["samples_ns"].size(), 2u);
+    ASSERT_EQ(rec["samples_ts"].size(), 2u);
+    double sum_ts = 0.0;
+    for (int k = 0; k < 2; ++k) {
+      const double ns = rec["samples_ns"][k].get<double>();
+      const double ts = rec["samples_ts"][k].get<double>();
+      EXPECT_GT(ns, 0);
+      EXPECT_NEAR(ts, (tg ? 8 : 16) * 1e9 / ns, 1e-6 * ts);
+      sum_ts += ts;
+    }
+    EXPECT_NEAR(rec["avg_ts"].get<double>(), sum_ts / 2, 1e-9 * sum_ts);
+    EXPECT_GT(rec["avg_ns"].get<int64_t>(), 0);
+    EXPECT_GE(rec["stddev_ns"].get<int64_t>(), 0);
+    EXPECT_GE(rec["stddev_ts"].get<double>(), 0.0);
+
+    EXPECT_EQ(rec["weight_bytes_per_token"].get<size_t>(), weight_bytes);
+    EXPECT_GT(rec["memory_gbps"].get<double>(), 0.0);  // measured because a tg test runs
+    if (tg) {
+      const double eff = rec["effective_gbps"].get<double>();
+      EXPECT_NEAR(eff, static_cast<double>(weight_bytes) * rec["avg_ts"].get<double>() / 1e9,
+                  1e-9 * eff);
+      EXPECT_NEAR(rec["bandwidth_utilisation"].get<double>(),
+                  eff / rec["memory_gbps"].get<double>(), 1e-9);
+    } else {
+      EXPECT_TRUE(rec["effective_gbps"].is_null());
+      EXPECT_TRUE(rec["bandwidth_utilisation"].is_null());
+    }
+  }
+}
+
+TEST(CliBench, TiedEmbeddingCountsAsTheOutputMatmul) {
+  const std::string model = synth_model(temp_dir(), /*tied=*/true);
+  CommandResult r = run_command(qrun() + " bench -m '" + model + "' -p 0 -n 4 -r 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["n_gen"], 4);
+  EXPECT_EQ(j[0]["weight_bytes_per_token"].get<size_t>(), expected_weight_bytes(model));
+}
+
+TEST(CliBench, MarkdownTableByDefault) {
+  const std::string model = data_path("models/stories260K.gguf").string();
+  CommandResult r = run_command(qrun() + " bench -m '" + model + "' -p 16,8 -n 8 -r 2 -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("| model ", 0), 0u) << r.out;  // the header row comes first
+  for (const char* part : {" size |", " params |", "| backend ", " threads |", " test |", " t/s |",
+                           " eff. GB/s |", " % mem |", "| ---", "---: |"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+  for (const char* test : {" pp16 |", " pp8 |", " tg8 |"}) {  // right-aligned cells
+    EXPECT_NE(r.out.find(test), std::string::npos) << test << r.out;
+  }
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2 + 3 + 2) << r.out;
+  EXPECT_NE(r.out.find("memory read bandwidth"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("bench tg8"), std::string::npos) << r.err;  // progress on stderr
+}
+
+TEST(CliBench, MemoryAlonePrintsTheBandwidth) {
+  CommandResult r = run_command(qrun() + " bench --memory -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m, std::regex(R"(memory read bandwidth: ([0-9.]+) GB/s with 1 thread)")))
+      << r.out;
+  EXPECT_GT(std::stod(m[1].str()), 0.0);
+
+  CommandResult js = run_command(qrun() + " bench --memory --json -t 1");
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const nlohmann::json j = nlohmann::json::parse(js.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["n_threads"], 1);
+  EXPECT_GT(j[0]["memory_gbps"].get<double>(), 0.0);
+  EXPECT_GE(j[0]["passes"].get<int>(), 3);
+}
+
+TEST(CliBench, BadInputIsAUsageOrContextError) {
+  const std::string model = data_path("models/stories260K.gguf").string();
+  for (const char* args : {"-p x", "-p -1", "-n 1,y", "-r 0", "-t 0", "--no-such-flag", "-p 0 -n 0",
+                           "--cache-type q9"}) {
+    SCOPED_TRACE(args);
+    CommandResult r = run_command(qrun() + " bench -m '" + model + "' " + args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  CommandResult overflow = run_command(qrun() + " bench -m '" + model + "' -p 16 -n 8 -c 20 -r 1");
+  EXPECT_EQ(overflow.exit_code, 6) << overflow.err;
+  EXPECT_NE(overflow.err.find("context of 24 tokens"), std::string::npos) << overflow.err;
+  EXPECT_EQ(std::count(overflow.err.begin(), overflow.err.end(), '\n'), 1) << overflow.err;
+
+  CommandResult missing = run_command(qrun() + " bench -m /nonexistent/model.gguf -r 1");
+  EXPECT_EQ(missing.exit_code, 3) << missing.err;
+}
+
+}  // namespace
+}  // namespace qrun::test
