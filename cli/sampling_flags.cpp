@@ -102,7 +102,8 @@ std::string process_escapes(std::string_view in) {
   return out;
 }
 
-// The inverse, for describe: printable ASCII stays, the rest becomes an escape.
+// The inverse, for describe: control bytes, backslash and quote become escapes; the rest
+// (UTF-8 included) stays.
 std::string escape(std::string_view s) {
   std::string out;
   for (const char c : s) {
