@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -44,13 +45,19 @@ class ChatTemplate {
   // QRUN_TEMPLATE_NOW (e.g. 2026-01-02T03:04:05) pins strftime_now for tests.
   Result<std::string> render(const std::vector<ChatMessage>& messages,
                              const ChatRenderOptions& options) const;
+  // The same with messages given as a JSON array of objects: every key of a message
+  // (tool_calls, reasoning_content, content parts, ...) reaches the template, in order.
+  Result<std::string> render_json(const nlohmann::ordered_json& messages,
+                                  const ChatRenderOptions& options) const;
 
   const std::string& source() const;
   const std::string& origin() const;
 
-  // Literal strings in the template that look like end-of-turn markers (<|im_end|>,
-  // <|eot_id|>, <end_of_turn>, <|end|>, ...): generation also stops at tokens whose
-  // text is one of these.
+  // The end-of-turn markers that the template's text contains, in order of first appearance:
+  // <|im_end|>, <|eot_id|>, <|eom_id|>, <|eot|>, <|eom|>, <end_of_turn>, <turn|>, <|end|>,
+  // <|endoftext|>, <|end_of_text|>, <|END_OF_TURN_TOKEN|>, DeepSeek's end of sentence,
+  // <end_of_utterance>, <|return|>, <|call|> and </s>. Generation also stops at tokens whose
+  // text is one of these. Markers that open a turn (<|user|>, [INST]) are not included.
   std::vector<std::string> end_of_turn_markers() const;
 
  private:
