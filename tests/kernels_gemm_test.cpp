@@ -1,0 +1,329 @@
+// The gemm tile kernels of every ISA this host runs, against the generic vec_dot: called
+// directly on awkward tiles (rows 1, 3, 5, 67; tokens 1, 2, 3, 5, 17, 65; one block and odd
+// block counts that cross the kernels' K chunks) with NaN-prefilled outputs wider than the
+// tile, on raw blocks with extreme levels and scales, and through CpuBackend::matmul with
+// 1 and 2 threads against the generic backend. Kernels sum the exact integer block
+// products in their own float order, so the tolerance is a float-rounding one:
+// |y - ref| <= 1e-5 * sum_i |w_i * a_i| (dequantized weights and activations).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/fp16.h"
+#include "ggml-like/quants.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace qrun::kernels {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr double kRelTol = 1e-5;
+const int64_t kRows[] = {1, 3, 5, 67};
+const int64_t kTokens[] = {1, 2, 3, 5, 17, 65};
+
+// Weight types that have a gemm kernel in some table.
+const DType kWeightTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
+                              DType::kQ6_K, DType::kF16,  DType::kBF16, DType::kF32};
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> out;
+  const CpuFeatures host = detect_cpu_features();
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    if (isa_runs_on(isa, host)) out.push_back(isa);
+  }
+  return out;
+}
+
+// Row lengths: one block, then odd block counts up to past two K chunks of any kernel.
+std::vector<int64_t> row_lengths(DType type) {
+  const int64_t block = type_traits(type).block_elems;
+  if (block == 256) return {256, 3 * 256, 5 * 256};
+  if (block == 32) return {32, 7 * 32, 37 * 32};
+  return {16, 7 * 16, 37 * 16};
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  // A few outliers, as real activations have.
+  for (size_t i = 0; i < n; i += 97) v[i] *= 12.0f;
+  return v;
+}
+
+// n_rows rows of `type` (row_size bytes each) quantized from random floats.
+std::vector<uint8_t> random_rows(DType type, int64_t n, int64_t n_rows, uint32_t seed,
+                                 FromFloatFn quantize = nullptr) {
+  const std::vector<float> src = random_floats(static_cast<size_t>(n * n_rows), seed, 0.7f);
+  const size_t row = row_size(type, n);
+  std::vector<uint8_t> out(row * static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (quantize != nullptr) {
+      quantize(src.data() + r * n, out.data() + row * static_cast<size_t>(r), n);
+    } else if (type == DType::kF32) {
+      std::memcpy(out.data() + row * static_cast<size_t>(r), src.data() + r * n, row);
+    } else {
+      quantize_rows(type, src.data() + r * n, out.data() + row * static_cast<size_t>(r), 1, n);
+    }
+  }
+  return out;
+}
+
+// Activation rows in the weight's dot type, as the generic backend converts them.
+std::vector<uint8_t> act_rows(DType w_type, int64_t n, int64_t n_tokens, uint32_t seed) {
+  const MatmulKernels& mk = cpu_kernels(Isa::kGeneric).for_type(w_type);
+  return random_rows(mk.act_type, n, n_tokens, seed, mk.quantize_act);
+}
+
+std::vector<float> dequantized(DType type, const uint8_t* data, int64_t n, int64_t n_rows) {
+  std::vector<float> out(static_cast<size_t>(n * n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    dequantize_row(type, data + row_size(type, n) * static_cast<size_t>(r), out.data() + r * n, n);
+  }
+  return out;
+}
+
+// Checks y (ldy floats per token, NaN beyond n_rows) against the generic vec_dot.
+void expect_matches_generic(DType w_type, int64_t n, const std::vector<uint8_t>& w, int64_t n_rows,
+                            const std::vector<uint8_t>& act, int64_t n_tokens,
+                            const std::vector<float>& y, int64_t ldy) {
+  const MatmulKernels& gk = cpu_kernels(Isa::kGeneric).for_type(w_type);
+  const size_t w_row = row_size(w_type, n);
+  const size_t a_row = row_size(gk.act_type, n);
+  const std::vector<float> wd = dequantized(w_type, w.data(), n, n_rows);
+  const std::vector<float> ad = dequantized(gk.act_type, act.data(), n, n_tokens);
+  int bad = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t r = 0; r < ldy; ++r) {
+      const float got = y[static_cast<size_t>(t * ldy + r)];
+      if (r >= n_rows) {
+        if (!std::isnan(got) && ++bad <= 3) ADD_FAILURE() << "wrote outside the tile: " << r;
+        continue;
+      }
+      const float ref = gk.vec_dot(n, w.data() + w_row * static_cast<size_t>(r),
+                                   act.data() + a_row * static_cast<size_t>(t));
+      double mag = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        mag += std::fabs(double{wd[static_cast<size_t>(r * n + i)]} *
+                         ad[static_cast<size_t>(t * n + i)]);
+      }
+      if (!(std::fabs(double{got} - ref) <= kRelTol * mag + 1e-30) && ++bad <= 3) {
+        ADD_FAILURE() << "token " << t << " row " << r << ": " << got << " vs " << ref
+                      << " (magnitude " << mag << ")";
+      }
+    }
+  }
+}
+
+TEST(KernelsGemm, TilesMatchGenericVecDot) {
+  uint32_t seed = 100;
+  for (Isa isa : simd_isas()) {
+    for (DType type : kWeightTypes) {
+      const GemmFn gemm = cpu_kernels(isa).for_type(type).gemm;
+      if (gemm == nullptr) continue;
+      const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
+      for (int64_t n : row_lengths(type)) {
+        for (int64_t n_rows : kRows) {
+          for (int64_t n_tokens : kTokens) {
+            SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n "
+                                            << n << " rows " << n_rows << " tokens " << n_tokens);
+            const std::vector<uint8_t> w = random_rows(type, n, n_rows, ++seed);
+            const std::vector<uint8_t> act = act_rows(type, n, n_tokens, ++seed);
+            const int64_t ldy = n_rows + 3;
+            std::vector<float> y(static_cast<size_t>(n_tokens * ldy), kNaN);
+            gemm(n, w.data(), row_size(type, n), n_rows, act.data(), row_size(act_type, n),
+                 n_tokens, y.data(), ldy);
+            expect_matches_generic(type, n, w, n_rows, act, n_tokens, y, ldy);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Raw blocks: every level byte random or at its extreme, scales at their largest, so that
+// integer lanes meet their worst case. Activation levels stay in [-127, 127], the range
+// of the activation quantizers.
+void fill_raw_weights(DType type, uint8_t* row, int64_t n, std::mt19937& rng, bool extreme) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  const size_t bytes = row_size(type, n);
+  for (size_t i = 0; i < bytes; ++i) row[i] = static_cast<uint8_t>(extreme ? 255 : byte(rng));
+  const uint16_t one = fp32_to_fp16(1.0f);
+  const uint16_t neg = fp32_to_fp16(-0.5f);
+  const int64_t n_blocks = n / type_traits(type).block_elems;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    switch (type) {
+      case DType::kQ4_0:
+        std::memcpy(&reinterpret_cast<BlockQ4_0*>(row)[b].d, &one, 2);
+        break;
+      case DType::kQ5_0:
+        std::memcpy(&reinterpret_cast<BlockQ5_0*>(row)[b].d, &one, 2);
+        break;
+      case DType::kQ8_0: {
+        auto& blk = reinterpret_cast<BlockQ8_0*>(row)[b];
+        std::memcpy(&blk.d, &one, 2);
+        if (extreme) std::memset(blk.qs, 0x80, sizeof(blk.qs));  // -128 everywhere
+        break;
+      }
+      case DType::kQ4_K: {
+        auto& blk = reinterpret_cast<BlockQ4_K*>(row)[b];
+        std::memcpy(&blk.d, &one, 2);
+        std::memcpy(&blk.dmin, &neg, 2);
+        break;
+      }
+      case DType::kQ5_K: {
+        auto& blk = reinterpret_cast<BlockQ5_K*>(row)[b];
+        std::memcpy(&blk.d, &one, 2);
+        std::memcpy(&blk.dmin, &neg, 2);
+        break;
+      }
+      case DType::kQ6_K: {
+        auto& blk = reinterpret_cast<BlockQ6_K*>(row)[b];
+        std::memcpy(&blk.d, &one, 2);
+        if (extreme) std::memset(blk.scales, 0x80, sizeof(blk.scales));  // -128
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+void fill_raw_acts(DType act_type, uint8_t* row, int64_t n, std::mt19937& rng, int pattern) {
+  std::uniform_int_distribution<int> level(-127, 127);
+  auto pick = [&](int64_t i) {
+    switch (pattern) {
+      case 0:
+        return 127;
+      case 1:
+        return -127;
+      case 2:
+        return i % 2 == 0 ? 127 : -127;
+      default:
+        return level(rng);
+    }
+  };
+  if (act_type == DType::kQ8_0) {
+    auto* blk = reinterpret_cast<BlockQ8_0*>(row);
+    for (int64_t b = 0; b < n / 32; ++b) {
+      blk[b].d = fp32_to_fp16(0.25f);
+      for (int i = 0; i < 32; ++i) blk[b].qs[i] = static_cast<int8_t>(pick(i));
+    }
+  } else {
+    ASSERT_EQ(act_type, DType::kQ8_K);
+    auto* blk = reinterpret_cast<BlockQ8_K*>(row);
+    for (int64_t b = 0; b < n / 256; ++b) {
+      blk[b].d = 0.25f;
+      for (int i = 0; i < 256; ++i) blk[b].qs[i] = static_cast<int8_t>(pick(i));
+      for (int k = 0; k < 16; ++k) {
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += blk[b].qs[16 * k + i];
+        blk[b].bsums[k] = static_cast<int16_t>(sum);
+      }
+    }
+  }
+}
+
+TEST(KernelsGemm, ExtremeLevelsDoNotSaturate) {
+  std::mt19937 rng(7);
+  for (Isa isa : simd_isas()) {
+    for (DType type : kWeightTypes) {
+      const GemmFn gemm = cpu_kernels(isa).for_type(type).gemm;
+      if (gemm == nullptr || type_traits(type).block_elems == 1) continue;
+      const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
+      const int64_t n = 3 * type_traits(type).block_elems;
+      const int64_t n_rows = 6;
+      const int64_t n_tokens = 9;
+      for (bool extreme : {true, false}) {
+        SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type)
+                                        << (extreme ? " all levels at their maximum" : ""));
+        std::vector<uint8_t> w(row_size(type, n) * n_rows);
+        for (int64_t r = 0; r < n_rows; ++r) {
+          fill_raw_weights(type, w.data() + row_size(type, n) * r, n, rng, extreme);
+        }
+        std::vector<uint8_t> act(row_size(act_type, n) * n_tokens);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          fill_raw_acts(act_type, act.data() + row_size(act_type, n) * t, n, rng,
+                        static_cast<int>(t % 4));
+        }
+        std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), kNaN);
+        gemm(n, w.data(), row_size(type, n), n_rows, act.data(), row_size(act_type, n), n_tokens,
+             y.data(), n_rows);
+        expect_matches_generic(type, n, w, n_rows, act, n_tokens, y, n_rows);
+      }
+    }
+  }
+}
+
+TEST(KernelsGemm, BackendMatmulMatchesGenericBackend) {
+  CpuBackend generic(1, Isa::kGeneric);
+  uint32_t seed = 900;
+  for (Isa isa : simd_isas()) {
+    CpuBackend one(1, isa);
+    CpuBackend two(2, isa);
+    for (DType type : kWeightTypes) {
+      const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
+      if (mk.gemm == nullptr) continue;
+      const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
+      const std::vector<int64_t> lengths = row_lengths(type);
+      for (int64_t n : {lengths.front(), lengths.back()}) {
+        for (int64_t n_out : kRows) {
+          for (int64_t n_tokens : kTokens) {
+            SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n "
+                                            << n << " n_out " << n_out << " tokens " << n_tokens);
+            const std::vector<uint8_t> w = random_rows(type, n, n_out, ++seed);
+            const Tensor wt{type, 2, {n, n_out, 1, 1}, w.data(), "w"};
+            const std::vector<float> x =
+                random_floats(static_cast<size_t>(n * n_tokens), ++seed, 1.5f);
+            std::vector<float> y_ref(static_cast<size_t>(n_out * n_tokens), kNaN);
+            std::vector<float> y1(static_cast<size_t>(n_out * n_tokens), kNaN);
+            std::vector<float> y2(y1.size(), kNaN);
+            generic.matmul(wt, x.data(), n_tokens, y_ref.data());
+            one.matmul(wt, x.data(), n_tokens, y1.data());
+            two.matmul(wt, x.data(), n_tokens, y2.data());
+            // Threads split rows only: not a bit changes.
+            EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0);
+            // The generic backend's activations, to bound the rounding.
+            std::vector<uint8_t> act(row_size(act_type, n) * n_tokens);
+            const MatmulKernels& gk = cpu_kernels(Isa::kGeneric).for_type(type);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+              if (gk.quantize_act != nullptr) {
+                gk.quantize_act(x.data() + t * n, act.data() + row_size(act_type, n) * t, n);
+              } else {
+                std::memcpy(act.data() + row_size(act_type, n) * t, x.data() + t * n,
+                            row_size(act_type, n));
+              }
+            }
+            const std::vector<float> wd = dequantized(type, w.data(), n, n_out);
+            const std::vector<float> ad = dequantized(act_type, act.data(), n, n_tokens);
+            int bad = 0;
+            for (int64_t t = 0; t < n_tokens; ++t) {
+              for (int64_t r = 0; r < n_out; ++r) {
+                double mag = 0.0;
+                for (int64_t i = 0; i < n; ++i) {
+                  mag += std::fabs(double{wd[static_cast<size_t>(r * n + i)]} *
+                                   ad[static_cast<size_t>(t * n + i)]);
+                }
+                const size_t i = static_cast<size_t>(t * n_out + r);
+                if (!(std::fabs(double{y1[i]} - y_ref[i]) <= kRelTol * mag + 1e-30) && ++bad <= 3) {
+                  ADD_FAILURE() << "token " << t << " row " << r << ": " << y1[i] << " vs "
+                                << y_ref[i] << " (magnitude " << mag << ")";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qrun::kernels
