@@ -12,6 +12,13 @@ void gemm_q5_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
 void gemm_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
 
+void gemm_q4_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
+void gemm_q5_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
+void gemm_q6_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
+
 namespace {
 
 void set_gemm(CpuKernels& k, DType type, GemmFn fn, int64_t min_tokens) {
@@ -26,6 +33,9 @@ void fill_gemm_kernels(CpuKernels& k) {
   set_gemm(k, DType::kQ4_0, gemm_q4_0_q8_0, 2);
   set_gemm(k, DType::kQ5_0, gemm_q5_0_q8_0, 2);
   set_gemm(k, DType::kQ8_0, gemm_q8_0_q8_0, 2);
+  set_gemm(k, DType::kQ4_K, gemm_q4_k_q8_k, 2);
+  set_gemm(k, DType::kQ5_K, gemm_q5_k_q8_k, 2);
+  set_gemm(k, DType::kQ6_K, gemm_q6_k_q8_k, 2);
 }
 
 }  // namespace qrun::kernels::avx2

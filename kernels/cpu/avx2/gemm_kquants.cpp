@@ -1,0 +1,338 @@
+// AVX2 gemm micro-kernels of the k-quants against Q8_K activations (Q4_K, Q5_K, Q6_K), on
+// the token-interleaved packing of gemm_common.h: R weight rows x 8 tokens per tile, one
+// 256-element super-block at a time, integer sums per super-block, one float step each.
+//   Q4_K, Q5_K: unsigned levels q meet the signed activations in vpmaddubsw; the int16
+//     lanes sum 16 products of 15 * 127 (Q4_K, a whole 32-element sub-block) or 8 of
+//     31 * 127 (Q5_K, half a sub-block) before vpmaddwd multiplies them by the 6-bit
+//     sub-block scale. The mins term, dmin * sum_s m[s] * sum(a in s), uses the per-token
+//     sub-block sums packed with the activations.
+//   Q6_K: the signed levels q - 32 are multiplied as |a| * (sign(a) * (q - 32)), so a lane
+//     sums 8 products of at most 127 * 32 and a whole 16-element sub-block fits before
+//     vpmaddwd applies its int8 scale; no offset correction is needed.
+#include "kernels/cpu/avx2/avx2_kernels.h"
+#include "kernels/cpu/avx2/gemm_common.h"
+
+namespace qrun::kernels::avx2 {
+namespace {
+
+using gemm::bcast32;
+using gemm::half_to_float;
+using gemm::kLanes;
+using gemm::pin;
+
+inline __m256i load(const void* p) {
+  return _mm256_load_si256(static_cast<const __m256i*>(p));
+}
+
+// Packs the 256 levels of a super-block for 8 tokens: q[g] holds levels 4g .. 4g + 3 of
+// each token. Returns the token scales in d.
+void pack_q8_k_levels(const uint8_t* const* rows, int n_valid, int64_t block,
+                      int8_t (*q)[kLanes][4], float* d) {
+  const size_t offset = static_cast<size_t>(block) * sizeof(BlockQ8_K);
+  for (int s = 0; s < 8; ++s) {
+    __m256i v[8];
+    gemm::gather_transpose(rows, n_valid, offset + offsetof(BlockQ8_K, qs) + 32 * s, v);
+    for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(q[8 * s + g]), v[g]);
+  }
+  for (int t = 0; t < kLanes; ++t) {
+    d[t] = 0.0f;
+    if (t < n_valid) std::memcpy(&d[t], rows[t] + offset + offsetof(BlockQ8_K, d), sizeof(float));
+  }
+}
+
+// ---- Q4_K and Q5_K --------------------------------------------------------------------
+
+// One super-block of 8 tokens: levels, scales, and sums[j] holding for each token the
+// sums of its 32-element sub-blocks 2j and 2j + 1 as an int16 pair.
+struct alignas(32) ActQ8_KSums {
+  int8_t q[64][kLanes][4];
+  float d[kLanes];
+  int16_t sums[4][kLanes][2];
+};
+
+void pack_q8_k_sums(const uint8_t* const* rows, int n_valid, int64_t block, ActQ8_KSums* dst) {
+  pack_q8_k_levels(rows, n_valid, block, dst->q, dst->d);
+  // bsums: 16 int16 per token, one per 16 levels; pair k covers sub-block k.
+  __m256i pairs[8];
+  gemm::gather_transpose(
+      rows, n_valid, static_cast<size_t>(block) * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, bsums),
+      pairs);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int j = 0; j < 4; ++j) {
+    const __m256i even = _mm256_madd_epi16(pairs[2 * j], ones);     // sub-block 2j, int32
+    const __m256i odd = _mm256_madd_epi16(pairs[2 * j + 1], ones);  // sub-block 2j + 1
+    // |sum| <= 32 * 127 fits int16: low half from `even`, high half from `odd`.
+    const __m256i packed = _mm256_blend_epi16(even, _mm256_slli_epi32(odd, 16), 0xaa);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst->sums[j]), packed);
+  }
+}
+
+// An unpacked Q4_K or Q5_K super-block: levels in element order, each sub-block scale
+// twice in an int32 (an int16 pair for vpmaddwd), the mins as int16, d and dmin.
+struct WtKScaleMin {
+  uint8_t q[256];
+  uint32_t sc[8];
+  int16_t m[8];
+  float d;
+  float dmin;
+};
+
+void unpack_scale_min(const uint8_t* scales, WtKScaleMin* dst) {
+  for (int s = 0; s < 8; ++s) {
+    uint8_t sc = 0;
+    uint8_t m = 0;
+    unpack_k_scale_min(scales, s, &sc, &m);
+    dst->sc[s] = static_cast<uint32_t>(sc) * 0x10001u;
+    dst->m[s] = m;
+  }
+}
+
+// f += d_a * (d * sum_s sc[s] dot_s - dmin * sum_s m[s] sum_s(a)), for R rows.
+template <int R>
+inline void finish_scale_min(const WtKScaleMin* const* wb, const ActQ8_KSums& a, const __m256i* acc,
+                             __m256* f) {
+  const __m256 da = _mm256_load_ps(a.d);
+  for (int r = 0; r < R; ++r) {
+    __m256i mins = _mm256_madd_epi16(load(a.sums[0]), bcast32(&wb[r]->m[0]));
+    for (int j = 1; j < 4; ++j) {
+      mins = _mm256_add_epi32(mins, _mm256_madd_epi16(load(a.sums[j]), bcast32(&wb[r]->m[2 * j])));
+    }
+    const __m256 t =
+        _mm256_fmsub_ps(_mm256_set1_ps(wb[r]->d), _mm256_cvtepi32_ps(acc[r]),
+                        _mm256_mul_ps(_mm256_set1_ps(wb[r]->dmin), _mm256_cvtepi32_ps(mins)));
+    f[r] = _mm256_fmadd_ps(t, da, f[r]);
+  }
+}
+
+struct Q4_K {
+  static constexpr int64_t kBlockElems = 256;
+  static constexpr int kChunk = 2;
+  static constexpr int kRows = 4;
+  using Act = ActQ8_KSums;
+  using Wt = WtKScaleMin;
+
+  static void pack(const uint8_t* const* rows, int n_valid, int64_t block, Act* dst) {
+    pack_q8_k_sums(rows, n_valid, block, dst);
+  }
+
+  static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
+    const auto* b = reinterpret_cast<const BlockQ4_K*>(row) + block;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs + 32 * g));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g), _mm256_and_si256(qs, m4));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g + 32),
+                          _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4));
+    }
+    unpack_scale_min(b->scales, dst);
+    dst->d = half_to_float(b->d);
+    dst->dmin = half_to_float(b->dmin);
+  }
+
+  template <int R>
+  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+    __m256 f[R];
+    for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
+    for (int b = 0; b < kb; ++b) {
+      const Wt* wb[R];
+      for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
+      __m256i sum[R];
+      for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {
+        __m256i s16[R];
+        const __m256i a0 = load(a[b].q[8 * s]);
+        for (int r = 0; r < R; ++r) s16[r] = _mm256_maddubs_epi16(bcast32(wb[r]->q + 32 * s), a0);
+        for (int g = 1; g < 8; ++g) {
+          const __m256i ag = load(a[b].q[8 * s + g]);
+          for (int r = 0; r < R; ++r) {
+            s16[r] = _mm256_add_epi16(s16[r],
+                                      _mm256_maddubs_epi16(bcast32(wb[r]->q + 32 * s + 4 * g), ag));
+            pin(s16[r]);
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16[r], bcast32(&wb[r]->sc[s])));
+        }
+      }
+      finish_scale_min<R>(wb, a[b], sum, f);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+  }
+};
+
+struct Q5_K {
+  static constexpr int64_t kBlockElems = 256;
+  static constexpr int kChunk = 2;
+  static constexpr int kRows = 4;
+  using Act = ActQ8_KSums;
+  using Wt = WtKScaleMin;
+
+  static void pack(const uint8_t* const* rows, int n_valid, int64_t block, Act* dst) {
+    pack_q8_k_sums(rows, n_valid, block, dst);
+  }
+
+  static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
+    const auto* b = reinterpret_cast<const BlockQ5_K*>(row) + block;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i one = _mm256_set1_epi8(1);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qh));
+    for (int g = 0; g < 4; ++g) {
+      const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs + 32 * g));
+      const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), one);
+      const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g + 1)), one);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(qs, m4), _mm256_slli_epi16(h0, 4));
+      const __m256i hi =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), m4), _mm256_slli_epi16(h1, 4));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g + 32), hi);
+    }
+    unpack_scale_min(b->scales, dst);
+    dst->d = half_to_float(b->d);
+    dst->dmin = half_to_float(b->dmin);
+  }
+
+  template <int R>
+  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+    __m256 f[R];
+    for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
+    for (int b = 0; b < kb; ++b) {
+      const Wt* wb[R];
+      for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
+      __m256i sum[R];
+      for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+      for (int h = 0; h < 16; ++h) {  // half sub-blocks of 16 levels
+        __m256i s16[R];
+        const __m256i a0 = load(a[b].q[4 * h]);
+        for (int r = 0; r < R; ++r) s16[r] = _mm256_maddubs_epi16(bcast32(wb[r]->q + 16 * h), a0);
+        for (int g = 1; g < 4; ++g) {
+          const __m256i ag = load(a[b].q[4 * h + g]);
+          for (int r = 0; r < R; ++r) {
+            s16[r] = _mm256_add_epi16(s16[r],
+                                      _mm256_maddubs_epi16(bcast32(wb[r]->q + 16 * h + 4 * g), ag));
+            pin(s16[r]);
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16[r], bcast32(&wb[r]->sc[h / 2])));
+        }
+      }
+      finish_scale_min<R>(wb, a[b], sum, f);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+  }
+};
+
+// ---- Q6_K -------------------------------------------------------------------------------
+
+// One super-block of 8 tokens: levels q, their magnitudes qa = |q|, and the scales.
+struct alignas(32) ActQ8_KAbs {
+  int8_t q[64][kLanes][4];
+  int8_t qa[64][kLanes][4];
+  float d[kLanes];
+};
+
+// An unpacked Q6_K super-block: q - 32 in element order, each 16-element sub-block scale
+// twice in an int32 (sign-extended int16 pair), and d.
+struct WtQ6_K {
+  int8_t q[256];
+  uint32_t sc[16];
+  float d;
+};
+
+struct Q6_K {
+  static constexpr int64_t kBlockElems = 256;
+  static constexpr int kChunk = 2;
+  static constexpr int kRows = 4;
+  using Act = ActQ8_KAbs;
+  using Wt = WtQ6_K;
+
+  static void pack(const uint8_t* const* rows, int n_valid, int64_t block, Act* dst) {
+    pack_q8_k_levels(rows, n_valid, block, dst->q, dst->d);
+    for (int g = 0; g < 64; ++g) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst->qa[g]), _mm256_abs_epi8(load(dst->q[g])));
+    }
+  }
+
+  static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
+    const auto* b = reinterpret_cast<const BlockQ6_K*>(row) + block;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i off = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qh + 32 * h));
+      const __m256i low[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+                              _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                              _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+      for (int k = 0; k < 4; ++k) {
+        const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), m2);
+        const __m256i q = _mm256_or_si256(low[k], _mm256_slli_epi16(high, 4));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 128 * h + 32 * k),
+                            _mm256_sub_epi8(q, off));
+      }
+    }
+    for (int k = 0; k < 16; ++k) {
+      dst->sc[k] = static_cast<uint16_t>(b->scales[k]) * 0x10001u;
+    }
+    dst->d = half_to_float(b->d);
+  }
+
+  template <int R>
+  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+    __m256 f[R];
+    for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
+    for (int b = 0; b < kb; ++b) {
+      const Wt* wb[R];
+      for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
+      __m256i sum[R];
+      for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+      for (int k = 0; k < 16; ++k) {
+        __m256i s16[R];
+        for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
+        for (int g = 0; g < 4; ++g) {
+          const int i = 4 * k + g;
+          const __m256i as = load(a[b].q[i]);
+          const __m256i aa = load(a[b].qa[i]);
+          for (int r = 0; r < R; ++r) {
+            const __m256i p =
+                _mm256_maddubs_epi16(aa, _mm256_sign_epi8(bcast32(wb[r]->q + 4 * i), as));
+            s16[r] = _mm256_add_epi16(s16[r], p);
+            pin(s16[r]);
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16[r], bcast32(&wb[r]->sc[k])));
+        }
+      }
+      const __m256 da = _mm256_load_ps(a[b].d);
+      for (int r = 0; r < R; ++r) {
+        f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]),
+                               _mm256_mul_ps(da, _mm256_set1_ps(wb[r]->d)), f[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+  }
+};
+
+}  // namespace
+
+void gemm_q4_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
+                    int64_t ldy) {
+  gemm::run<Q4_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+}
+
+void gemm_q5_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
+                    int64_t ldy) {
+  gemm::run<Q5_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+}
+
+void gemm_q6_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
+                    int64_t ldy) {
+  gemm::run<Q6_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+}
+
+}  // namespace qrun::kernels::avx2
