@@ -6,6 +6,7 @@
 // dotted with every token while it is hot in cache. Kernels come from the ISA's table; a
 // type with a gemm tile kernel multiplies batches tile by tile.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -17,9 +18,9 @@ namespace {
 
 // Below this many multiply-adds per thread, splitting costs more than it saves.
 constexpr int64_t kMinMacsPerThread = 32 * 1024;
-// Gemm tile sizes (weight rows x tokens).
-constexpr int64_t kGemmRows = 64;
-constexpr int64_t kGemmTokens = 64;
+// Weight rows per gemm call: a few tiles per thread even for the narrow K/V projections
+// of grouped-query attention (256 rows), large enough to amortize activation packing.
+constexpr int64_t kGemmRows = 128;
 
 }  // namespace
 
@@ -55,22 +56,19 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
   const int64_t macs_per_row = std::max<int64_t>(1, n_in * n_tokens);
   const int64_t min_rows = std::max<int64_t>(1, kMinMacsPerThread / macs_per_row);
   if (mk.gemm != nullptr && n_tokens >= mk.gemm_min_tokens) {
-    // Tiles of kGemmRows weight rows x kGemmTokens tokens keep both operands in cache.
+    // Tiles of kGemmRows weight rows by every token; the kernel blocks them further for
+    // its caches. Threads take tiles in turn, so one slowed by other load on its core
+    // leaves the rest to the others.
     const GemmFn gemm = mk.gemm;
-    pool_.parallel_for(
-        n_out,
-        [&](int64_t begin, int64_t end) {
-          for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemmTokens) {
-            const int64_t nt = std::min(kGemmTokens, n_tokens - t0);
-            for (int64_t r0 = begin; r0 < end; r0 += kGemmRows) {
-              const int64_t nr = std::min(kGemmRows, end - r0);
-              gemm(n_in, w_data + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, nr,
-                   act + static_cast<size_t>(t0) * act_row_bytes, act_row_bytes, nt,
-                   y + t0 * n_out + r0, n_out);
-            }
-          }
-        },
-        min_rows);
+    const int64_t n_tiles = (n_out + kGemmRows - 1) / kGemmRows;
+    std::atomic<int64_t> next{0};
+    pool_.parallel_for(std::min<int64_t>(pool_.n_threads(), n_tiles), [&](int64_t, int64_t) {
+      for (int64_t tile = next.fetch_add(1); tile < n_tiles; tile = next.fetch_add(1)) {
+        const int64_t r0 = tile * kGemmRows;
+        gemm(n_in, w_data + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes,
+             std::min(kGemmRows, n_out - r0), act, act_row_bytes, n_tokens, y + r0, n_out);
+      }
+    });
     return;
   }
   const VecDotFn dot = mk.vec_dot;

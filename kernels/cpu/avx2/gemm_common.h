@@ -18,9 +18,9 @@
 
 namespace qrun::kernels::avx2::gemm {
 
-inline constexpr int kLanes = 8;          // tokens per vector
-inline constexpr int64_t kTileRows = 64;  // weight rows per driver tile
-inline constexpr int kTileVecs = 8;       // token vectors per driver tile (64 tokens)
+inline constexpr int kLanes = 8;           // tokens per vector
+inline constexpr int64_t kTileRows = 128;  // weight rows per driver tile
+inline constexpr int kTileVecs = 16;       // token vectors per driver tile (128 tokens)
 
 // The 4 bytes at p, broadcast to all 8 lanes (one vpbroadcastd from memory).
 inline __m256i bcast32(const void* p) {

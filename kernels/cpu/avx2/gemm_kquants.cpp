@@ -241,7 +241,7 @@ struct WtQ6_K {
 
 struct Q6_K {
   static constexpr int64_t kBlockElems = 256;
-  static constexpr int kChunk = 2;
+  static constexpr int kChunk = 1;  // its packed activations are twice as large
   static constexpr int kRows = 4;
   using Act = ActQ8_KAbs;
   using Wt = WtQ6_K;
