@@ -304,7 +304,7 @@ Result<Value> Interpreter::invoke_macro(const Stmt& s, const FramePtr& closure,
       f->vars.set(p.name, Value::undefined("parameter '" + p.name + "' was not provided"));
     }
   }
-  f->vars.set("varargs", Value::list(std::move(varargs)));
+  f->vars.set("varargs", Value::tuple(std::move(varargs)));
   f->vars.set("kwargs", Value::dict(std::move(extra)));
   QRUN_JINJA_ASSIGN(std::string text, capture(s.body, f));
   return Value::string(std::move(text));

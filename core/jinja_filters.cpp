@@ -57,6 +57,14 @@ Result<Value> filter_length(Interpreter&, const Value& v, CallArgs& args) {
 
 Result<Value> filter_first_last(const Value& v, CallArgs& args, bool first) {
   QRUN_TRY(bind_args(first ? "first" : "last", args, {}));
+  if (v.is_iterator()) {
+    if (!first) return raw_error("'generator' object is not reversible");
+    ValueList& rest = v.items();  // next(): takes one item from the iterator
+    if (rest.empty()) return Value::undefined("No first item, sequence was empty.");
+    Value item = std::move(rest.front());
+    rest.erase(rest.begin());
+    return item;
+  }
   QRUN_JINJA_ASSIGN(const ValueList items, iterate(v));
   if (items.empty())
     return Value::undefined(first ? "No first item, sequence was empty."
@@ -238,12 +246,12 @@ Result<Value> filter_tojson(Interpreter&, const Value& v, CallArgs& args) {
 
 Result<Value> filter_items(Interpreter&, const Value& v, CallArgs& args) {
   QRUN_TRY(bind_args("items", args, {}));
-  if (v.is_undefined()) return Value::list();
+  if (v.is_undefined()) return Value::iterator({});
   if (!v.is_dict()) return raw_error("Can only get item pairs from a mapping.");
   ValueList out;
   for (const Dict::Entry& e : v.dict_ref().entries())
     out.push_back(Value::tuple({e.first, e.second}));
-  return Value::list(std::move(out));
+  return Value::iterator(std::move(out));
 }
 
 // Applies a per-item function to every item of `v`.
@@ -258,7 +266,7 @@ Result<Value> map_items(const Value& v, Fn fn) {
     QRUN_JINJA_ASSIGN(Value r, fn(item));
     out.push_back(std::move(r));
   }
-  return Value::list(std::move(out));
+  return Value::iterator(std::move(out));
 }
 
 // map(attribute='x', default=...) or map('filter', *args, **kwargs).
@@ -302,7 +310,7 @@ Result<Value> select_items(Interpreter& in, const Value& v, CallArgs& args, bool
   if (args.args.size() > next + 1)
     test_args.args.assign(args.args.begin() + next + 1, args.args.end());
   test_args.kwargs = args.kwargs;
-  if (!v.truthy()) return Value::list();
+  if (!v.truthy()) return Value::iterator({});
   QRUN_JINJA_ASSIGN(const ValueList items, iterate(v));
   ValueList out;
   for (const Value& item : items) {
@@ -317,7 +325,7 @@ Result<Value> select_items(Interpreter& in, const Value& v, CallArgs& args, bool
     }
     if (pass == keep_when) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::iterator(std::move(out));
 }
 
 Result<Value> filter_select(Interpreter& in, const Value& v, CallArgs& args) {
@@ -418,7 +426,7 @@ Result<Value> filter_unique(Interpreter&, const Value& v, CallArgs& args) {
     seen.push_back(std::move(key));
     out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::iterator(std::move(out));
 }
 
 Result<Value> min_max(const Value& v, CallArgs& args, bool want_max) {
@@ -464,9 +472,11 @@ Result<Value> filter_sum(Interpreter&, const Value& v, CallArgs& args) {
 Result<Value> filter_reverse(Interpreter&, const Value& v, CallArgs& args) {
   QRUN_TRY(bind_args("reverse", args, {}));
   if (v.is_string()) return slice(v, Value(), Value(), Value::integer(-1));
+  // reversed() where Python has it (an iterator), else a reversed list.
+  const bool reversible = !v.is_iterator();
   QRUN_JINJA_ASSIGN(ValueList items, iterate(v));
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  return reversible ? Value::iterator(std::move(items)) : Value::list(std::move(items));
 }
 
 Result<Value> filter_safe(Interpreter&, const Value& v, CallArgs& args) {
@@ -593,7 +603,7 @@ Result<Value> filter_batch(Interpreter&, const Value& v, CallArgs& args) {
     }
     out.push_back(Value::list(std::move(row)));
   }
-  return Value::list(std::move(out));
+  return Value::iterator(std::move(out));
 }
 
 Result<Value> filter_slice(Interpreter&, const Value& v, CallArgs& args) {
@@ -614,7 +624,7 @@ Result<Value> filter_slice(Interpreter&, const Value& v, CallArgs& args) {
     if (given(a[1]) && !a[1].is_none() && s >= with_extra) column.push_back(a[1]);
     out.push_back(Value::list(std::move(column)));
   }
-  return Value::list(std::move(out));
+  return Value::iterator(std::move(out));
 }
 
 Result<Value> filter_format(Interpreter&, const Value& v, CallArgs& args) {
@@ -633,6 +643,9 @@ Result<Value> filter_format(Interpreter&, const Value& v, CallArgs& args) {
 Result<Value> filter_attr(Interpreter&, const Value& v, CallArgs& args) {
   QRUN_JINJA_ASSIGN(ValueList a, bind_args("attr", args, {"name"}));
   QRUN_JINJA_ASSIGN(const std::string name, to_str(a[0]));
+  // Python's getattr only: dict keys are not attributes.
+  if (v.is_dict() && !has_method(v, name))
+    return Value::undefined(format("'dict object' has no attribute '%s'", name.c_str()));
   return get_attr(v, name);
 }
 

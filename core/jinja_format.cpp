@@ -125,6 +125,14 @@ std::string format_float(double v, const Spec& s) {
     std::vector<char> buf(static_cast<size_t>(prec) + 400);
     std::snprintf(buf.data(), buf.size(), fmt, x);
     body = buf.data();
+    if (keep_point && t == 'e' && !s.alt) {
+      // Like 'g', the empty type drops the mantissa's trailing zeros.
+      const size_t e = body.find('e');
+      size_t m = e;
+      while (m > 0 && body[m - 1] == '0') --m;
+      if (m > 0 && body[m - 1] == '.') --m;
+      body.erase(m, e - m);
+    }
     if (keep_point && std::isfinite(x) && body.find_first_of(".e") == std::string::npos)
       body += ".0";
     if (t == '%') body += '%';

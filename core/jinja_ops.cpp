@@ -4,6 +4,7 @@
 #include "core/jinja_ops.h"
 
 #include <cmath>
+#include <utility>
 
 #include "core/jinja_builtins.h"
 #include "core/jinja_text.h"
@@ -320,6 +321,19 @@ Result<bool> contains(const Value& container, const Value& item) {
     case Kind::kDict:
       if (!is_hashable(item)) return raw_error(format("unhashable type: '%s'", type_name(item)));
       return container.dict_ref().find(item) != nullptr;
+    case Kind::kIterator: {
+      // Like Python, consumes the iterator up to and including the first match.
+      ValueList& items = container.items();
+      for (size_t i = 0; i < items.size(); ++i) {
+        QRUN_JINJA_ASSIGN(const bool eq, equals(items[i], item));
+        if (eq) {
+          items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+          return true;
+        }
+      }
+      items.clear();
+      return false;
+    }
     case Kind::kUndefined:
       return false;
     default:
@@ -406,7 +420,7 @@ Result<Value> slice(const Value& obj, const Value& start, const Value& stop, con
       out.push_back(items[static_cast<size_t>(i)]);
     return obj.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
   }
-  return raw_error(format("'%s' object is not subscriptable", type_name(obj)));
+  return Value::undefined(describe_obj(obj) + " has no element slice");  // as jinja2's getitem
 }
 
 Result<ValueList> iterate(const Value& v) {
@@ -416,6 +430,8 @@ Result<ValueList> iterate(const Value& v) {
     case Kind::kList:
     case Kind::kTuple:
       return v.items();
+    case Kind::kIterator:
+      return std::exchange(v.items(), {});
     case Kind::kDict: {
       ValueList keys;
       keys.reserve(v.dict_ref().size());

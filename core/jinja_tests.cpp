@@ -33,7 +33,8 @@ QRUN_JINJA_TYPE_TEST(test_number, "number", v.is_number())
 QRUN_JINJA_TYPE_TEST(test_string, "string", v.is_string())
 QRUN_JINJA_TYPE_TEST(test_mapping, "mapping", v.is_dict())
 QRUN_JINJA_TYPE_TEST(test_iterable, "iterable",
-                     v.is_undefined() || v.is_string() || v.is_list_or_tuple() || v.is_dict())
+                     v.is_undefined() || v.is_string() || v.is_list_or_tuple() || v.is_dict() ||
+                         v.is_iterator())
 QRUN_JINJA_TYPE_TEST(test_sequence, "sequence",
                      v.is_undefined() || v.is_string() || v.is_list_or_tuple() || v.is_dict())
 QRUN_JINJA_TYPE_TEST(test_callable, "callable", v.is_function() || v.is_undefined())

@@ -113,6 +113,9 @@ Result<void> append_repr(std::string& out, const Value& v, int depth) {
     case Kind::kFunction:
       out += "<function " + v.function_ref().name + ">";
       return {};
+    case Kind::kIterator:
+      out += "<generator object>";
+      return {};
   }
   return {};
 }
@@ -256,6 +259,12 @@ Value Value::loop_object(std::shared_ptr<Dict> attributes) {
   return v;
 }
 
+Value Value::iterator(ValueList items) {
+  Value v = list(std::move(items));
+  v.kind_ = Kind::kIterator;
+  return v;
+}
+
 Value Value::function(std::string name, NativeFunction fn) {
   Value v;
   v.kind_ = Kind::kFunction;
@@ -381,6 +390,8 @@ const char* type_name(const Value& v) {
       return "LoopContext";
     case Kind::kFunction:
       return "function";
+    case Kind::kIterator:
+      return "generator";
   }
   return "object";
 }
@@ -483,7 +494,9 @@ std::string repr_float(double d) {
   const size_t e_pos = sci.find('e');
   std::string digits(sci.substr(0, 1));
   if (e_pos > 2) digits.append(sci.substr(2, e_pos - 2));
-  const int exponent = std::atoi(buf + e_pos + 1);
+  int exponent = 0;
+  const char* exp_begin = buf + e_pos + 1;
+  std::from_chars(exp_begin + (*exp_begin == '+' ? 1 : 0), res.ptr, exponent);
   const int decpt = exponent + 1;  // value = 0.DIGITS * 10^decpt
   const int n = static_cast<int>(digits.size());
   std::string out;

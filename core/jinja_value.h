@@ -51,6 +51,7 @@ enum class Kind : uint8_t {
   kNamespace,  // namespace(): attributes in a Dict, assignable with {% set ns.x = ... %}
   kLoop,       // the `loop` variable of a for loop: read-only attributes in a Dict
   kFunction,   // macros, globals, bound methods
+  kIterator,   // a one-shot iterator (what map, select, reverse, ... return in Python)
 };
 
 // Positional and keyword arguments of a call.
@@ -88,6 +89,8 @@ class Value {
   static Value namespace_object(std::shared_ptr<Dict> attributes);
   static Value loop_object(std::shared_ptr<Dict> attributes);
   static Value function(std::string name, NativeFunction fn);
+  // Iterating consumes it; it is always true, has no len() and is not a sequence.
+  static Value iterator(ValueList items);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -104,6 +107,7 @@ class Value {
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_object() const { return kind_ == Kind::kNamespace || kind_ == Kind::kLoop; }
   bool is_function() const { return kind_ == Kind::kFunction; }
+  bool is_iterator() const { return kind_ == Kind::kIterator; }
   bool is_safe() const { return safe_; }  // a Markup string
 
   bool as_bool() const { return std::get<bool>(data_); }
@@ -111,7 +115,7 @@ class Value {
   double as_float() const;  // any number
   const std::string& as_string() const { return std::get<std::string>(data_); }
   const std::string& undefined_hint() const;
-  ValueList& items() const { return *std::get<std::shared_ptr<ValueList>>(data_); }
+  ValueList& items() const { return *std::get<std::shared_ptr<ValueList>>(data_); }  // also kIterator
   Dict& dict_ref() const { return *std::get<std::shared_ptr<Dict>>(data_); }
   const Function& function_ref() const { return *std::get<std::shared_ptr<const Function>>(data_); }
   // Identity of a shared container (lists, dicts, objects, functions); null otherwise.
