@@ -48,6 +48,7 @@ int run_main(int argc, char** argv) {
   register_info(app, &selected);
   register_synth(app, &selected);
   register_tokenize(app, &selected);
+  register_template(app, &selected);
   register_bench(app, &selected);
   try {
     app.parse(argc, argv);

@@ -23,8 +23,8 @@ bool is_iso8601_utc(const std::string& s) {
   const std::string shape = "dddd-dd-ddTdd:dd:ddZ";
   if (s.size() != shape.size()) return false;
   for (size_t i = 0; i < s.size(); ++i) {
-    const bool ok = shape[i] == 'd' ? std::isdigit(static_cast<unsigned char>(s[i])) != 0
-                                    : s[i] == shape[i];
+    const bool ok =
+        shape[i] == 'd' ? std::isdigit(static_cast<unsigned char>(s[i])) != 0 : s[i] == shape[i];
     if (!ok) return false;
   }
   return true;
