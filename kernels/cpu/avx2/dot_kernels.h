@@ -1,0 +1,29 @@
+// The AVX2 dot kernels and activation converters registered by dot_registry.cpp. Each has
+// the signature of its reference twin in ggml-like/quants.h and is tested against it
+// (tests/kernels_dot_test.cpp). Only files in avx2/ include this header.
+#pragma once
+
+#include <cstdint>
+
+namespace qrun::kernels::avx2 {
+
+// dot_legacy.cpp: 32-element blocks against Q8_0 activations.
+float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
+float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
+float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
+void quantize_q8_0_act(const float* src, void* dst, int64_t n);
+
+// dot_kquants.cpp: 256-element super-blocks against Q8_K activations.
+float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
+void quantize_q8_k(const float* src, void* dst, int64_t n);
+
+// dot_float.cpp: plain float rows.
+float vec_dot_f32_f32(int64_t n, const void* x, const void* y);
+float vec_dot_f16_f16(int64_t n, const void* x, const void* y);
+float vec_dot_bf16_bf16(int64_t n, const void* x, const void* y);
+void from_float_f16(const float* src, void* dst, int64_t n);
+void from_float_bf16(const float* src, void* dst, int64_t n);
+
+}  // namespace qrun::kernels::avx2

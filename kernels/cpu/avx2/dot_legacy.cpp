@@ -1,0 +1,121 @@
+// AVX2 dot products of the 32-element block types (Q4_0, Q5_0, Q8_0) with Q8_0
+// activations, and llama.cpp's x86 Q8_0 activation quantizer (bit-identical to
+// quantize_q8_0_act). Integer block sums are exact (see dot_common.h for the ranges);
+// the float order is llama.cpp's AVX2 one, so that logits can match its golden outputs:
+//   Q5_0, Q8_0: 8 int32 lanes per block (lane k sums elements 4k .. 4k + 3), each lane
+//     accumulated as acc = fma(d_x * d_y, float(lane), acc), one horizontal sum at the end.
+//   Q4_0: llama.cpp repacks Q4_0 weights on AVX2 machines and multiplies them per output
+//     row as acc = fma(float(block sum), d_x * d_y, acc), one block after the other.
+#include "ggml-like/quants.h"
+#include "kernels/cpu/avx2/dot_common.h"
+#include "kernels/cpu/avx2/dot_kernels.h"
+
+namespace qrun::kernels::avx2 {
+namespace {
+
+// Sums of the 8 int32 lanes of four vectors, as 4 int32 lanes (exact).
+inline __m128i hsum4_i32x8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_hadd_epi32(a, b);
+  const __m256i cd = _mm256_hadd_epi32(c, d);
+  const __m256i abcd = _mm256_hadd_epi32(ab, cd);  // [a b c d] of the low and high halves
+  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+
+inline __m256i q4_0_block_lanes(const BlockQ4_0& x, const BlockQ8_0& y) {
+  return dot_offset_u8s8(unpack_nibbles32(x.qs), _mm256_set1_epi8(8), load256(y.qs));
+}
+
+inline float block_scale(uint16_t dx, uint16_t dy) {
+  return fp16_load(dx) * fp16_load(dy);
+}
+
+}  // namespace
+
+float vec_dot_q4_0_q8_0(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockQ4_0*>(vx);
+  const auto* y = static_cast<const BlockQ8_0*>(vy);
+  const int64_t nb = n / kQK;
+  // The chain of scalar FMAs is the order; the integer sums of four blocks are formed
+  // together and fed to it one lane at a time.
+  __m128 acc = _mm_setzero_ps();
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const __m128i sums =
+        hsum4_i32x8(q4_0_block_lanes(x[b], y[b]), q4_0_block_lanes(x[b + 1], y[b + 1]),
+                    q4_0_block_lanes(x[b + 2], y[b + 2]), q4_0_block_lanes(x[b + 3], y[b + 3]));
+    const __m128 f = _mm_cvtepi32_ps(sums);
+    acc = _mm_fmadd_ss(f, _mm_set_ss(block_scale(x[b].d, y[b].d)), acc);
+    acc = _mm_fmadd_ss(_mm_movehdup_ps(f), _mm_set_ss(block_scale(x[b + 1].d, y[b + 1].d)), acc);
+    acc = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_set_ss(block_scale(x[b + 2].d, y[b + 2].d)), acc);
+    acc =
+        _mm_fmadd_ss(_mm_shuffle_ps(f, f, 3), _mm_set_ss(block_scale(x[b + 3].d, y[b + 3].d)), acc);
+  }
+  for (; b < nb; ++b) {
+    const __m128 f = _mm_set_ss(static_cast<float>(hsum_i32x8(q4_0_block_lanes(x[b], y[b]))));
+    acc = _mm_fmadd_ss(f, _mm_set_ss(block_scale(x[b].d, y[b].d)), acc);
+  }
+  return _mm_cvtss_f32(acc);
+}
+
+float vec_dot_q5_0_q8_0(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockQ5_0*>(vx);
+  const auto* y = static_cast<const BlockQ8_0*>(vy);
+  const int64_t nb = n / kQK;
+  const __m256i offset = _mm256_set1_epi8(16);
+  const __m256i bit4 = _mm256_set1_epi8(16);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256 d = _mm256_set1_ps(block_scale(x[b].d, y[b].d));
+    const __m256i high = _mm256_and_si256(expand_bits32(load_u32(x[b].qh)), bit4);
+    const __m256i q = _mm256_or_si256(unpack_nibbles32(x[b].qs), high);
+    const __m256i lanes = dot_offset_u8s8(q, offset, load256(y[b].qs));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return hsum_f32x8(acc);
+}
+
+float vec_dot_q8_0_q8_0(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  const auto* y = static_cast<const BlockQ8_0*>(vy);
+  const int64_t nb = n / kQK;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256 d = _mm256_set1_ps(block_scale(x[b].d, y[b].d));
+    const __m256i lanes = dot_s8s8(load256(x[b].qs), load256(y[b].qs));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return hsum_f32x8(acc);
+}
+
+// amax over the block (NaNs ignored, as std::max in the reference), d = amax / 127 as F16,
+// levels round(x * (127 / amax)) half to even (the default MXCSR mode), saturated to int8.
+void quantize_q8_0_act(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_0*>(dst);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* x = src + b * kQK;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+      // vmaxps returns its second operand when either is NaN.
+      amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), amax);
+    }
+    __m128 m = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float max = _mm_cvtss_f32(m);
+    out[b].d = _cvtss_sh(max / 127.0f, _MM_FROUND_TO_NEAREST_INT);
+    const __m256 id = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+    // Saturating packs interleave the 128-bit halves; the permutation restores the order.
+    const __m256i q16a = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i q16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), q8);
+  }
+}
+
+}  // namespace qrun::kernels::avx2
