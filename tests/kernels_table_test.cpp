@@ -43,7 +43,9 @@ TEST(KernelTable, BestIsaFollowsTheFeatures) {
   CpuFeatures f;
   f.avx2 = f.fma = f.f16c = true;
   EXPECT_EQ(best_isa(f), isa_compiled(Isa::kAvx2) ? Isa::kAvx2 : Isa::kGeneric);
-  f.avx512f = f.avx512bw = f.avx512vl = true;
+  f.avx512f = f.avx512bw = f.avx512vl = true;  // Skylake-X: no VNNI, so AVX2
+  EXPECT_EQ(best_isa(f), isa_compiled(Isa::kAvx2) ? Isa::kAvx2 : Isa::kGeneric);
+  f.avx512dq = f.avx512vnni = true;
   EXPECT_EQ(best_isa(f), isa_compiled(Isa::kAvx512) ? Isa::kAvx512 : Isa::kGeneric);
 }
 

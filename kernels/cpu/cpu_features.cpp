@@ -34,6 +34,7 @@ CpuFeatures detect_cpu_features() {
     f.avx512f = os_avx512 && ((ebx >> 16) & 1);
     f.avx512bw = os_avx512 && ((ebx >> 30) & 1);
     f.avx512vl = os_avx512 && ((ebx >> 31) & 1);
+    f.avx512dq = os_avx512 && ((ebx >> 17) & 1);
     f.avx512vnni = os_avx512 && ((ecx >> 11) & 1);
   }
   return f;
@@ -65,6 +66,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
   add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512vnni");
   add(neon, "neon");
   add(neon_dotprod, "dotprod");

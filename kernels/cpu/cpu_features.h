@@ -12,12 +12,17 @@ struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
+  bool avx512dq = false;
   bool avx512vnni = false;
   bool neon = false;
   bool neon_dotprod = false;
 
   bool has_avx2_set() const { return avx2 && fma && f16c; }
-  bool has_avx512_set() const { return has_avx2_set() && avx512f && avx512bw && avx512vl; }
+  // The AVX-512 kernels use F, BW, VL, DQ and VNNI (Ice Lake, Zen 4 and later); CPUs with
+  // only part of that (Skylake-X) run the AVX2 kernels.
+  bool has_avx512_set() const {
+    return has_avx2_set() && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni;
+  }
   std::string to_string() const;  // "avx2 fma f16c avx512f ..."
 };
 
