@@ -50,6 +50,7 @@ int run_main(int argc, char** argv) {
   register_tokenize(app, &selected);
   register_template(app, &selected);
   register_bench(app, &selected);
+  register_quantize(app, &selected);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

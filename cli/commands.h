@@ -21,6 +21,7 @@ void register_tokenize(CLI::App& app, Action* selected);
 void register_run(CLI::App& app, Action* selected);
 void register_template(CLI::App& app, Action* selected);
 void register_bench(CLI::App& app, Action* selected);
+void register_quantize(CLI::App& app, Action* selected);
 
 int run_main(int argc, char** argv);
 

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <map>
 
+#include "models/quant_recipe.h"
+
 namespace qrun::models {
 namespace {
 
@@ -27,41 +29,6 @@ struct Rng {
   // Uniform in [-1, 1).
   float uniform() { return static_cast<float>(next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
 };
-
-struct Recipe {
-  DType base;
-  DType more_bits;  // attn_v and ffn_down of some layers (the _M recipes), else base
-};
-
-std::optional<Recipe> find_recipe(const std::string& name) {
-  if (name == "q4_k_m") return Recipe{DType::kQ4_K, DType::kQ6_K};
-  if (name == "q5_k_m") return Recipe{DType::kQ5_K, DType::kQ6_K};
-  std::optional<DType> t = dtype_from_name(name);
-  if (!t || !is_supported(*t) || *t == DType::kQ8_K) return std::nullopt;
-  return Recipe{*t, *t};
-}
-
-// llama.cpp's choice of layers that get more bits in the _M recipes.
-bool use_more_bits(int64_t layer, int64_t n_layer) {
-  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
-}
-
-// A type whose blocks tile `row_len`, falling back as llama-quantize does.
-DType fit_type(DType want, int64_t row_len) {
-  const TypeTraits& t = type_traits(want);
-  if (row_len % t.block_elems == 0) return want;
-  if (t.block_elems == 256) {
-    const DType fallback = want == DType::kQ4_K ? DType::kQ5_0 : DType::kQ8_0;
-    return fit_type(fallback, row_len);
-  }
-  return DType::kF16;
-}
-
-// The output projection gets at least Q6_K, as llama-quantize gives it.
-DType output_type(DType base) {
-  if (!type_traits(base).is_quantized || base == DType::kQ8_0 || base == DType::kQ6_K) return base;
-  return DType::kQ6_K;
-}
 
 class RowPool {
  public:
@@ -98,15 +65,6 @@ class RowPool {
   std::vector<uint8_t> rows_;
 };
 
-int64_t llama_file_type(const std::string& recipe) {
-  static const std::map<std::string, int64_t> kTypes = {
-      {"f32", 0},   {"f16", 1},   {"q4_0", 2},  {"q8_0", 7},    {"q5_0", 8},    {"q4_k", 14},
-      {"q5_k", 16}, {"q6_k", 18}, {"bf16", 32}, {"q4_k_m", 15}, {"q5_k_m", 17},
-  };
-  auto it = kTypes.find(recipe);
-  return it == kTypes.end() ? -1 : it->second;
-}
-
 }  // namespace
 
 std::optional<SynthShape> synth_preset(const std::string& name) {
@@ -132,13 +90,13 @@ std::vector<std::string> synth_preset_names() {
 }
 
 std::vector<std::string> synth_recipe_names() {
-  return {"f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"};
+  return quant_recipe_names();
 }
 
 Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& vocab,
                                    const std::string& path) {
   const SynthShape& s = o.shape;
-  std::optional<Recipe> recipe = find_recipe(o.recipe);
+  std::optional<QuantRecipe> recipe = find_quant_recipe(o.recipe);
   if (!recipe) {
     return make_error(ErrorCode::kUsage,
                       format("synth: unknown weight type '%s'", o.recipe.c_str()));
@@ -163,7 +121,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   gguf::Writer w;
   w.set_string("general.architecture", "llama");
   w.set_string("general.name", o.name);
-  if (const int64_t ft = llama_file_type(o.recipe); ft >= 0) w.set_u32("general.file_type", ft);
+  w.set_u32("general.file_type", static_cast<uint32_t>(recipe->file_type));
   w.set_u32("general.quantization_version", 2);
   w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
   w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.n_embd));
@@ -182,8 +140,10 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   // One pool per (type, row length), shared by every tensor of that geometry.
   std::map<std::pair<DType, int64_t>, std::unique_ptr<RowPool>> pools;  // outlives w.write()
   uint64_t tensor_seed = o.seed * 1000003u;
-  auto add_matrix = [&](const std::string& name, DType want, int64_t cols, int64_t rows) {
-    const DType type = fit_type(want, cols);
+  // Types in write order, as llama-quantize would choose them for this recipe.
+  QuantPlanner planner(*recipe, s.n_layer, s.n_layer, !s.tied_output);
+  auto add_matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
+    const DType type = planner.next(name, cols);
     std::unique_ptr<RowPool>& pool = pools[{type, cols}];
     if (!pool) {
       const uint64_t pool_seed =
@@ -202,23 +162,21 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     });
   };
 
-  const DType base = recipe->base;
-  add_matrix("token_embd.weight", base, s.n_embd, n_vocab);
+  add_matrix("token_embd.weight", s.n_embd, n_vocab);
   for (int64_t i = 0; i < s.n_layer; ++i) {
     const std::string b = format("blk.%lld.", static_cast<long long>(i));
-    const DType more = use_more_bits(i, s.n_layer) ? recipe->more_bits : base;
     add_ones(b + "attn_norm.weight", s.n_embd);
-    add_matrix(b + "attn_q.weight", base, s.n_embd, s.n_embd);
-    add_matrix(b + "attn_k.weight", base, s.n_embd, n_embd_kv);
-    add_matrix(b + "attn_v.weight", more, s.n_embd, n_embd_kv);
-    add_matrix(b + "attn_output.weight", base, s.n_embd, s.n_embd);
+    add_matrix(b + "attn_q.weight", s.n_embd, s.n_embd);
+    add_matrix(b + "attn_k.weight", s.n_embd, n_embd_kv);
+    add_matrix(b + "attn_v.weight", s.n_embd, n_embd_kv);
+    add_matrix(b + "attn_output.weight", s.n_embd, s.n_embd);
     add_ones(b + "ffn_norm.weight", s.n_embd);
-    add_matrix(b + "ffn_gate.weight", base, s.n_embd, s.n_ff);
-    add_matrix(b + "ffn_up.weight", base, s.n_embd, s.n_ff);
-    add_matrix(b + "ffn_down.weight", more, s.n_ff, s.n_embd);
+    add_matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff);
+    add_matrix(b + "ffn_up.weight", s.n_embd, s.n_ff);
+    add_matrix(b + "ffn_down.weight", s.n_ff, s.n_embd);
   }
   add_ones("output_norm.weight", s.n_embd);
-  if (!s.tied_output) add_matrix("output.weight", output_type(base), s.n_embd, n_vocab);
+  if (!s.tied_output) add_matrix("output.weight", s.n_embd, n_vocab);
   return w.write(path);
 }
 

@@ -1,0 +1,101 @@
+// The per-tensor rules of llama-quantize for the types qrun runs (see quant_recipe.h).
+#include "models/quant_recipe.h"
+
+#include <array>
+
+namespace qrun::models {
+namespace {
+
+// llama.cpp's layer choice for "more bits" in the _M mixes: the first and last eighth and
+// every third layer in between.
+bool use_more_bits(int64_t i, int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+bool contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
+
+}  // namespace
+
+std::optional<QuantRecipe> find_quant_recipe(std::string_view name) {
+  struct Row {
+    const char* name;
+    DType base;
+    QuantMix mix;
+    int64_t file_type;
+  };
+  static constexpr std::array kRecipes = {
+      Row{"f32", DType::kF32, QuantMix::kNone, 0},
+      Row{"f16", DType::kF16, QuantMix::kNone, 1},
+      Row{"bf16", DType::kBF16, QuantMix::kNone, 32},
+      Row{"q8_0", DType::kQ8_0, QuantMix::kNone, 7},
+      Row{"q4_0", DType::kQ4_0, QuantMix::kNone, 2},
+      Row{"q5_0", DType::kQ5_0, QuantMix::kNone, 8},
+      Row{"q4_k", DType::kQ4_K, QuantMix::kNone, 14},
+      Row{"q5_k", DType::kQ5_K, QuantMix::kNone, 16},
+      Row{"q6_k", DType::kQ6_K, QuantMix::kNone, 18},
+      Row{"q4_k_s", DType::kQ4_K, QuantMix::kSmall, 14},
+      Row{"q4_k_m", DType::kQ4_K, QuantMix::kMedium, 15},
+      Row{"q5_k_s", DType::kQ5_K, QuantMix::kSmall, 16},
+      Row{"q5_k_m", DType::kQ5_K, QuantMix::kMedium, 17},
+  };
+  for (const Row& r : kRecipes) {
+    if (name == r.name) return QuantRecipe{r.name, r.base, r.mix, r.file_type};
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> quant_recipe_names() {
+  return {"f32",  "f16",  "bf16",   "q8_0",   "q4_0",   "q5_0",  "q4_k",
+          "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m"};
+}
+
+bool is_quantizable_weight(std::string_view name, int n_dims) {
+  constexpr std::string_view kSuffix = "weight";
+  return n_dims >= 2 && name.size() >= kSuffix.size() &&
+         name.substr(name.size() - kSuffix.size()) == kSuffix && !contains(name, "_norm.weight") &&
+         !contains(name, "ffn_gate_inp.weight");
+}
+
+DType fit_type(DType want, int64_t row_len) {
+  const TypeTraits& t = type_traits(want);
+  if (row_len % t.block_elems == 0) return want;
+  if (t.block_elems == 256) {
+    const DType fallback = want == DType::kQ4_K ? DType::kQ5_0 : DType::kQ8_0;
+    if (row_len % type_traits(fallback).block_elems == 0) return fallback;
+  }
+  return DType::kF16;
+}
+
+QuantPlanner::QuantPlanner(QuantRecipe recipe, int64_t n_attn_v, int64_t n_layer, bool has_output)
+    : recipe_(std::move(recipe)), n_attn_v_(n_attn_v), n_layer_(n_layer), has_output_(has_output) {}
+
+DType QuantPlanner::next(std::string_view name, int64_t row_len) {
+  const DType base = recipe_.base;
+  // Float recipes keep every weight in their type; only quantized ones mix.
+  if (!type_traits(base).is_quantized) return base;
+  const QuantMix mix = recipe_.mix;
+  DType type = base;
+  if (name == "output.weight" || (!has_output_ && name == "token_embd.weight")) {
+    // At least Q6_K, or Q8_0 where the base type's blocks do not tile the row.
+    if (row_len % type_traits(base).block_elems != 0) {
+      type = DType::kQ8_0;
+    } else if (base != DType::kQ8_0) {
+      type = DType::kQ6_K;
+    }
+  } else if (contains(name, "attn_v.weight")) {
+    const int64_t i = i_attn_v_++;
+    if (mix == QuantMix::kMedium && use_more_bits(i, n_attn_v_)) type = DType::kQ6_K;
+    if (mix == QuantMix::kSmall && base == DType::kQ4_K && i < 4) type = DType::kQ5_K;
+  } else if (contains(name, "ffn_down")) {
+    const int64_t i = i_ffn_down_++;
+    if (mix == QuantMix::kMedium && use_more_bits(i, n_layer_)) type = DType::kQ6_K;
+    if (mix == QuantMix::kSmall && base == DType::kQ4_K && i < n_layer_ / 8) type = DType::kQ5_K;
+  } else if (contains(name, "attn_qkv.weight") && mix == QuantMix::kMedium) {
+    type = base == DType::kQ4_K ? DType::kQ5_K : DType::kQ6_K;
+  }
+  return fit_type(type, row_len);
+}
+
+}  // namespace qrun::models

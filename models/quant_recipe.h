@@ -1,0 +1,58 @@
+// Quantization recipes: which type each weight of a model gets, with llama-quantize's rules
+// (the _S and _M mixes give attn_v and ffn_down of chosen layers more bits, the output
+// projection gets at least Q6_K, and a type whose blocks do not tile a row falls back to
+// one that does), so that `qrun quantize` writes the same tensors as llama-quantize and
+// `qrun synth` the same mix. Some rules count the tensors seen so far, so a planner is
+// fed the tensors in file order.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ggml-like/dtype.h"
+
+namespace qrun::models {
+
+enum class QuantMix { kNone, kSmall, kMedium };  // plain type, _S, _M
+
+struct QuantRecipe {
+  std::string name;        // "q4_k_m"
+  DType base;              // the type of most weights
+  QuantMix mix;            // which layers get more bits
+  int64_t file_type = -1;  // general.file_type (llama.cpp's llama_ftype), -1: none
+};
+
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k", "q4_k_s", "q4_k_m",
+// "q5_k_s", "q5_k_m" (q4_k and q5_k: every weight of that type, the output at least Q6_K).
+std::optional<QuantRecipe> find_quant_recipe(std::string_view name);
+std::vector<std::string> quant_recipe_names();
+
+// Whether llama-quantize would quantize a tensor: a matrix whose name ends in "weight" and
+// is not a norm.
+bool is_quantizable_weight(std::string_view name, int n_dims);
+
+// A type whose blocks tile rows of `row_len`, falling back as llama-quantize does
+// (Q4_K -> Q5_0, other k-quants -> Q8_0, then F16). qrun has no Q5_1, so where
+// llama-quantize would pick Q5_1 for Q5_K this picks Q8_0.
+DType fit_type(DType want, int64_t row_len);
+
+class QuantPlanner {
+ public:
+  // n_attn_v: how many attn_v weights the model has; n_layer: its block count;
+  // has_output: whether it has output.weight (if not, token_embd is the output too).
+  QuantPlanner(QuantRecipe recipe, int64_t n_attn_v, int64_t n_layer, bool has_output);
+
+  // The type of the next weight in file order (call only for quantizable weights).
+  DType next(std::string_view name, int64_t row_len);
+
+ private:
+  QuantRecipe recipe_;
+  int64_t n_attn_v_, n_layer_;
+  bool has_output_;
+  int64_t i_attn_v_ = 0, i_ffn_down_ = 0;
+};
+
+}  // namespace qrun::models

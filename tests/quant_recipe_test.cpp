@@ -1,0 +1,68 @@
+// QuantPlanner: llama-quantize's per-tensor choices for a 32-layer llama with 4096-wide rows
+// (where every k-quant fits) and for narrow rows (where the fallbacks apply).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/quant_recipe.h"
+
+namespace qrun::models {
+namespace {
+
+std::string blk(int i, const char* t) {
+  return "blk." + std::to_string(i) + "." + t + ".weight";
+}
+
+TEST(QuantRecipe, MediumMixGivesMoreBitsToChosenLayers) {
+  QuantPlanner p(*find_quant_recipe("q4_k_m"), 32, 32, true);
+  EXPECT_EQ(p.next("token_embd.weight", 4096), DType::kQ4_K);
+  std::string v, d;
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(p.next(blk(i, "attn_q"), 4096), DType::kQ4_K);
+    v += p.next(blk(i, "attn_v"), 4096) == DType::kQ6_K ? '6' : '4';
+    d += p.next(blk(i, "ffn_down"), 14336) == DType::kQ6_K ? '6' : '4';
+  }
+  // The first and last eighth and every third layer in between (4 + 2, 4 + 5, ...).
+  EXPECT_EQ(v, "66664464464464464464464464466666");
+  EXPECT_EQ(d, v);
+  EXPECT_EQ(p.next("output.weight", 4096), DType::kQ6_K);
+}
+
+TEST(QuantRecipe, SmallMixAndPlainTypes) {
+  QuantPlanner s(*find_quant_recipe("q4_k_s"), 32, 32, true);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(s.next(blk(i, "attn_v"), 4096), i < 4 ? DType::kQ5_K : DType::kQ4_K) << i;
+    EXPECT_EQ(s.next(blk(i, "ffn_down"), 4096), i < 4 ? DType::kQ5_K : DType::kQ4_K) << i;
+  }
+  QuantPlanner q8(*find_quant_recipe("q8_0"), 32, 32, true);
+  EXPECT_EQ(q8.next("output.weight", 4096), DType::kQ8_0);
+  QuantPlanner f16(*find_quant_recipe("f16"), 32, 32, true);
+  EXPECT_EQ(f16.next("output.weight", 4096), DType::kF16);
+  EXPECT_FALSE(find_quant_recipe("q4_1"));
+}
+
+TEST(QuantRecipe, TiedEmbeddingIsTheOutput) {
+  QuantPlanner p(*find_quant_recipe("q4_0"), 2, 2, /*has_output=*/false);
+  EXPECT_EQ(p.next("token_embd.weight", 2048), DType::kQ6_K);
+}
+
+TEST(QuantRecipe, FallbacksWhenBlocksDoNotTileTheRow) {
+  EXPECT_EQ(fit_type(DType::kQ4_K, 64), DType::kQ5_0);
+  EXPECT_EQ(fit_type(DType::kQ6_K, 64), DType::kQ8_0);
+  EXPECT_EQ(fit_type(DType::kQ5_K, 96), DType::kQ8_0);
+  EXPECT_EQ(fit_type(DType::kQ4_K, 172), DType::kF16);
+  EXPECT_EQ(fit_type(DType::kQ4_0, 172), DType::kF16);
+  QuantPlanner p(*find_quant_recipe("q4_0"), 1, 1, true);
+  EXPECT_EQ(p.next("output.weight", 64), DType::kQ8_0);  // Q6_K does not fit 64
+}
+
+TEST(QuantRecipe, OnlyMatricesNamedWeightAreQuantized) {
+  EXPECT_TRUE(is_quantizable_weight("blk.0.attn_q.weight", 2));
+  EXPECT_FALSE(is_quantizable_weight("blk.0.attn_norm.weight", 1));
+  EXPECT_FALSE(is_quantizable_weight("blk.0.attn_norm.weight", 2));
+  EXPECT_FALSE(is_quantizable_weight("rope_freqs", 2));
+  EXPECT_FALSE(is_quantizable_weight("blk.0.ffn_gate_inp.weight", 2));
+}
+
+}  // namespace
+}  // namespace qrun::models
