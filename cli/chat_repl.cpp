@@ -89,7 +89,8 @@ Result<void> ChatRepl::run() {
 }
 
 Result<void> ChatRepl::reply(std::optional<std::string> user_message) {
-  if (user_message) conv_.add_message("user", std::move(*user_message));
+  const bool new_message = user_message.has_value();
+  if (new_message) conv_.add_message("user", std::move(*user_message));
   TurnOptions options;
   options.policy = settings_.policy;
   // Room kept for the reply when deciding what fits: -n when given, else an eighth of the
@@ -116,7 +117,7 @@ Result<void> ChatRepl::reply(std::optional<std::string> user_message) {
   if (settings_.color) std::fputs(kResetColor, stdout);
   if (!turn.ok()) {
     // Nothing was said: forget the message so that the next one is not stuck behind it.
-    if (user_message) conv_.undo();
+    if (new_message) conv_.undo();
     std::fflush(stdout);
     return turn.error();
   }
@@ -135,9 +136,17 @@ Result<void> ChatRepl::reply(std::optional<std::string> user_message) {
   last_ = std::move(*turn);
   if (stop == StopReason::kInterrupted) {
     // The part already shown is kept as the reply (respond() stores it); /regen redoes it.
-    if (last_->reply.empty()) conv_.drop_last_reply();
+    // Stopped before any text: as if the message had not been sent (a /regen keeps its
+    // message, so that /regen can be tried again).
+    const bool nothing = last_->reply.empty();
+    if (nothing) {
+      conv_.drop_last_reply();
+      if (new_message) conv_.undo();
+    }
     if (!input_.interactive()) return make_error(ErrorCode::kInterrupted, "interrupted");
-    std::fprintf(stderr, "qrun: reply interrupted (the part shown is kept; /regen redoes it)\n");
+    std::fprintf(stderr, nothing ? "qrun: reply interrupted before it began; nothing was kept\n"
+                                 : "qrun: reply interrupted (the part shown is kept; /regen "
+                                   "redoes it)\n");
   } else if (stop == StopReason::kContext && !settings_.quiet) {
     std::fprintf(stderr, "qrun: the reply stopped at the end of the context (%lld tokens)\n",
                  static_cast<long long>(n_ctx));

@@ -156,7 +156,7 @@ void register_chat(CLI::App& app, Action* selected) {
       "History: $XDG_STATE_HOME/qrun/history (default ~/.local/state/qrun/history).\n"
       "stdin not a terminal: each message is read from stdin and each reply is written to\n"
       "stdout followed by a newline; no prompts, no colours. Exit codes as for `run`; on a\n"
-      "pipe a refused turn (6) or Ctrl-C (130) ends the session.");
+      "pipe an error ends the session with its code (bad command 2, refused turn 6, Ctrl-C 130).");
   cmd->callback([o, selected] { *selected = [o] { return run_chat(*o); }; });
 }
 

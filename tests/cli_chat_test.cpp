@@ -232,6 +232,26 @@ TEST_F(CliChat, PipedStdinWorksUnattended) {
   EXPECT_EQ(again.out, r.out);
 }
 
+TEST_F(CliChat, PipedRegenClearAndErrors) {
+  const std::string cmd =
+      qrun() + " chat -m '" + model() + "' --temp 0 -t 1 -n 5 --ignore-eos -q --no-history";
+  // A greedy /regen gives the same reply again; /clear forgets the conversation.
+  const CommandResult r = run_command(cmd, "Hello\n/regen\n/clear\n/context\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t nl = r.out.find('\n');
+  ASSERT_NE(nl, std::string::npos);
+  EXPECT_EQ(r.out, r.out.substr(0, nl + 1) + r.out.substr(0, nl + 1));
+  EXPECT_NE(r.err.find("0 messages"), std::string::npos) << r.err;
+  // On a pipe an error ends the session with its exit code, after what came before it.
+  const CommandResult bad = run_command(cmd, "Hello\n/set top-p=7\nNever read\n");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--top-p 7"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  const CommandResult unknown = run_command(cmd, "/frobnicate\n");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
+  EXPECT_NE(unknown.err.find("/frobnicate"), std::string::npos) << unknown.err;
+}
+
 TEST_F(CliChat, EndOfTurnTokensStopAndAreNeverPrinted) {
   // Force <|end|> (32007 in phi-3) as the first token: the reply is empty and ends the turn.
   const CommandResult r = run_command(
