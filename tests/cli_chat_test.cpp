@@ -114,6 +114,10 @@ TEST_F(CliChat, CtrlCAtThePromptSaysHowToQuit) {
   p.ctrl_c();
   ASSERT_TRUE(p.expect("> ")) << p.output();
   EXPECT_EQ(p.since_mark().find("Ctrl-D"), std::string::npos);
+  // Errors are one line on a terminal, and the session goes on.
+  p.write("/load /nonexistent/conv.json\r");
+  ASSERT_TRUE(p.expect("qrun: /load: cannot open")) << p.output();
+  ASSERT_TRUE(p.expect("> ")) << p.output();
   p.write("/context\r");
   ASSERT_TRUE(p.expect("0 messages")) << p.output();
   ASSERT_TRUE(p.expect("> ")) << p.output();
@@ -247,6 +251,14 @@ TEST_F(CliChat, PipedRegenClearAndErrors) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--top-p 7"), std::string::npos) << bad.err;
   EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  const std::filesystem::path sys = dir() / "system.txt";
+  std::ofstream(sys) << "From a file.\n";
+  const CommandResult shown =
+      run_command(cmd + " --system-prompt-file '" + sys.string() + "'", "/show\n");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.err.find("system prompt: From a file.\n"), std::string::npos) << shown.err;
+  EXPECT_EQ(run_command(cmd + " -sys a --system-prompt-file '" + sys.string() + "'", "").exit_code,
+            2);
   const CommandResult unknown = run_command(cmd, "/frobnicate\n");
   EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
   EXPECT_NE(unknown.err.find("/frobnicate"), std::string::npos) << unknown.err;
