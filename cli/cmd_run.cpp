@@ -7,16 +7,16 @@
 #include <unistd.h>
 
 #include <sys/stat.h>
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/repl_input.h"
 #include "cli/sampling_flags.h"
 #include "cli/session.h"
+#include "cli/timings_report.h"
 #include "core/generate.h"
 #include "core/sampling.h"
 #include "core/stop_strings.h"
@@ -35,14 +35,6 @@ struct RunOptions {
   bool json = false;
   bool no_stdin = false;
 };
-
-// Set by SIGINT; read by the generation loop between tokens. A signal handler can only
-// talk to the program through a global, so this is the one mutable global in qrun.
-std::atomic<bool> g_interrupted{false};
-
-extern "C" void on_sigint(int) {
-  g_interrupted.store(true);
-}
 
 // stdin is read only when it is a pipe or a regular file, never a terminal or a socket,
 // so `qrun run` never waits for a person to type.
@@ -107,20 +99,6 @@ Result<std::string> assemble_prompt(const RunOptions& o) {
   return prompt;
 }
 
-nlohmann::json timings_json(const GenerateTimings& t) {
-  auto rate = [](int64_t n, double ms) {
-    return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0;
-  };
-  return {{"load_ms", t.load_ms},
-          {"prompt_ms", t.prompt_ms},
-          {"prompt_tokens", t.n_prompt},
-          {"prompt_tok_s", rate(t.n_prompt, t.prompt_ms)},
-          {"gen_ms", t.gen_ms},
-          {"gen_tokens", t.n_gen},
-          {"gen_tok_s", rate(t.n_gen > 1 ? t.n_gen - 1 : 0, t.gen_ms)},
-          {"ttft_ms", t.ttft_ms}};
-}
-
 void print_timings(const GenerateResult& r) {
   const GenerateTimings& t = r.timings;
   const nlohmann::json j = timings_json(t);
@@ -163,7 +141,7 @@ Result<void> run_generation(const RunOptions& o) {
   GenerateParams gp;
   gp.n_predict = o.n_predict;
   gp.n_batch = o.model.batch_size;
-  gp.interrupt = &g_interrupted;
+  gp.interrupt = &sigint_flag();  // set by SIGINT while the guard below is in place
 
   if (o.echo && !o.json) {
     std::fwrite(prompt->data(), 1, prompt->size(), stdout);
@@ -187,11 +165,10 @@ Result<void> run_generation(const RunOptions& o) {
   IsEog is_eog;
   if (!o.sampling.ignore_eos) is_eog = [&](int32_t token) { return s.tokenizer->is_eog(token); };
 
-  g_interrupted.store(false);
-  std::signal(SIGINT, on_sigint);
-  Result<GenerateResult> r =
-      generate(*s.model, *s.backend, s.kv, tokens, gp, sampler, on_token, is_eog);
-  std::signal(SIGINT, SIG_DFL);
+  Result<GenerateResult> r = [&] {
+    const SigintGuard sigint;  // Ctrl-C stops generation cleanly (exit code 130)
+    return generate(*s.model, *s.backend, s.kv, tokens, gp, sampler, on_token, is_eog);
+  }();
   if (!r.ok()) return r.error();
   emit(filter.flush());
   r->timings.load_ms = s.load_ms;

@@ -2,6 +2,8 @@
 #include "cli/commands.h"
 
 #include <cstdio>
+#include <string_view>
+#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
@@ -37,6 +39,17 @@ std::string version_text() {
   return s;
 }
 
+// llama.cpp's multi-letter single-dash flags, which CLI11 cannot declare, spelled as the
+// long flags they stand for.
+std::vector<char*> with_aliases(int argc, char** argv) {
+  static char kSystemPrompt[] = "--system-prompt";
+  std::vector<char*> args(argv, argv + argc);
+  for (char*& a : args) {
+    if (std::string_view(a) == "-sys") a = kSystemPrompt;
+  }
+  return args;
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv) {
@@ -45,6 +58,7 @@ int run_main(int argc, char** argv) {
   app.set_version_flag("--version", version_text());
   Action selected;
   register_run(app, &selected);
+  register_chat(app, &selected);
   register_info(app, &selected);
   register_synth(app, &selected);
   register_tokenize(app, &selected);
@@ -52,7 +66,8 @@ int run_main(int argc, char** argv) {
   register_bench(app, &selected);
   register_quantize(app, &selected);
   try {
-    app.parse(argc, argv);
+    std::vector<char*> args = with_aliases(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help/version or the parse error
     return rc == 0 ? 0 : static_cast<int>(ErrorCode::kUsage);

@@ -19,6 +19,7 @@ void register_info(CLI::App& app, Action* selected);
 void register_synth(CLI::App& app, Action* selected);
 void register_tokenize(CLI::App& app, Action* selected);
 void register_run(CLI::App& app, Action* selected);
+void register_chat(CLI::App& app, Action* selected);
 void register_template(CLI::App& app, Action* selected);
 void register_bench(CLI::App& app, Action* selected);
 void register_quantize(CLI::App& app, Action* selected);
