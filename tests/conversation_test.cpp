@@ -4,6 +4,8 @@
 // the messages; prefill rebuilds the cache after a load; end-of-turn tokens are found.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/conversation.h"
 #include "core/gguf.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -262,6 +264,28 @@ TEST_F(ConversationTest, EndOfTurnTokens) {
   EXPECT_FALSE(eot[static_cast<size_t>(tokenizer_->bos())]);
   EXPECT_EQ(common_prefix(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1, 2, 4}), 2);
   EXPECT_EQ(common_prefix(std::vector<int32_t>{}, std::vector<int32_t>{1}), 0);
+}
+
+// The phi-3 vocabulary and its own template: <|end|> ends a turn (and <|endoftext|>, the
+// EOS), <|user|> and <|assistant|> open turns and do not.
+TEST(ConversationEndOfTurn, Phi3MarkersAreTokens) {
+  Result<gguf::File> f = gguf::File::open(test::data_path("vocab/ggml-vocab-phi-3.gguf").string());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(*f);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  Result<ChatTemplate> tmpl = ChatTemplate::from_gguf(*f, "phi-3");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
+  const std::vector<bool> eot = end_of_turn_tokens(**tok, *tmpl);
+  auto id_of = [&](const std::string& text) {
+    const std::vector<int32_t> ids = (*tok)->encode(text, false, true);
+    EXPECT_EQ(ids.size(), 1u) << text;
+    return ids.empty() ? 0 : ids[0];
+  };
+  EXPECT_TRUE(eot[static_cast<size_t>(id_of("<|end|>"))]);
+  EXPECT_TRUE(eot[static_cast<size_t>((*tok)->eos())]);
+  EXPECT_FALSE(eot[static_cast<size_t>(id_of("<|user|>"))]);
+  EXPECT_FALSE(eot[static_cast<size_t>(id_of("<|assistant|>"))]);
+  EXPECT_LT(std::count(eot.begin(), eot.end(), true), 10);
 }
 
 }  // namespace
