@@ -19,6 +19,7 @@ namespace qrun::kernels::avx2 {
 namespace {
 
 constexpr int64_t kGroup = 8;  // query heads walked together; larger groups go in chunks
+constexpr int64_t kTile = 32;  // cache rows per tile (scores, weights, then V)
 
 // x[0] + x[1] + ... of four 8-lane accumulators: (x0 + x2) + (x1 + x3), then the two
 // 128-bit halves, then two horizontal adds (llama.cpp's reduction order).
@@ -61,48 +62,86 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
-// acc = acc * ms (when ms != 1), then acc += v * vs, over n floats; with kF16 each result
-// is rounded to F16 (the accumulator of llama.cpp's F16 flash attention).
+// The online softmax of one head over one tile of scores: for each row, the rescale factor
+// ms of the accumulator so far (1 unless the max grows; 0 on the very first row) and the
+// weight vs of the row, as the reference computes them row by row. Returns whether any
+// ms differs from 1.
 template <bool kF16>
-inline void rescale_add(float* acc, const float* v, int64_t n, float ms, float vs) {
-  const __m256 vms = _mm256_set1_ps(ms);
-  const __m256 vvs = _mm256_set1_ps(vs);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 a = _mm256_loadu_ps(acc + i);
-    if (ms != 1.0f) {
-      a = _mm256_mul_ps(a, vms);
-      if constexpr (kF16) a = round_f16(a);
+inline bool softmax_weights(const float* s, int64_t n, float& m, float& l, float* ms, float* vs) {
+  bool rescale = false;
+  for (int64_t j = 0; j < n; ++j) {
+    if (s[j] > m) {
+      ms[j] = std::exp(m - s[j]);
+      vs[j] = 1.0f;
+      m = s[j];
+      rescale |= ms[j] != 1.0f;
+    } else {
+      ms[j] = 1.0f;
+      vs[j] = std::exp(s[j] - m);
     }
-    a = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vvs, a);
-    if constexpr (kF16) a = round_f16(a);
-    _mm256_storeu_ps(acc + i, a);
+    l = kF16 ? std::fma(l, ms[j], vs[j]) : l * ms[j] + vs[j];
   }
-  for (; i < n; ++i) {
-    float a = acc[i];
-    if (ms != 1.0f) {
-      a *= ms;
-      if constexpr (kF16) a = round_f16(a);
+  return rescale;
+}
+
+// acc[h] = acc[h] * ms[h][j] (when kRescale), then acc[h] += v_j * vs[h][j], for the rows j of
+// a tile in order, every head of the group at once: each 8-float chunk of a V row is loaded
+// once and added to kNq accumulators held in registers. With kF16 each result is rounded
+// to F16. Multiplying by ms = 1 (and rounding an F16 value) changes nothing, so the
+// per-row skips of the reference need no branch here.
+template <bool kF16, bool kRescale, int kNq>
+void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+                     int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile]) {
+  int64_t c = 0;
+  for (; c + 8 <= head_dim; c += 8) {
+    __m256 a[kNq];
+    for (int h = 0; h < kNq; ++h) a[h] = _mm256_loadu_ps(acc[h] + c);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const __m256 x = _mm256_loadu_ps(vr[j] + c);
+      for (int h = 0; h < kNq; ++h) {
+        if constexpr (kRescale) {
+          a[h] = _mm256_mul_ps(a[h], _mm256_broadcast_ss(&ms[h][j]));
+          if constexpr (kF16) a[h] = round_f16(a[h]);
+        }
+        a[h] = _mm256_fmadd_ps(x, _mm256_broadcast_ss(&vs[h][j]), a[h]);
+        if constexpr (kF16) a[h] = round_f16(a[h]);
+      }
     }
-    a = std::fma(v[i], vs, a);
-    if constexpr (kF16) a = round_f16(a);
-    acc[i] = a;
+    for (int h = 0; h < kNq; ++h) _mm256_storeu_ps(acc[h] + c, a[h]);
+  }
+  for (; c < head_dim; ++c) {
+    for (int64_t j = 0; j < n_rows; ++j) {
+      for (int h = 0; h < kNq; ++h) {
+        float a = acc[h][c];
+        if constexpr (kRescale) {
+          a *= ms[h][j];
+          if constexpr (kF16) a = round_f16(a);
+        }
+        a = std::fma(vr[j][c], vs[h][j], a);
+        if constexpr (kF16) a = round_f16(a);
+        acc[h][c] = a;
+      }
+    }
   }
 }
 
-// Up to kGroup heads over all n_kv rows. Elem is float (F32 cache) or uint16_t (F16).
-template <class Elem>
-void attend_group(const float* q, int64_t q_stride, int64_t n_q, const Elem* k, const Elem* v,
-                  int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                  int64_t out_stride) {
+// kNq heads over all n_kv rows, tile by tile: the scores of every head and row of the
+// tile, then each head's softmax weights, then the V rows into the accumulators. Elem is
+// float (F32 cache) or uint16_t (F16 cache, rows widened to float once per tile).
+template <class Elem, int kNq>
+void attend_group(const float* q, int64_t q_stride, const Elem* k, const Elem* v, int64_t kv_stride,
+                  int64_t n_kv, int64_t head_dim, float scale, float* out, int64_t out_stride) {
   constexpr bool kF16 = sizeof(Elem) == 2;
-  alignas(32) float qs[kGroup][ref::kMaxHeadDim];
-  alignas(32) float acc[kGroup][ref::kMaxHeadDim];
-  alignas(32) float kf[ref::kMaxHeadDim];
-  alignas(32) float vf[ref::kMaxHeadDim];
-  float m[kGroup];
-  float l[kGroup];
-  for (int64_t h = 0; h < n_q; ++h) {
+  alignas(32) float qs[kNq][ref::kMaxHeadDim];
+  alignas(32) float acc[kNq][ref::kMaxHeadDim];
+  alignas(32) float rows[kF16 ? kTile * ref::kMaxHeadDim : 1];  // widened K, then V rows
+  const float* rp[kTile];
+  float s[kNq][kTile];
+  float ms[kNq][kTile];
+  float vs[kNq][kTile];
+  float m[kNq];
+  float l[kNq];
+  for (int h = 0; h < kNq; ++h) {
     for (int64_t d = 0; d < head_dim; ++d) {
       const float x = q[h * q_stride + d];
       qs[h][d] = kF16 ? round_f16(x) : x;
@@ -111,35 +150,65 @@ void attend_group(const float* q, int64_t q_stride, int64_t n_q, const Elem* k, 
     m[h] = -std::numeric_limits<float>::infinity();
     l[h] = 0.0f;
   }
-  for (int64_t j = 0; j < n_kv; ++j) {
-    const float* kr;
-    const float* vr;
-    if constexpr (kF16) {
-      widen_f16(k + j * kv_stride, kf, head_dim);
-      widen_f16(v + j * kv_stride, vf, head_dim);
-      kr = kf;
-      vr = vf;
-    } else {
-      kr = k + j * kv_stride;
-      vr = v + j * kv_stride;
-    }
-    for (int64_t h = 0; h < n_q; ++h) {
-      const float s = dot_f32(qs[h], kr, head_dim) * scale;
-      float ms = 1.0f;  // rescales the old accumulator when the max grows
-      float vs = 1.0f;  // exp(s - m), the weight of this row
-      if (s > m[h]) {
-        ms = std::exp(m[h] - s);  // 0 on the first row (m = -inf)
-        m[h] = s;
+  // Points rp at rows j0 .. j0 + n - 1 of `src` as floats.
+  const auto load_rows = [&](const Elem* src, int64_t j0, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+      if constexpr (kF16) {
+        widen_f16(src + (j0 + j) * kv_stride, rows + j * head_dim, head_dim);
+        rp[j] = rows + j * head_dim;
       } else {
-        vs = std::exp(s - m[h]);
+        rp[j] = src + (j0 + j) * kv_stride;
       }
-      rescale_add<kF16>(acc[h], vr, head_dim, ms, vs);
-      l[h] = kF16 ? std::fma(l[h], ms, vs) : l[h] * ms + vs;
+    }
+  };
+  for (int64_t j0 = 0; j0 < n_kv; j0 += kTile) {
+    const int64_t n = n_kv - j0 < kTile ? n_kv - j0 : kTile;
+    load_rows(k, j0, n);
+    for (int h = 0; h < kNq; ++h) {
+      for (int64_t j = 0; j < n; ++j) s[h][j] = dot_f32(qs[h], rp[j], head_dim) * scale;
+    }
+    bool rescale = false;
+    for (int h = 0; h < kNq; ++h) {
+      rescale |= softmax_weights<kF16>(s[h], n, m[h], l[h], ms[h], vs[h]);
+    }
+    load_rows(v, j0, n);
+    if (rescale) {
+      accumulate_tile<kF16, true, kNq>(acc, rp, n, head_dim, ms, vs);
+    } else {
+      accumulate_tile<kF16, false, kNq>(acc, rp, n, head_dim, ms, vs);
     }
   }
-  for (int64_t h = 0; h < n_q; ++h) {
+  for (int h = 0; h < kNq; ++h) {
     const float inv = 1.0f / l[h];
     for (int64_t d = 0; d < head_dim; ++d) out[h * out_stride + d] = acc[h][d] * inv;
+  }
+}
+
+// Groups of up to kGroup heads, each with its register count fixed at compile time.
+template <class Elem>
+void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const Elem* k, const Elem* v,
+                  int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                  int64_t out_stride) {
+  const auto run = [&]<int kNq>() {
+    attend_group<Elem, kNq>(q, q_stride, k, v, kv_stride, n_kv, head_dim, scale, out, out_stride);
+  };
+  switch (n_q) {
+    case 1:
+      return run.template operator()<1>();
+    case 2:
+      return run.template operator()<2>();
+    case 3:
+      return run.template operator()<3>();
+    case 4:
+      return run.template operator()<4>();
+    case 5:
+      return run.template operator()<5>();
+    case 6:
+      return run.template operator()<6>();
+    case 7:
+      return run.template operator()<7>();
+    default:
+      return run.template operator()<8>();
   }
 }
 
@@ -149,7 +218,7 @@ void attend(const float* q, int64_t q_stride, int64_t n_q, const void* k, const 
             int64_t out_stride) {
   for (int64_t h0 = 0; h0 < n_q; h0 += kGroup) {
     const int64_t n = n_q - h0 < kGroup ? n_q - h0 : kGroup;
-    attend_group(q + h0 * q_stride, q_stride, n, static_cast<const Elem*>(k),
+    attend_heads(q + h0 * q_stride, q_stride, n, static_cast<const Elem*>(k),
                  static_cast<const Elem*>(v), kv_stride, n_kv, head_dim, scale,
                  out + h0 * out_stride, out_stride);
   }
