@@ -1,7 +1,8 @@
 // AVX2 attention for one token over a KV cache: the n_q query heads that share a KV head
-// walk the cache rows together, so each K and V row is loaded (and, for F16, widened) once
-// per group and then reused from L1 for every head. One online softmax per head (running
-// max m, sum l, accumulator rescaled when m grows), as in ref_attention.cpp.
+// walk the cache together in tiles of 32 rows (each K and V row loaded, and for F16
+// widened, once per group): all scores of the tile, then each head's online-softmax
+// weights (running max m, sum l, rescale factor when m grows, as ref_attention.cpp does
+// row by row), then V added to every head's accumulator, held in registers per chunk.
 // F16 cache: the steps of llama.cpp's AVX2 flash attention, like the reference: q and the
 // accumulator rounded to F16, q.k as 4 x 8 float lanes over 32-element steps (exact F16
 // products, float sums, reduced pairwise), the tail in double, V added with an FMA.

@@ -1,7 +1,7 @@
 // AVX-512 attention for one token over a KV cache: avx2/ops_attention.cpp with 16-lane
-// vectors, so a 64- or 128-element head is 4 or 8 vectors per dot product and per V
-// update. The query heads of one KV head walk the cache rows together (each K/V row
-// loaded and, for F16, widened once per group), one online softmax per head.
+// vectors (a 64- or 128-element head is 4 or 8 vectors; other sizes end in a masked one).
+// The query heads of one KV head walk the cache in tiles of 32 rows: scores, then each
+// head's online-softmax weights, then V added to the group's accumulators in registers.
 // F16 cache: as llama.cpp's AVX-512 flash attention steps: q and the accumulator rounded
 // to F16, q.k as 4 x 16 float lanes over 64-element steps ((x0 + x2) + (x1 + x3), then a
 // lane reduction), the tail in double, V added with an FMA. F32 cache: float throughout.
