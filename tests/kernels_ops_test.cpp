@@ -219,38 +219,46 @@ TEST(KernelsOps, AttentionMatchesGeneric) {
   }
 }
 
-// Through CpuBackend: prefill of 37 tokens after 20 cached ones, 8 query heads on 2 KV
-// heads, 1 and 2 threads, against the generic backend.
+// Through CpuBackend: prefill of 37 tokens after 20 cached ones, then one decode token,
+// 8 query heads on 2 KV heads, with 1, 2 and 7 threads (7 cut the decode token's groups
+// into slices of query heads), against the generic backend. The split never changes a
+// head's result: every thread count gives the same bits as one thread.
 TEST(KernelsOps, BackendAttentionMatchesGenericBackend) {
-  const int64_t n_head = 8, n_head_kv = 2, head_dim = 64, n_ctx = 64, pos0 = 20, n_tokens = 37;
+  const int64_t n_head = 8, n_head_kv = 2, head_dim = 64, n_ctx = 64;
   const int64_t n_kv_row = n_head_kv * head_dim;
   const std::vector<float> kin = random_floats(static_cast<size_t>(n_ctx * n_kv_row), 5, 1.0f);
   const std::vector<float> vin = random_floats(static_cast<size_t>(n_ctx * n_kv_row), 6, 1.0f);
-  const std::vector<float> q =
-      random_floats(static_cast<size_t>(n_tokens * n_head * head_dim), 7, 1.0f);
   const AttentionParams params{n_head, n_head_kv, head_dim, 0.125f};
+  const int64_t batches[][2] = {{20, 37}, {57, 1}};  // pos0, n_tokens
   for (DType type : {DType::kF32, DType::kF16}) {
     std::vector<uint8_t> kbuf(row_size(type, n_ctx * n_kv_row)), vbuf(kbuf.size());
     const KvLayerView cache{type, kbuf.data(), vbuf.data(), n_ctx, n_head_kv, head_dim};
     CpuBackend generic(1, Isa::kGeneric);
-    generic.kv_store(cache, 0, pos0 + n_tokens, kin.data(), vin.data());
-    std::vector<float> ref(q.size(), kNaN);
-    generic.attention(q.data(), n_tokens, pos0, cache, params, ref.data());
-    for (Isa isa : simd_isas()) {
-      for (int threads : {1, 2}) {
-        SCOPED_TRACE(testing::Message()
-                     << isa_name(isa) << " " << dtype_name(type) << " threads " << threads);
-        CpuBackend backend(threads, isa);
-        // The ISA's F16 store must give the same cache bytes.
-        std::vector<uint8_t> k2(kbuf.size()), v2(kbuf.size());
-        const KvLayerView cache2{type, k2.data(), v2.data(), n_ctx, n_head_kv, head_dim};
-        backend.kv_store(cache2, 0, pos0 + n_tokens, kin.data(), vin.data());
-        EXPECT_EQ(k2, kbuf);
-        EXPECT_EQ(v2, vbuf);
-        std::vector<float> got(q.size(), kNaN);
-        backend.attention(q.data(), n_tokens, pos0, cache2, params, got.data());
-        expect_heads_close(got, ref, n_tokens * n_head, head_dim, head_dim,
-                           type == DType::kF16 ? 1e-6 : 1e-10);
+    generic.kv_store(cache, 0, n_ctx, kin.data(), vin.data());
+    for (const auto& [pos0, n_tokens] : batches) {
+      const std::vector<float> q =
+          random_floats(static_cast<size_t>(n_tokens * n_head * head_dim), 7, 1.0f);
+      std::vector<float> ref(q.size(), kNaN);
+      generic.attention(q.data(), n_tokens, pos0, cache, params, ref.data());
+      for (Isa isa : simd_isas()) {
+        std::vector<float> one_thread;
+        for (int threads : {1, 2, 7}) {
+          SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " pos0 "
+                                          << pos0 << " threads " << threads);
+          CpuBackend backend(threads, isa);
+          // The ISA's F16 store must give the same cache bytes.
+          std::vector<uint8_t> k2(kbuf.size()), v2(kbuf.size());
+          const KvLayerView cache2{type, k2.data(), v2.data(), n_ctx, n_head_kv, head_dim};
+          backend.kv_store(cache2, 0, n_ctx, kin.data(), vin.data());
+          EXPECT_EQ(k2, kbuf);
+          EXPECT_EQ(v2, vbuf);
+          std::vector<float> got(q.size(), kNaN);
+          backend.attention(q.data(), n_tokens, pos0, cache2, params, got.data());
+          expect_heads_close(got, ref, n_tokens * n_head, head_dim, head_dim,
+                             type == DType::kF16 ? 1e-6 : 1e-10);
+          if (threads == 1) one_thread = got;
+          EXPECT_EQ(std::memcmp(got.data(), one_thread.data(), got.size() * sizeof(float)), 0);
+        }
       }
     }
   }
