@@ -1,7 +1,9 @@
 // Causal grouped-query attention over a KV cache, and the store into it. A work item is
-// one (token, KV head) pair: the query heads that share that KV head are attended together
-// by the ISA's attend kernel, so each K/V row is read once per group, and no n_tokens x
-// n_ctx matrix is ever formed (the kernels use an online softmax; see ref_attention.cpp).
+// one (token, KV head) pair, or a slice of its query heads when there are fewer pairs than
+// threads: the query heads that share that KV head are attended together by the ISA's
+// attend kernel, so each K/V row is read once per group, and no n_tokens x n_ctx matrix
+// is ever formed (the kernels use an online softmax; see ref_attention.cpp).
+#include <algorithm>
 #include <cstring>
 
 #include "ggml-like/result.h"
@@ -57,14 +59,25 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
   const int64_t q_row = n_head * head_dim;
   const size_t elem_bytes = cache.type == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
   const AttendFn attend = cache.type == DType::kF32 ? kernels_->attend_f32 : kernels_->attend_f16;
-  pool_.parallel_for(n_tokens * n_head_kv, [&](int64_t begin, int64_t end) {
+  // Work items are (token, KV head, slice of its query heads). A whole group per item
+  // reads each K/V row once for all its heads; when that leaves threads idle (decoding a
+  // model with few KV heads on many cores), the group is cut into slices. Each head's
+  // result is the same either way.
+  int64_t n_slices = 1;
+  while (n_slices < group && n_tokens * n_head_kv * n_slices < pool_.n_threads()) n_slices *= 2;
+  n_slices = std::min(n_slices, group);
+  const int64_t slice = (group + n_slices - 1) / n_slices;
+  pool_.parallel_for(n_tokens * n_head_kv * n_slices, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / n_head_kv;
-      const int64_t hk = item % n_head_kv;
+      const int64_t t = item / (n_head_kv * n_slices);
+      const int64_t hk = item / n_slices % n_head_kv;
+      const int64_t first = item % n_slices * slice;
+      const int64_t n_q = std::min(slice, group - first);
+      if (n_q <= 0) continue;
       const size_t kv_offset = static_cast<size_t>(hk * head_dim) * elem_bytes;
       const int64_t n_kv = pos0 + t + 1;
-      const int64_t h0 = hk * group;
-      attend(q + t * q_row + h0 * head_dim, head_dim, group,
+      const int64_t h0 = hk * group + first;
+      attend(q + t * q_row + h0 * head_dim, head_dim, n_q,
              static_cast<const uint8_t*>(cache.k) + kv_offset,
              static_cast<const uint8_t*>(cache.v) + kv_offset, stride, n_kv, head_dim, params.scale,
              out + t * q_row + h0 * head_dim, head_dim);

@@ -1,0 +1,24 @@
+// The AVX2 op kernels registered by ops_registry.cpp. Each has the signature of its
+// generic twin in kernels/cpu/ref_kernels.h and is tested against it
+// (tests/kernels_ops_test.cpp). Only files in avx2/ include this header.
+#pragma once
+
+#include <cstdint>
+
+namespace qrun::kernels::avx2 {
+
+// ops_attention.cpp
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                int64_t out_stride);
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                int64_t out_stride);
+
+// ops_elementwise.cpp
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+void add(const float* a, const float* b, int64_t n, float* out);
+void to_f16(const float* src, uint16_t* dst, int64_t n);
+
+}  // namespace qrun::kernels::avx2

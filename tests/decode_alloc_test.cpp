@@ -1,0 +1,160 @@
+// The decode loop allocates nothing: this executable replaces the global operator new and
+// delete with counting versions, loads small shared models (F32, Q4_0 and k-quant weights,
+// so both activation quantizers run), feeds a prompt and a few warm-up tokens, then counts
+// every allocation, on any thread, over further single-token forward passes plus sampling
+// on every ISA this host runs, with F16 and F32 caches. Expected count: 0.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/gguf.h"
+#include "core/kv_cache.h"
+#include "core/model.h"
+#include "core/sampling.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "models/registry.h"
+#include "tests/support/test_data.h"
+
+namespace {
+
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+void* counted_alloc(std::size_t size, std::size_t align) {
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (size == 0) size = 1;
+  void* p = align > alignof(std::max_align_t)
+                ? std::aligned_alloc(align, (size + align - 1) / align * align)
+                : std::malloc(size);
+  return p;
+}
+
+}  // namespace
+
+void* operator new(std::size_t size) {
+  void* p = counted_alloc(size, 0);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new[](std::size_t size) {
+  void* p = counted_alloc(size, 0);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new(std::size_t size, std::align_val_t align) {
+  void* p = counted_alloc(size, static_cast<std::size_t>(align));
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new[](std::size_t size, std::align_val_t align) {
+  void* p = counted_alloc(size, static_cast<std::size_t>(align));
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  return counted_alloc(size, 0);
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return counted_alloc(size, 0);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+
+namespace qrun {
+namespace {
+
+constexpr int kWarmup = 4;
+constexpr int kCounted = 16;
+
+// Allocations during kCounted decode steps (forward of one token + sample + accept) after
+// a 9-token prompt and kWarmup steps; -1 when a step failed.
+int64_t count_decode_allocations(Model& model, kernels::CpuBackend& backend, DType cache_type) {
+  Result<KvCache> kv = make_kv_cache(model, 64, cache_type);
+  if (!kv.ok()) return -1;
+  const int64_t n_vocab = model.hparams().n_vocab;
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  SamplingParams sp{0.8f, 42};
+  Sampler sampler = make_sampler(sp);
+  const std::vector<int32_t> prompt = {1, 13, 25, 7, 99, 5, 42, 17, 3};
+  if (!model.forward(backend, prompt, 0, *kv, false, logits.data()).ok()) return -1;
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  int32_t token = sampler.sample(logits);
+  const auto step = [&]() {
+    sampler.accept(token);
+    const int32_t one[1] = {token};
+    if (!model.forward(backend, one, pos, *kv, false, logits.data()).ok()) return false;
+    ++pos;
+    token = sampler.sample(logits);
+    return true;
+  };
+  for (int i = 0; i < kWarmup; ++i) {
+    if (!step()) return -1;
+  }
+  g_allocations.store(0);
+  g_counting.store(true);
+  bool ok = true;
+  for (int i = 0; i < kCounted && ok; ++i) ok = step();
+  g_counting.store(false);
+  return ok ? g_allocations.load() : -1;
+}
+
+TEST(DecodeAlloc, CountingNewSeesAllocations) {
+  g_allocations.store(0);
+  g_counting.store(true);
+  auto p = std::make_unique<std::vector<int>>(100);
+  g_counting.store(false);
+  EXPECT_GE(g_allocations.load(), 2);
+}
+
+TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
+  const char* kModels[] = {"models/stories260K.gguf", "models/stories260K-Q4_0.gguf",
+                           "models/TinyLLama-v0-5M-Q4_K_M.gguf"};
+  const kernels::CpuFeatures host = kernels::detect_cpu_features();
+  for (const char* name : kModels) {
+    Result<gguf::File> f = gguf::File::open(test::data_path(name).string());
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16});
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    for (kernels::Isa isa : {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512,
+                             kernels::Isa::kNeon}) {
+      if (!kernels::isa_runs_on(isa, host)) continue;
+      kernels::CpuBackend backend(2, isa);
+      for (DType cache : {DType::kF16, DType::kF32}) {
+        EXPECT_EQ(count_decode_allocations(**m, backend, cache), 0)
+            << name << " " << kernels::isa_name(isa) << " cache " << dtype_name(cache);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qrun

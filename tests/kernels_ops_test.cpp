@@ -1,0 +1,268 @@
+// The non-matmul op kernels of every SIMD ISA this host runs (attention over F32 and F16
+// caches, RMS norm, SwiGLU, add, F32 -> F16) against their generic references, on awkward
+// lengths (1, 7, 31, 32, 33, 255, 4097), attention over head_dim 64, 128 and 40 (a tail),
+// n_kv 1..300 (within, at and across 32-row tiles) and 1..12 query heads per KV head,
+// into NaN-prefilled outputs with gaps.
+// Tolerances: add and to_f16 exact; rms_norm 1e-6 relative per element (the double sum
+// differs only in order); swiglu 1e-6 relative (polynomial exp) plus 1e-30 absolute;
+// attention per head normalized MSE 1e-10 (F32 cache: float vs double q.k) or 1e-6 (F16
+// cache: a last-bit score difference can flip one F16 rounding of the accumulator).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ggml-like/fp16.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kernel_table.h"
+
+namespace qrun::kernels {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+const int64_t kLengths[] = {1, 7, 31, 32, 33, 255, 4097};
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> out;
+  const CpuFeatures host = detect_cpu_features();
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    if (isa_runs_on(isa, host)) out.push_back(isa);
+  }
+  return out;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  for (size_t i = 3; i < n; i += 97) v[i] *= 12.0f;  // outliers, as real activations have
+  return v;
+}
+
+bool close_rel(float got, float ref, double rel, double abs) {
+  return std::fabs(double{got} - ref) <= rel * std::fabs(double{ref}) + abs;
+}
+
+// got[0..n) against ref[0..n) elementwise; got[n] (a guard) must still be NaN.
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t n,
+                  double rel, double abs) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    if (!close_rel(got[u], ref[u], rel, abs) && ++bad <= 3) {
+      ADD_FAILURE() << "element " << i << ": " << got[u] << " vs " << ref[u];
+    }
+  }
+  EXPECT_TRUE(std::isnan(got[static_cast<size_t>(n)])) << "wrote past the end";
+}
+
+TEST(KernelsOps, RmsNormMatchesGeneric) {
+  const CpuKernels& g = cpu_kernels(Isa::kGeneric);
+  for (Isa isa : simd_isas()) {
+    for (int64_t n : kLengths) {
+      SCOPED_TRACE(testing::Message() << isa_name(isa) << " n " << n);
+      const std::vector<float> x = random_floats(static_cast<size_t>(n), 10 + n, 1.5f);
+      const std::vector<float> w = random_floats(static_cast<size_t>(n), 20 + n, 0.3f);
+      std::vector<float> ref(static_cast<size_t>(n) + 1, kNaN);
+      std::vector<float> got(static_cast<size_t>(n) + 1, kNaN);
+      g.rms_norm_row(x.data(), w.data(), n, 1e-5f, ref.data());
+      cpu_kernels(isa).rms_norm_row(x.data(), w.data(), n, 1e-5f, got.data());
+      expect_close(got, ref, n, 1e-6, 0.0);
+    }
+  }
+}
+
+TEST(KernelsOps, SwigluMatchesGeneric) {
+  const CpuKernels& g = cpu_kernels(Isa::kGeneric);
+  for (Isa isa : simd_isas()) {
+    for (int64_t n : kLengths) {
+      SCOPED_TRACE(testing::Message() << isa_name(isa) << " n " << n);
+      // Gates up to about +-100 with the outliers: exp(-g) overflows on one side.
+      std::vector<float> gate = random_floats(static_cast<size_t>(n), 30 + n, 3.0f);
+      const std::vector<float> up = random_floats(static_cast<size_t>(n), 40 + n, 1.0f);
+      std::vector<float> ref(static_cast<size_t>(n) + 1, kNaN);
+      std::vector<float> got(static_cast<size_t>(n) + 1, kNaN);
+      g.swiglu(gate.data(), up.data(), n, ref.data());
+      cpu_kernels(isa).swiglu(gate.data(), up.data(), n, got.data());
+      expect_close(got, ref, n, 1e-6, 1e-30);
+    }
+  }
+}
+
+TEST(KernelsOps, AddIsExactAndMayAlias) {
+  for (Isa isa : simd_isas()) {
+    for (int64_t n : kLengths) {
+      SCOPED_TRACE(testing::Message() << isa_name(isa) << " n " << n);
+      const std::vector<float> a = random_floats(static_cast<size_t>(n), 50 + n, 1.0f);
+      const std::vector<float> b = random_floats(static_cast<size_t>(n), 60 + n, 1.0f);
+      std::vector<float> ref(static_cast<size_t>(n) + 1, kNaN);
+      std::vector<float> got(static_cast<size_t>(n) + 1, kNaN);
+      cpu_kernels(Isa::kGeneric).add(a.data(), b.data(), n, ref.data());
+      cpu_kernels(isa).add(a.data(), b.data(), n, got.data());
+      expect_close(got, ref, n, 0.0, 0.0);
+      std::vector<float> acc = a;  // out == a, as the residual add calls it
+      cpu_kernels(isa).add(acc.data(), b.data(), n, acc.data());
+      EXPECT_EQ(std::memcmp(acc.data(), ref.data(), static_cast<size_t>(n) * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(KernelsOps, ToF16IsExact) {
+  for (Isa isa : simd_isas()) {
+    for (int64_t n : kLengths) {
+      SCOPED_TRACE(testing::Message() << isa_name(isa) << " n " << n);
+      std::vector<float> src = random_floats(static_cast<size_t>(n), 70 + n, 4.0f);
+      // Halfway cases, subnormal halves, overflow to inf, infinities and a NaN.
+      const float special[] = {1.0f + 1.0f / 2048,
+                               1.0f + 3.0f / 2048,
+                               3e-6f,
+                               -7e-8f,
+                               65519.0f,
+                               65520.0f,
+                               1e9f,
+                               -1e9f,
+                               std::numeric_limits<float>::infinity(),
+                               kNaN,
+                               0.0f,
+                               -0.0f};
+      for (size_t i = 0; i < src.size(); i += 3) src[i] = special[(i / 3) % std::size(special)];
+      std::vector<uint16_t> ref(static_cast<size_t>(n) + 1, 0xabcd);
+      std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xabcd);
+      cpu_kernels(Isa::kGeneric).to_f16(src.data(), ref.data(), n);
+      cpu_kernels(isa).to_f16(src.data(), got.data(), n);
+      EXPECT_EQ(got, ref);
+    }
+  }
+}
+
+// One KV head's slice of a cache with n_head_kv = 3 heads per row (the slice in the
+// middle), so rows are 3 * head_dim elements apart.
+struct Cache {
+  std::vector<float> k32, v32;
+  std::vector<uint16_t> k16, v16;
+  int64_t stride = 0;
+};
+
+Cache make_cache(int64_t n_kv, int64_t head_dim, uint32_t seed) {
+  Cache c;
+  c.stride = 3 * head_dim;
+  const size_t n = static_cast<size_t>(n_kv * c.stride);
+  c.k32 = random_floats(n, seed, 1.0f);
+  c.v32 = random_floats(n, seed + 1, 1.0f);
+  for (float x : c.k32) c.k16.push_back(fp32_to_fp16(x));
+  for (float x : c.v32) c.v16.push_back(fp32_to_fp16(x));
+  return c;
+}
+
+// Normalized MSE of each head's output (out rows out_stride apart, NaN in the gaps).
+void expect_heads_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t n_q,
+                        int64_t head_dim, int64_t out_stride, double max_nmse) {
+  for (int64_t h = 0; h < n_q; ++h) {
+    double err = 0.0;
+    double mag = 0.0;
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const size_t u = static_cast<size_t>(h * out_stride + d);
+      const double diff = double{got[u]} - ref[u];
+      err += std::isnan(diff) ? 1e30 : diff * diff;
+      mag += double{ref[u]} * ref[u];
+    }
+    EXPECT_LE(err / mag, max_nmse) << "head " << h;
+    for (int64_t d = head_dim; d < out_stride; ++d) {
+      EXPECT_TRUE(std::isnan(got[static_cast<size_t>(h * out_stride + d)])) << "gap written";
+    }
+  }
+}
+
+TEST(KernelsOps, AttentionMatchesGeneric) {
+  const int64_t head_dims[] = {64, 128, 40};
+  const int64_t n_kvs[] = {1, 2, 7, 31, 32, 33, 64, 100, 300};
+  const int64_t n_qs[] = {1, 2, 3, 4, 5, 6, 7, 8, 12};
+  uint32_t seed = 1000;
+  for (Isa isa : simd_isas()) {
+    for (int64_t head_dim : head_dims) {
+      for (int64_t n_kv : n_kvs) {
+        const Cache c = make_cache(n_kv, head_dim, ++seed);
+        for (int64_t n_q : n_qs) {
+          for (bool f16 : {false, true}) {
+            SCOPED_TRACE(testing::Message()
+                         << isa_name(isa) << (f16 ? " f16" : " f32") << " head_dim " << head_dim
+                         << " n_kv " << n_kv << " n_q " << n_q);
+            const int64_t q_stride = head_dim + 3;
+            const int64_t out_stride = head_dim + 5;
+            const std::vector<float> q =
+                random_floats(static_cast<size_t>(n_q * q_stride), ++seed, 1.0f);
+            // A peaky softmax for half the cases, so the running max moves a lot.
+            const float scale = (seed % 2 ? 1.0f : 4.0f) / std::sqrt(static_cast<float>(head_dim));
+            const void* k = f16 ? static_cast<const void*>(c.k16.data() + head_dim)
+                                : static_cast<const void*>(c.k32.data() + head_dim);
+            const void* v = f16 ? static_cast<const void*>(c.v16.data() + head_dim)
+                                : static_cast<const void*>(c.v32.data() + head_dim);
+            std::vector<float> ref(static_cast<size_t>(n_q * out_stride), kNaN);
+            std::vector<float> got(static_cast<size_t>(n_q * out_stride), kNaN);
+            const AttendFn ref_fn =
+                f16 ? cpu_kernels(Isa::kGeneric).attend_f16 : cpu_kernels(Isa::kGeneric).attend_f32;
+            const AttendFn fn = f16 ? cpu_kernels(isa).attend_f16 : cpu_kernels(isa).attend_f32;
+            ref_fn(q.data(), q_stride, n_q, k, v, c.stride, n_kv, head_dim, scale, ref.data(),
+                   out_stride);
+            fn(q.data(), q_stride, n_q, k, v, c.stride, n_kv, head_dim, scale, got.data(),
+               out_stride);
+            expect_heads_close(got, ref, n_q, head_dim, out_stride, f16 ? 1e-6 : 1e-10);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Through CpuBackend: prefill of 37 tokens after 20 cached ones, then one decode token,
+// 8 query heads on 2 KV heads, with 1, 2 and 7 threads (7 cut the decode token's groups
+// into slices of query heads), against the generic backend. The split never changes a
+// head's result: every thread count gives the same bits as one thread.
+TEST(KernelsOps, BackendAttentionMatchesGenericBackend) {
+  const int64_t n_head = 8, n_head_kv = 2, head_dim = 64, n_ctx = 64;
+  const int64_t n_kv_row = n_head_kv * head_dim;
+  const std::vector<float> kin = random_floats(static_cast<size_t>(n_ctx * n_kv_row), 5, 1.0f);
+  const std::vector<float> vin = random_floats(static_cast<size_t>(n_ctx * n_kv_row), 6, 1.0f);
+  const AttentionParams params{n_head, n_head_kv, head_dim, 0.125f};
+  const int64_t batches[][2] = {{20, 37}, {57, 1}};  // pos0, n_tokens
+  for (DType type : {DType::kF32, DType::kF16}) {
+    std::vector<uint8_t> kbuf(row_size(type, n_ctx * n_kv_row)), vbuf(kbuf.size());
+    const KvLayerView cache{type, kbuf.data(), vbuf.data(), n_ctx, n_head_kv, head_dim};
+    CpuBackend generic(1, Isa::kGeneric);
+    generic.kv_store(cache, 0, n_ctx, kin.data(), vin.data());
+    for (const auto& [pos0, n_tokens] : batches) {
+      const std::vector<float> q =
+          random_floats(static_cast<size_t>(n_tokens * n_head * head_dim), 7, 1.0f);
+      std::vector<float> ref(q.size(), kNaN);
+      generic.attention(q.data(), n_tokens, pos0, cache, params, ref.data());
+      for (Isa isa : simd_isas()) {
+        std::vector<float> one_thread;
+        for (int threads : {1, 2, 7}) {
+          SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " pos0 "
+                                          << pos0 << " threads " << threads);
+          CpuBackend backend(threads, isa);
+          // The ISA's F16 store must give the same cache bytes.
+          std::vector<uint8_t> k2(kbuf.size()), v2(kbuf.size());
+          const KvLayerView cache2{type, k2.data(), v2.data(), n_ctx, n_head_kv, head_dim};
+          backend.kv_store(cache2, 0, n_ctx, kin.data(), vin.data());
+          EXPECT_EQ(k2, kbuf);
+          EXPECT_EQ(v2, vbuf);
+          std::vector<float> got(q.size(), kNaN);
+          backend.attention(q.data(), n_tokens, pos0, cache2, params, got.data());
+          expect_heads_close(got, ref, n_tokens * n_head, head_dim, head_dim,
+                             type == DType::kF16 ? 1e-6 : 1e-10);
+          if (threads == 1) one_thread = got;
+          EXPECT_EQ(std::memcmp(got.data(), one_thread.data(), got.size() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qrun::kernels
