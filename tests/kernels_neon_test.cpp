@@ -37,8 +37,10 @@ struct DotVariant {
 
 const DotVariant kDots[] = {
     {DType::kQ4_0, neon::vec_dot_q4_0_q8_0, neon::vec_dot_q4_0_q8_0_dotprod},
+    {DType::kQ5_0, neon::vec_dot_q5_0_q8_0, neon::vec_dot_q5_0_q8_0_dotprod},
     {DType::kQ8_0, neon::vec_dot_q8_0_q8_0, neon::vec_dot_q8_0_q8_0_dotprod},
     {DType::kQ4_K, neon::vec_dot_q4_k_q8_k, neon::vec_dot_q4_k_q8_k_dotprod},
+    {DType::kQ5_K, neon::vec_dot_q5_k_q8_k, neon::vec_dot_q5_k_q8_k_dotprod},
     {DType::kQ6_K, neon::vec_dot_q6_k_q8_k, neon::vec_dot_q6_k_q8_k_dotprod},
     {DType::kF32, neon::vec_dot_f32_f32, nullptr},
     {DType::kF16, neon::vec_dot_f16_f16, nullptr},
@@ -161,6 +163,15 @@ TEST(KernelsNeon, DotsOfExtremeLevels) {
           case DType::kQ4_0:
             std::memcpy(&reinterpret_cast<BlockQ4_0*>(w.data())[b].d, &one, 2);
             break;
+          case DType::kQ5_0:
+            std::memcpy(&reinterpret_cast<BlockQ5_0*>(w.data())[b].d, &one, 2);
+            break;
+          case DType::kQ5_K: {
+            auto& blk = reinterpret_cast<BlockQ5_K*>(w.data())[b];
+            std::memcpy(&blk.d, &one, 2);
+            std::memcpy(&blk.dmin, &one, 2);
+            break;
+          }
           case DType::kQ8_0: {
             auto& blk = reinterpret_cast<BlockQ8_0*>(w.data())[b];
             std::memcpy(&blk.d, &one, 2);

@@ -22,12 +22,20 @@ float vec_dot_q4_0_q8_0_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::q4_0_q8_0(n, x, y);
 }
 
+float vec_dot_q5_0_q8_0_dotprod(int64_t n, const void* x, const void* y) {
+  return Dots::q5_0_q8_0(n, x, y);
+}
+
 float vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::q8_0_q8_0(n, x, y);
 }
 
 float vec_dot_q4_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::q4_k_q8_k(n, x, y);
+}
+
+float vec_dot_q5_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
+  return Dots::q5_k_q8_k(n, x, y);
 }
 
 float vec_dot_q6_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {

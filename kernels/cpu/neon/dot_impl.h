@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "ggml-like/quants.h"
 
@@ -34,6 +35,23 @@ struct QuantDots {
     const int8x16_t eight = vdupq_n_s8(8);
     const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), eight);
     const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight);
+    return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
+  }
+
+  // Q5_0 levels q - 16: the low 4 bits as Q4_0's, bit 4 of element i from bit i of qh
+  // (each qh byte spread over 8 lanes, then tested against 1, 2, 4, ... 128).
+  static int32x4_t q5_0_lanes(const BlockQ5_0& x, const BlockQ8_0& y) {
+    const uint8x16_t q = vld1q_u8(x.qs);
+    const uint8x16_t bits = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
+    const uint8x16_t b4 = vdupq_n_u8(16);
+    const uint8x16_t h_lo = vcombine_u8(vdup_n_u8(x.qh[0]), vdup_n_u8(x.qh[1]));
+    const uint8x16_t h_hi = vcombine_u8(vdup_n_u8(x.qh[2]), vdup_n_u8(x.qh[3]));
+    const uint8x16_t lo_u =
+        vorrq_u8(vandq_u8(q, vdupq_n_u8(15)), vandq_u8(vtstq_u8(h_lo, bits), b4));
+    const uint8x16_t hi_u = vorrq_u8(vshrq_n_u8(q, 4), vandq_u8(vtstq_u8(h_hi, bits), b4));
+    const int8x16_t sixteen = vdupq_n_s8(16);
+    const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(lo_u), sixteen);
+    const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(hi_u), sixteen);
     return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
   }
 
@@ -68,11 +86,14 @@ struct QuantDots {
   static float q4_0_q8_0(int64_t n, const void* x, const void* y) {
     return legacy<BlockQ4_0, q4_0_lanes>(n, x, y);
   }
+  static float q5_0_q8_0(int64_t n, const void* x, const void* y) {
+    return legacy<BlockQ5_0, q5_0_lanes>(n, x, y);
+  }
   static float q8_0_q8_0(int64_t n, const void* x, const void* y) {
     return legacy<BlockQ8_0, q8_0_lanes>(n, x, y);
   }
 
-  // The 6-bit scales and mins of a Q4_K super-block (layout in quants.h).
+  // The 6-bit scales and mins of a Q4_K / Q5_K super-block (layout in quants.h).
   static void k_scales_mins(const uint8_t* b, uint8_t* sc, uint8_t* mn) {
     for (int s = 0; s < 4; ++s) {
       sc[s] = b[s] & 63;
@@ -82,12 +103,16 @@ struct QuantDots {
     }
   }
 
-  // Q4_K: per super-block, sumi = sum_s sc[s] * (levels of s . activations of s) and
-  // sum_mins = sum_s mn[s] * (activation sum of s, from bsums), both exact int32; then
+  // Q4_K and Q5_K: per super-block, sumi = sum_s sc[s] * (levels of s . activations of s)
+  // and sum_mins = sum_s mn[s] * (activation sum of s, from bsums), both exact int32; then
   // sum = fma(d_x * d_y, sumi, sum), then sum = fma(-(dmin_x * d_y), sum_mins, sum), block
   // after block (explicit fmas: the float steps must not depend on compiler contraction).
-  static float q4_k_q8_k(int64_t n, const void* vx, const void* vy) {
-    const auto* x = static_cast<const BlockQ4_K*>(vx);
+  // Q5_K's bit 4 of the levels of group g comes from bit 2g (low half) or 2g + 1 (high
+  // half) of the 32 qh bytes.
+  template <class Block>
+  static float scale_min_k(int64_t n, const void* vx, const void* vy) {
+    constexpr bool kFive = std::is_same_v<Block, BlockQ5_K>;
+    const auto* x = static_cast<const Block*>(vx);
     const auto* y = static_cast<const BlockQ8_K*>(vy);
     const uint8x16_t m4 = vdupq_n_u8(15);
     const int32x4_t zero = vdupq_n_s32(0);
@@ -107,10 +132,25 @@ struct QuantDots {
       for (int g = 0; g < 4; ++g, a += 64) {
         const uint8x16_t q0 = vld1q_u8(x[b].qs + 32 * g);
         const uint8x16_t q1 = vld1q_u8(x[b].qs + 32 * g + 16);
-        const int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(q0, m4));
-        const int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(q1, m4));
-        const int8x16_t hi0 = vreinterpretq_s8_u8(vshrq_n_u8(q0, 4));
-        const int8x16_t hi1 = vreinterpretq_s8_u8(vshrq_n_u8(q1, 4));
+        uint8x16_t l0 = vandq_u8(q0, m4);
+        uint8x16_t l1 = vandq_u8(q1, m4);
+        uint8x16_t h0 = vshrq_n_u8(q0, 4);
+        uint8x16_t h1 = vshrq_n_u8(q1, 4);
+        if constexpr (kFive) {
+          const uint8x16_t b4 = vdupq_n_u8(16);
+          const uint8x16_t qh0 = vld1q_u8(x[b].qh);
+          const uint8x16_t qh1 = vld1q_u8(x[b].qh + 16);
+          const int8x16_t to_lo = vdupq_n_s8(static_cast<int8_t>(4 - 2 * g));  // < 0: right
+          const int8x16_t to_hi = vdupq_n_s8(static_cast<int8_t>(3 - 2 * g));
+          l0 = vorrq_u8(l0, vandq_u8(vshlq_u8(qh0, to_lo), b4));
+          l1 = vorrq_u8(l1, vandq_u8(vshlq_u8(qh1, to_lo), b4));
+          h0 = vorrq_u8(h0, vandq_u8(vshlq_u8(qh0, to_hi), b4));
+          h1 = vorrq_u8(h1, vandq_u8(vshlq_u8(qh1, to_hi), b4));
+        }
+        const int8x16_t lo0 = vreinterpretq_s8_u8(l0);
+        const int8x16_t lo1 = vreinterpretq_s8_u8(l1);
+        const int8x16_t hi0 = vreinterpretq_s8_u8(h0);
+        const int8x16_t hi1 = vreinterpretq_s8_u8(h1);
         const int32x4_t plo = Dot::dot(Dot::dot(zero, lo0, vld1q_s8(a)), lo1, vld1q_s8(a + 16));
         const int32x4_t phi =
             Dot::dot(Dot::dot(zero, hi0, vld1q_s8(a + 32)), hi1, vld1q_s8(a + 48));
@@ -122,6 +162,13 @@ struct QuantDots {
       sum = std::fma(-(half(x[b].dmin) * y[b].d), static_cast<float>(sum_mins), sum);
     }
     return sum;
+  }
+
+  static float q4_k_q8_k(int64_t n, const void* x, const void* y) {
+    return scale_min_k<BlockQ4_K>(n, x, y);
+  }
+  static float q5_k_q8_k(int64_t n, const void* x, const void* y) {
+    return scale_min_k<BlockQ5_K>(n, x, y);
   }
 
   // 16 signed Q6_K levels q - 32 from 4-bit parts `low` and 2-bit parts in bits 4-5 of `high`.

@@ -1,4 +1,4 @@
-// armv8-a NEON dot products of Q4_0, Q8_0 (Q8_0 activations), Q4_K and Q6_K (Q8_K
+// armv8-a NEON dot products of Q4_0, Q5_0, Q8_0 (Q8_0 activations), Q4_K, Q5_K, Q6_K (Q8_K
 // activations), through dot_impl.h with widening multiplies: SMULL/SMULL2 give 16 int16
 // products, SADALP adds them pairwise into the int32 lanes (exact: |product| <= 128 * 128,
 // so a pair fits int16 and lanes stay far from int32 limits). Also the activation
@@ -31,12 +31,20 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y) {
   return Dots::q4_0_q8_0(n, x, y);
 }
 
+float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y) {
+  return Dots::q5_0_q8_0(n, x, y);
+}
+
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y) {
   return Dots::q8_0_q8_0(n, x, y);
 }
 
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y) {
   return Dots::q4_k_q8_k(n, x, y);
+}
+
+float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y) {
+  return Dots::q5_k_q8_k(n, x, y);
 }
 
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y) {

@@ -16,13 +16,15 @@ void set_dot(CpuKernels& k, DType type, VecDotFn fn) {
 void fill_kernels(CpuKernels& k, const CpuFeatures& features) {
   const bool dp = features.neon_dotprod;
   set_dot(k, DType::kQ4_0, dp ? vec_dot_q4_0_q8_0_dotprod : vec_dot_q4_0_q8_0);
+  set_dot(k, DType::kQ5_0, dp ? vec_dot_q5_0_q8_0_dotprod : vec_dot_q5_0_q8_0);
   set_dot(k, DType::kQ8_0, dp ? vec_dot_q8_0_q8_0_dotprod : vec_dot_q8_0_q8_0);
   set_dot(k, DType::kQ4_K, dp ? vec_dot_q4_k_q8_k_dotprod : vec_dot_q4_k_q8_k);
+  set_dot(k, DType::kQ5_K, dp ? vec_dot_q5_k_q8_k_dotprod : vec_dot_q5_k_q8_k);
   set_dot(k, DType::kQ6_K, dp ? vec_dot_q6_k_q8_k_dotprod : vec_dot_q6_k_q8_k);
   set_dot(k, DType::kF32, vec_dot_f32_f32);
   set_dot(k, DType::kF16, vec_dot_f16_f16);
   set_dot(k, DType::kBF16, vec_dot_bf16_bf16);
-  // Activation conversions, for every weight type (Q5_0 and Q5_K keep their generic dots).
+  // Activation conversions, for every weight type.
   for (MatmulKernels& m : k.matmul) {
     if (m.vec_dot == nullptr) continue;
     switch (m.act_type) {

@@ -12,19 +12,24 @@
 
 namespace qrun::kernels::neon {
 
-// dot_quants.cpp: quantized weights against Q8_0 / Q8_K activations, and the activation
+// dot_quants.cpp: quantized weights (Q4_0, Q5_0, Q8_0 against Q8_0 activations; Q4_K, Q5_K,
+// Q6_K against Q8_K), and the activation
 // quantizers (bit-identical to quantize_q8_0_act and quantize_q8_k).
 float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
+float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
 void quantize_q8_0_act(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
 
 // dot_dotprod.cpp: the same dot products with SDOT. Callable only where dotprod exists.
 float vec_dot_q4_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q5_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q5_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 
 // dot_float.cpp: float rows, and F32 -> F16 / BF16 activation rows (bit-identical to the
