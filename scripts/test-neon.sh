@@ -15,16 +15,16 @@ cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cma
   -DCMAKE_BUILD_TYPE=Release -DQRUN_WERROR=ON -DQRUN_KERNELS_ONLY=ON -DQRUN_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$jobs"
 
-# Only the *_dotprod objects may hold SDOT/UDOT, and they may define nothing but their own
-# *_dotprod functions (a shared inline or template copy compiled there could be picked by
-# the linker for callers on CPUs without dotprod).
+# Only the *_dotprod objects may hold SDOT/UDOT, and their only global symbols may be their
+# *_dotprod functions: a shared inline or template copy compiled there could be picked by
+# the linker for callers on CPUs without dotprod (local symbols cannot).
 objdir="$build/kernels/cpu/CMakeFiles/qrun_kernels_cpu.dir"
 mapfile -t baseline < <(find "$objdir" -name '*.o' ! -name '*_dotprod.cpp.o')
 if aarch64-linux-gnu-objdump -d "${baseline[@]}" | grep -wE 'sdot|udot' >/dev/null; then
   echo "test-neon: a baseline NEON object uses the dotprod instructions" >&2
   exit 1
 fi
-if aarch64-linux-gnu-nm -C --defined-only "$objdir"/neon/*_dotprod.cpp.o |
+if aarch64-linux-gnu-nm -C -g --defined-only "$objdir"/neon/*_dotprod.cpp.o |
   grep -vE '^$|\.o:$|_dotprod\(' >/dev/null; then
   echo "test-neon: a *_dotprod object defines symbols other than its *_dotprod functions:" >&2
   aarch64-linux-gnu-nm -C --defined-only "$objdir"/neon/*_dotprod.cpp.o >&2

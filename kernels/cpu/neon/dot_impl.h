@@ -64,22 +64,26 @@ struct QuantDots {
   // accumulated as acc[j] = fma(float(sum of block 4i + j), d_x * d_y, acc[j]); the 4
   // lanes are added at the end ((l0 + l1) + (l2 + l3)). A missing block counts as 0.
   template <class Block, int32x4_t (*kLanes)(const Block&, const BlockQ8_0&)>
+  static float32x4_t legacy_group(const Block* x, const BlockQ8_0* y, int count, float32x4_t acc) {
+    int32x4_t lanes[4];
+    float d[4];
+    for (int j = 0; j < 4; ++j) {
+      lanes[j] = j < count ? kLanes(x[j], y[j]) : vdupq_n_s32(0);
+      d[j] = j < count ? half(x[j].d) * half(y[j].d) : 0.0f;
+    }
+    const int32x4_t s = sums4(lanes[0], lanes[1], lanes[2], lanes[3]);
+    return vfmaq_f32(acc, vcvtq_f32_s32(s), vld1q_f32(d));
+  }
+
+  template <class Block, int32x4_t (*kLanes)(const Block&, const BlockQ8_0&)>
   static float legacy(int64_t n, const void* vx, const void* vy) {
     const auto* x = static_cast<const Block*>(vx);
     const auto* y = static_cast<const BlockQ8_0*>(vy);
     const int64_t nb = n / kQK;
     float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < nb; b += 4) {
-      int32x4_t lanes[4];
-      float d[4];
-      for (int j = 0; j < 4; ++j) {
-        const bool in = b + j < nb;
-        lanes[j] = in ? kLanes(x[b + j], y[b + j]) : vdupq_n_s32(0);
-        d[j] = in ? half(x[b + j].d) * half(y[b + j].d) : 0.0f;
-      }
-      const int32x4_t s = sums4(lanes[0], lanes[1], lanes[2], lanes[3]);
-      acc = vfmaq_f32(acc, vcvtq_f32_s32(s), vld1q_f32(d));
-    }
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) acc = legacy_group<Block, kLanes>(x + b, y + b, 4, acc);
+    if (b < nb) acc = legacy_group<Block, kLanes>(x + b, y + b, static_cast<int>(nb - b), acc);
     return vaddvq_f32(acc);
   }
 
