@@ -4,7 +4,7 @@
 // (tolerance |y - ref| <= 1e-5 * sum |x_i y_i|; the SDOT variants, where the CPU has
 // them, bit-identical to the baseline ones), activation quantizers and conversions bit for
 // bit, row ops on awkward lengths with NaN-prefilled outputs (add and to_f16 exact,
-// rms_norm within 2.5e-7 relative, swiglu 4e-7), and the table's dotprod choice.
+// rms_norm within 2.5e-7 relative, swiglu 4e-7), ISA selection and the dotprod choice.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -107,6 +107,19 @@ TEST(KernelsNeon, HostFeatures) {
   const CpuFeatures f = detect_cpu_features();
   EXPECT_TRUE(f.neon);
   std::cout << "host cpu features: " << f.to_string() << "\n";
+}
+
+TEST(KernelsNeon, SelectionPicksNeonOnArm64) {
+  CpuFeatures f;
+  f.neon = true;
+  EXPECT_EQ(best_isa(f), Isa::kNeon);
+  Result<Isa> forced = resolve_isa("neon", f);
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(*forced, Isa::kNeon);
+  Result<Isa> avx2 = resolve_isa("avx2", f);
+  ASSERT_FALSE(avx2.ok());
+  EXPECT_EQ(avx2.error().code, ErrorCode::kUnsupported);
+  EXPECT_EQ(cpu_kernels(Isa::kNeon).isa, Isa::kNeon);
 }
 
 TEST(KernelsNeon, TableTakesTheDotprodKernelsOnlyWithDotprod) {
