@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qrun builds and tests with, skipping the package
 # manager entirely when everything is already there (so CI pays nothing).
-# Usage: scripts/install-deps.sh [--test]   (--test adds clang for the fuzzer)
+# Usage: scripts/install-deps.sh [--test]   (--test adds clang for the fuzzer, and
+# the aarch64 cross compiler and qemu-user for scripts/test-neon.sh)
 set -euo pipefail
 packages=(cmake g++ make libcli11-dev libreadline-dev libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(clang libclang-rt-14-dev tmux)
+  packages+=(clang libclang-rt-14-dev tmux g++-aarch64-linux-gnu qemu-user)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,9 @@
 # Runs every test qrun has, as CI does:
 #   1. a Release build (warnings as errors; the CUDA target too when nvcc is present) and ctest;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build and ctest;
-#   3. the GGUF reader fuzzer for a bounded time under ASan/UBSan (clang's libFuzzer).
+#   3. the kernels cross-built for arm64 and their tests under qemu-user, on emulated CPUs
+#      with and without dotprod (scripts/test-neon.sh; a few minutes);
+#   4. the GGUF reader fuzzer for a bounded time under ASan/UBSan (clang's libFuzzer).
 # Shared test data is found through QRUN_TEST_DATA (default: ../shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,9 +33,13 @@ step "sanitizer tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/ci-asan -j "$jobs" --output-on-failure | tee "$logs/asan.txt"
 
+step "arm64 (NEON) kernel tests under qemu-user"
+# Bounded: the cross build and two emulated runs take a few minutes on 2 cores.
+timeout "${QRUN_NEON_TIMEOUT:-1200}" bash scripts/test-neon.sh | tee "$logs/neon.txt"
+
 step "fuzz the GGUF reader for ${fuzz_seconds}s"
 bash scripts/fuzz.sh "$fuzz_seconds"
 
-# One closing line over both ctest runs (set -o pipefail has already stopped on a failure).
+# One closing line over all the ctest runs (set -o pipefail has already stopped on a failure).
 total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$logs"/*.txt | awk '{s += $1} END {print s + 0}')
 printf '\n%d passed, 0 failed\n' "$total"

@@ -1,4 +1,5 @@
-// Implementation of the test-data helpers (see test_data.h).
+// Implementation of the test-data helpers (see test_data.h), except qrun_binary(), which
+// lives in qrun_binary.cpp so that kernel-only builds (no qrun binary) can link the rest.
 #include "tests/support/test_data.h"
 
 #include <gtest/gtest.h>
@@ -23,10 +24,6 @@ std::filesystem::path data_path(const std::string& relative) {
   EXPECT_TRUE(std::filesystem::exists(p))
       << "shared test data missing: " << p << " (set QRUN_TEST_DATA to the shared folder)";
   return p;
-}
-
-std::filesystem::path qrun_binary() {
-  return QRUN_BINARY;
 }
 
 std::filesystem::path temp_dir() {

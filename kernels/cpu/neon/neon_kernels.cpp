@@ -1,11 +1,59 @@
-// The neon entries of the CPU kernel table: each overrides its generic twin and is
-// tested against it (tests/kernels_*_test.cpp).
-#include "kernels/cpu/kernel_table.h"
+// The NEON entries of the CPU kernel table. Which integer dot products are registered
+// depends on the CPU: SDOT versions with asimddp, the armv8-a ones otherwise; both give the
+// same bits, so the choice only changes speed.
+#include "kernels/cpu/neon/neon_kernels.h"
 
 namespace qrun::kernels {
+namespace neon {
+namespace {
+
+void set_dot(CpuKernels& k, DType type, VecDotFn fn) {
+  k.for_type(type).vec_dot = fn;
+}
+
+}  // namespace
+
+void fill_kernels(CpuKernels& k, const CpuFeatures& features) {
+  const bool dp = features.neon_dotprod;
+  set_dot(k, DType::kQ4_0, dp ? vec_dot_q4_0_q8_0_dotprod : vec_dot_q4_0_q8_0);
+  set_dot(k, DType::kQ5_0, dp ? vec_dot_q5_0_q8_0_dotprod : vec_dot_q5_0_q8_0);
+  set_dot(k, DType::kQ8_0, dp ? vec_dot_q8_0_q8_0_dotprod : vec_dot_q8_0_q8_0);
+  set_dot(k, DType::kQ4_K, dp ? vec_dot_q4_k_q8_k_dotprod : vec_dot_q4_k_q8_k);
+  set_dot(k, DType::kQ5_K, dp ? vec_dot_q5_k_q8_k_dotprod : vec_dot_q5_k_q8_k);
+  set_dot(k, DType::kQ6_K, dp ? vec_dot_q6_k_q8_k_dotprod : vec_dot_q6_k_q8_k);
+  set_dot(k, DType::kF32, vec_dot_f32_f32);
+  set_dot(k, DType::kF16, vec_dot_f16_f16);
+  set_dot(k, DType::kBF16, vec_dot_bf16_bf16);
+  // Activation conversions, for every weight type.
+  for (MatmulKernels& m : k.matmul) {
+    if (m.vec_dot == nullptr) continue;
+    switch (m.act_type) {
+      case DType::kQ8_0:
+        m.quantize_act = quantize_q8_0_act;
+        break;
+      case DType::kQ8_K:
+        m.quantize_act = quantize_q8_k;
+        break;
+      case DType::kF16:
+        m.quantize_act = from_float_f16;
+        break;
+      case DType::kBF16:
+        m.quantize_act = from_float_bf16;
+        break;
+      default:
+        break;
+    }
+  }
+  k.rms_norm_row = rms_norm_row;
+  k.swiglu = swiglu;
+  k.add = add;
+  k.to_f16 = to_f16;
+}
+
+}  // namespace neon
 
 void fill_neon_kernels(CpuKernels& k) {
-  (void)k;
+  neon::fill_kernels(k, detect_cpu_features());
 }
 
 }  // namespace qrun::kernels

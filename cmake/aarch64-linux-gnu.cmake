@@ -1,0 +1,18 @@
+# Cross compiling for arm64 Linux with Debian's GNU toolchain (g++-aarch64-linux-gnu), the
+# target's libraries found only under its sysroot. Tests run through qemu-user: ctest and
+# gtest_discover_tests prefix every test command with the emulator; the emulated CPU
+# is chosen with QEMU_CPU (scripts/test-neon.sh runs "max", with dotprod, and
+# "cortex-a53", without).
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)

@@ -1,0 +1,127 @@
+// armv8-a NEON dot products of Q4_0, Q5_0, Q8_0 (Q8_0 activations), Q4_K, Q5_K, Q6_K (Q8_K
+// activations), through dot_impl.h with widening multiplies: SMULL/SMULL2 give 16 int16
+// products, SADALP adds them pairwise into the int32 lanes (exact: |product| <= 128 * 128,
+// so a pair fits int16 and lanes stay far from int32 limits). Also the activation
+// quantizers, bit-identical to the references (same float operations, ties to even).
+#include <arm_neon.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "ggml-like/fp16.h"
+#include "ggml-like/quants.h"
+#include "kernels/cpu/neon/dot_impl.h"
+#include "kernels/cpu/neon/neon_kernels.h"
+
+namespace qrun::kernels::neon {
+namespace {
+
+struct WideningDot {
+  static int32x4_t dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    return vpadalq_s16(acc, vmull_high_s8(a, b));
+  }
+};
+
+using Dots = QuantDots<WideningDot>;
+
+}  // namespace
+
+float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y) {
+  return Dots::q4_0_q8_0(n, x, y);
+}
+
+float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y) {
+  return Dots::q5_0_q8_0(n, x, y);
+}
+
+float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y) {
+  return Dots::q8_0_q8_0(n, x, y);
+}
+
+float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y) {
+  return Dots::q4_k_q8_k(n, x, y);
+}
+
+float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y) {
+  return Dots::q5_k_q8_k(n, x, y);
+}
+
+float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y) {
+  return Dots::q6_k_q8_k(n, x, y);
+}
+
+// amax ignores NaNs (FMAXNM, as std::max in the reference), d = amax / 127 as F16, levels
+// round(x * (127 / amax)) with FCVTNS (ties to even, as lrint), saturated to int8.
+void quantize_q8_0_act(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* x = src + b * kQK;
+    float32x4_t v[8];
+    float32x4_t amax = vdupq_n_f32(0.0f);
+    for (int i = 0; i < 8; ++i) {
+      v[i] = vld1q_f32(x + 4 * i);
+      amax = vmaxnmq_f32(amax, vabsq_f32(v[i]));
+    }
+    const float max = vmaxnmvq_f32(amax);
+    out[b].d = fp32_to_fp16(max / 127.0f);
+    const float32x4_t id = vdupq_n_f32(max != 0.0f ? 127.0f / max : 0.0f);
+    for (int i = 0; i < 8; i += 2) {
+      const int32x4_t q0 = vcvtnq_s32_f32(vmulq_f32(v[i], id));
+      const int32x4_t q1 = vcvtnq_s32_f32(vmulq_f32(v[i + 1], id));
+      const int16x8_t q16 = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
+      vst1_s8(out[b].qs + 4 * i, vqmovn_s16(q16));
+    }
+  }
+}
+
+// The signed absmax m (the first element of largest magnitude; NaNs ignored), iscale =
+// -127 / m, levels min(127, round(iscale * x)) ties to even, bsums of 16 levels, d = 1 / iscale.
+void quantize_q8_k(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_K*>(dst);
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const float* x = src + b * kQKK;
+    BlockQ8_K& blk = out[b];
+    float32x4_t hi = vdupq_n_f32(0.0f);
+    float32x4_t lo = vdupq_n_f32(0.0f);
+    for (int i = 0; i < kQKK; i += 4) {
+      const float32x4_t v = vld1q_f32(x + i);
+      hi = vmaxnmq_f32(hi, v);
+      lo = vminnmq_f32(lo, v);
+    }
+    const float vmax = vmaxnmvq_f32(hi);
+    const float vmin = vminnmvq_f32(lo);
+    if (vmax == 0.0f && vmin == 0.0f) {
+      std::memset(&blk, 0, sizeof(blk));
+      continue;
+    }
+    float max = vmax > -vmin ? vmax : vmin;
+    if (vmax == -vmin) {  // both signs reach the absmax: the first one wins
+      for (int i = 0; i < kQKK; ++i) {
+        if (std::fabs(x[i]) == vmax) {
+          max = x[i];
+          break;
+        }
+      }
+    }
+    const float iscale = -127.0f / max;
+    const float32x4_t is = vdupq_n_f32(iscale);
+    const int32x4_t cap = vdupq_n_s32(127);
+    for (int i = 0; i < kQKK; i += 16) {
+      int16x8_t q16[2];
+      for (int h = 0; h < 2; ++h) {
+        const int32x4_t q0 =
+            vminq_s32(vcvtnq_s32_f32(vmulq_f32(vld1q_f32(x + i + 8 * h), is)), cap);
+        const int32x4_t q1 =
+            vminq_s32(vcvtnq_s32_f32(vmulq_f32(vld1q_f32(x + i + 8 * h + 4), is)), cap);
+        q16[h] = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
+      }
+      const int8x16_t q = vcombine_s8(vqmovn_s16(q16[0]), vqmovn_s16(q16[1]));
+      vst1q_s8(blk.qs + i, q);
+      blk.bsums[i / 16] = vaddlvq_s8(q);
+    }
+    blk.d = 1.0f / iscale;
+  }
+}
+
+}  // namespace qrun::kernels::neon

@@ -1,0 +1,53 @@
+// The NEON kernels of the CPU kernel table. Baseline kernels (armv8-a Advanced SIMD, which
+// every AArch64 CPU has) live in dot_quants.cpp, dot_float.cpp and ops.cpp; the *_dotprod
+// twins of the integer dot products (dot_dotprod.cpp, built with -march=armv8.2-a+dotprod)
+// run only where the CPU reports asimddp, and give the same bits as their baseline twins.
+// Every kernel has the signature of its generic twin and is tested against it
+// (tests/kernels_neon_test.cpp); declarations use plain types so tests can call each one.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/kernel_table.h"
+
+namespace qrun::kernels::neon {
+
+// dot_quants.cpp: quantized weights (Q4_0, Q5_0, Q8_0 against Q8_0 activations; Q4_K, Q5_K,
+// Q6_K against Q8_K), and the activation
+// quantizers (bit-identical to quantize_q8_0_act and quantize_q8_k).
+float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
+float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
+float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
+float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
+void quantize_q8_0_act(const float* src, void* dst, int64_t n);
+void quantize_q8_k(const float* src, void* dst, int64_t n);
+
+// dot_dotprod.cpp: the same dot products with SDOT. Callable only where dotprod exists.
+float vec_dot_q4_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q5_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q4_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q5_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q6_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
+
+// dot_float.cpp: float rows, and F32 -> F16 / BF16 activation rows (bit-identical to the
+// reference conversions).
+float vec_dot_f32_f32(int64_t n, const void* x, const void* y);
+float vec_dot_f16_f16(int64_t n, const void* x, const void* y);
+float vec_dot_bf16_bf16(int64_t n, const void* x, const void* y);
+void from_float_f16(const float* src, void* dst, int64_t n);
+void from_float_bf16(const float* src, void* dst, int64_t n);
+
+// ops.cpp: row kernels.
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+void add(const float* a, const float* b, int64_t n, float* out);
+void to_f16(const float* src, uint16_t* dst, int64_t n);
+
+// Overrides the generic entries of `k` with the NEON kernels, the dotprod ones when
+// `features` has neon_dotprod (fill_neon_kernels passes the host's features).
+void fill_kernels(CpuKernels& k, const CpuFeatures& features);
+
+}  // namespace qrun::kernels::neon

@@ -1,0 +1,390 @@
+// The NEON kernels (arm64 builds only; scripts/test-neon.sh runs them under qemu on CPUs
+// with and without dotprod), each variant called directly against its generic twin:
+// dot products of every registered weight type on awkward lengths and extreme levels
+// (tolerance |y - ref| <= 1e-5 * sum |x_i y_i|; the SDOT variants, where the CPU has
+// them, bit-identical to the baseline ones), activation quantizers and conversions bit for
+// bit, row ops on awkward lengths with NaN-prefilled outputs (add and to_f16 exact,
+// rms_norm within 2.5e-7 relative, swiglu 4e-7), ISA selection and the dotprod choice.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/fp16.h"
+#include "ggml-like/quants.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/neon/neon_kernels.h"
+#include "kernels/cpu/ref_kernels.h"
+
+namespace qrun::kernels {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+const int64_t kAwkward[] = {1, 7, 31, 32, 33, 255, 4097};
+
+struct DotVariant {
+  DType type;
+  VecDotFn baseline;
+  VecDotFn dotprod;  // null: one variant only
+};
+
+const DotVariant kDots[] = {
+    {DType::kQ4_0, neon::vec_dot_q4_0_q8_0, neon::vec_dot_q4_0_q8_0_dotprod},
+    {DType::kQ5_0, neon::vec_dot_q5_0_q8_0, neon::vec_dot_q5_0_q8_0_dotprod},
+    {DType::kQ8_0, neon::vec_dot_q8_0_q8_0, neon::vec_dot_q8_0_q8_0_dotprod},
+    {DType::kQ4_K, neon::vec_dot_q4_k_q8_k, neon::vec_dot_q4_k_q8_k_dotprod},
+    {DType::kQ5_K, neon::vec_dot_q5_k_q8_k, neon::vec_dot_q5_k_q8_k_dotprod},
+    {DType::kQ6_K, neon::vec_dot_q6_k_q8_k, neon::vec_dot_q6_k_q8_k_dotprod},
+    {DType::kF32, neon::vec_dot_f32_f32, nullptr},
+    {DType::kF16, neon::vec_dot_f16_f16, nullptr},
+    {DType::kBF16, neon::vec_dot_bf16_bf16, nullptr},
+};
+
+bool host_has_dotprod() {
+  return detect_cpu_features().neon_dotprod;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  for (size_t i = 0; i < n; i += 97) v[i] *= 12.0f;  // outliers, as real activations have
+  return v;
+}
+
+// Row lengths: awkward block counts, or awkward element counts for the float types.
+std::vector<int64_t> lengths(DType type) {
+  const int64_t block = type_traits(type).block_elems;
+  if (block == 256) return {256, 3 * 256, 17 * 256};
+  if (block == 32) return {32, 7 * 32, 31 * 32, 33 * 32, 255 * 32};
+  return {kAwkward, kAwkward + std::size(kAwkward)};
+}
+
+// A row of `type` from floats: the reference quantizer, or the generic activation one.
+std::vector<uint8_t> to_row(DType type, const std::vector<float>& x, bool activation) {
+  std::vector<uint8_t> out(row_size(type, static_cast<int64_t>(x.size())));
+  const TypeTraits& t = type_traits(type);
+  const FromFloatFn fn =
+      activation && t.from_float_act != nullptr ? t.from_float_act : t.from_float;
+  fn(x.data(), out.data(), static_cast<int64_t>(x.size()));
+  return out;
+}
+
+double magnitude(DType wt, const std::vector<uint8_t>& w, DType at, const std::vector<uint8_t>& a,
+                 int64_t n) {
+  std::vector<float> wd(static_cast<size_t>(n));
+  std::vector<float> ad(static_cast<size_t>(n));
+  dequantize_row(wt, w.data(), wd.data(), n);
+  dequantize_row(at, a.data(), ad.data(), n);
+  double mag = 0.0;
+  for (size_t i = 0; i < wd.size(); ++i) mag += std::fabs(double{wd[i]} * ad[i]);
+  return mag;
+}
+
+void expect_dot(const DotVariant& v, int64_t n, const std::vector<uint8_t>& w,
+                const std::vector<uint8_t>& a) {
+  const MatmulKernels& g = cpu_kernels(Isa::kGeneric).for_type(v.type);
+  const float ref = g.vec_dot(n, w.data(), a.data());
+  const double tol = 1e-5 * magnitude(v.type, w, g.act_type, a, n) + 1e-30;
+  const float got = v.baseline(n, w.data(), a.data());
+  EXPECT_LE(std::fabs(double{got} - ref), tol) << "baseline " << got << " vs " << ref;
+  if (v.dotprod != nullptr && host_has_dotprod()) {
+    const float dp = v.dotprod(n, w.data(), a.data());
+    EXPECT_EQ(std::bit_cast<uint32_t>(dp), std::bit_cast<uint32_t>(got))
+        << "dotprod " << dp << " vs baseline " << got;
+  }
+}
+
+TEST(KernelsNeon, HostFeatures) {
+  const CpuFeatures f = detect_cpu_features();
+  EXPECT_TRUE(f.neon);
+  std::cout << "host cpu features: " << f.to_string() << "\n";
+}
+
+TEST(KernelsNeon, SelectionPicksNeonOnArm64) {
+  CpuFeatures f;
+  f.neon = true;
+  EXPECT_EQ(best_isa(f), Isa::kNeon);
+  Result<Isa> forced = resolve_isa("neon", f);
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(*forced, Isa::kNeon);
+  Result<Isa> avx2 = resolve_isa("avx2", f);
+  ASSERT_FALSE(avx2.ok());
+  EXPECT_EQ(avx2.error().code, ErrorCode::kUnsupported);
+  EXPECT_EQ(cpu_kernels(Isa::kNeon).isa, Isa::kNeon);
+}
+
+TEST(KernelsNeon, TableTakesTheDotprodKernelsOnlyWithDotprod) {
+  CpuFeatures f;
+  f.neon = true;
+  for (bool dotprod : {false, true}) {
+    f.neon_dotprod = dotprod;
+    CpuKernels k;
+    fill_generic_kernels(k);
+    neon::fill_kernels(k, f);
+    for (const DotVariant& v : kDots) {
+      SCOPED_TRACE(testing::Message() << dtype_name(v.type) << (dotprod ? " dotprod" : ""));
+      const VecDotFn want = dotprod && v.dotprod != nullptr ? v.dotprod : v.baseline;
+      EXPECT_EQ(k.for_type(v.type).vec_dot, want);
+    }
+  }
+  // The table of this process follows the host.
+  const VecDotFn q4 = cpu_kernels(Isa::kNeon).for_type(DType::kQ4_0).vec_dot;
+  EXPECT_EQ(q4, host_has_dotprod() ? neon::vec_dot_q4_0_q8_0_dotprod : neon::vec_dot_q4_0_q8_0);
+}
+
+TEST(KernelsNeon, DotsMatchGeneric) {
+  uint32_t seed = 10;
+  for (const DotVariant& v : kDots) {
+    const DType act = cpu_kernels(Isa::kGeneric).for_type(v.type).act_type;
+    for (int64_t n : lengths(v.type)) {
+      SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " n " << n);
+      const auto w = to_row(v.type, random_floats(static_cast<size_t>(n), ++seed, 0.7f), false);
+      const auto a = to_row(act, random_floats(static_cast<size_t>(n), ++seed, 1.5f), true);
+      expect_dot(v, n, w, a);
+    }
+  }
+}
+
+// Raw blocks with every level byte at 0xff or random and activation levels at +-127, so
+// that integer lanes meet their worst case; scales at 1.
+TEST(KernelsNeon, DotsOfExtremeLevels) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (const DotVariant& v : kDots) {
+    const int64_t block = type_traits(v.type).block_elems;
+    if (block == 1) continue;
+    const DType act = cpu_kernels(Isa::kGeneric).for_type(v.type).act_type;
+    const int64_t n = 5 * block;
+    for (int pattern = 0; pattern < 4; ++pattern) {
+      SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " pattern " << pattern);
+      std::vector<uint8_t> w(row_size(v.type, n));
+      for (uint8_t& b : w) b = static_cast<uint8_t>(pattern < 2 ? 0xff : byte(rng));
+      std::vector<uint8_t> a(row_size(act, n));
+      const int8_t level = pattern % 2 == 0 ? 127 : -127;
+      const uint16_t one = fp32_to_fp16(1.0f);
+      for (int64_t b = 0; b < n / block; ++b) {
+        switch (v.type) {
+          case DType::kQ4_0:
+            std::memcpy(&reinterpret_cast<BlockQ4_0*>(w.data())[b].d, &one, 2);
+            break;
+          case DType::kQ5_0:
+            std::memcpy(&reinterpret_cast<BlockQ5_0*>(w.data())[b].d, &one, 2);
+            break;
+          case DType::kQ5_K: {
+            auto& blk = reinterpret_cast<BlockQ5_K*>(w.data())[b];
+            std::memcpy(&blk.d, &one, 2);
+            std::memcpy(&blk.dmin, &one, 2);
+            break;
+          }
+          case DType::kQ8_0: {
+            auto& blk = reinterpret_cast<BlockQ8_0*>(w.data())[b];
+            std::memcpy(&blk.d, &one, 2);
+            if (pattern < 2) std::memset(blk.qs, 0x80, sizeof(blk.qs));  // -128 everywhere
+            break;
+          }
+          case DType::kQ4_K: {
+            auto& blk = reinterpret_cast<BlockQ4_K*>(w.data())[b];
+            std::memcpy(&blk.d, &one, 2);
+            std::memcpy(&blk.dmin, &one, 2);
+            break;
+          }
+          case DType::kQ6_K: {
+            auto& blk = reinterpret_cast<BlockQ6_K*>(w.data())[b];
+            std::memcpy(&blk.d, &one, 2);
+            if (pattern < 2) std::memset(blk.scales, 0x80, sizeof(blk.scales));  // -128
+            break;
+          }
+          default:
+            break;
+        }
+      }
+      if (act == DType::kQ8_0) {
+        auto* blk = reinterpret_cast<BlockQ8_0*>(a.data());
+        for (int64_t b = 0; b < n / kQK; ++b) {
+          blk[b].d = fp32_to_fp16(0.25f);
+          for (int i = 0; i < kQK; ++i) blk[b].qs[i] = pattern < 2 ? level : byte(rng) % 255 - 127;
+        }
+      } else {
+        auto* blk = reinterpret_cast<BlockQ8_K*>(a.data());
+        for (int64_t b = 0; b < n / kQKK; ++b) {
+          blk[b].d = 0.25f;
+          for (int i = 0; i < kQKK; ++i) blk[b].qs[i] = pattern < 2 ? level : byte(rng) % 255 - 127;
+          for (int k = 0; k < kQKK / 16; ++k) {
+            int sum = 0;
+            for (int i = 0; i < 16; ++i) sum += blk[b].qs[16 * k + i];
+            blk[b].bsums[k] = static_cast<int16_t>(sum);
+          }
+        }
+      }
+      expect_dot(v, n, w, a);
+    }
+  }
+}
+
+// Inputs with exact rounding ties for both activation quantizers: multiples of amax / 254
+// round half to even at every odd multiple.
+std::vector<float> tie_floats(int64_t n, float amax) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = amax * static_cast<float>(i % 255 - 127) / 127.0f;
+  for (int64_t i = 5; i < n; i += 32) x[i] = amax * (static_cast<float>(i % 64) + 0.5f) / 127.0f;
+  return x;
+}
+
+TEST(KernelsNeon, ActivationQuantizersAreBitIdentical) {
+  struct Q {
+    DType type;
+    FromFloatFn neon;
+    FromFloatFn ref;
+  };
+  const Q quantizers[] = {{DType::kQ8_0, neon::quantize_q8_0_act, quantize_q8_0_act},
+                          {DType::kQ8_K, neon::quantize_q8_k, quantize_q8_k}};
+  uint32_t seed = 50;
+  for (const Q& q : quantizers) {
+    const int64_t block = type_traits(q.type).block_elems;
+    for (int64_t blocks : {1, 3, 17}) {
+      const int64_t n = blocks * block;
+      std::vector<std::vector<float>> inputs = {random_floats(static_cast<size_t>(n), ++seed, 1.0f),
+                                                tie_floats(n, 3.0f),
+                                                std::vector<float>(static_cast<size_t>(n), 0.0f)};
+      // Both signs at the absmax (the first one decides the sign of Q8_K's scale).
+      std::vector<float> both = random_floats(static_cast<size_t>(n), ++seed, 1.0f);
+      for (int64_t b = 0; b < blocks; ++b) {
+        both[b * block + 3] = -40.0f;
+        both[b * block + 9] = 40.0f;
+      }
+      inputs.push_back(both);
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        SCOPED_TRACE(testing::Message() << dtype_name(q.type) << " n " << n << " input " << k);
+        std::vector<uint8_t> got(row_size(q.type, n), 0xff);
+        std::vector<uint8_t> want(got.size(), 0xee);
+        q.neon(inputs[k].data(), got.data(), n);
+        q.ref(inputs[k].data(), want.data(), n);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
+      }
+    }
+  }
+}
+
+// Every float class: random normals, F16 subnormals and overflow, rounding ties, zeros,
+// infinities and NaNs with payloads.
+std::vector<float> special_floats(int64_t n, uint32_t seed) {
+  std::vector<float> x = random_floats(static_cast<size_t>(n), seed, 100.0f);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            kNaN,
+                            std::bit_cast<float>(0xffc12345u),
+                            std::bit_cast<float>(0x7f812345u),
+                            1e-6f,
+                            -3e-7f,
+                            65520.0f,
+                            70000.0f,
+                            1.0f + 1.0f / 2048.0f,
+                            std::bit_cast<float>(0x3f808000u),
+                            std::bit_cast<float>(0x3f818000u)};
+  for (size_t i = 0; i < x.size(); i += 3) x[i] = specials[(i / 3) % std::size(specials)];
+  return x;
+}
+
+TEST(KernelsNeon, ConversionsAreBitIdentical) {
+  uint32_t seed = 70;
+  for (int64_t n : kAwkward) {
+    SCOPED_TRACE(n);
+    const std::vector<float> x = special_floats(n, ++seed);
+    std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xabcd);
+    std::vector<uint16_t> want(got.size(), 0xabcd);
+    neon::from_float_f16(x.data(), got.data(), n);
+    from_float_f16(x.data(), want.data(), n);
+    EXPECT_EQ(got, want) << "f16";
+    std::fill(got.begin(), got.end(), 0xabcd);
+    neon::to_f16(x.data(), got.data(), n);
+    EXPECT_EQ(got, want) << "to_f16";
+    neon::from_float_bf16(x.data(), got.data(), n);
+    from_float_bf16(x.data(), want.data(), n);
+    EXPECT_EQ(got, want) << "bf16";
+  }
+}
+
+// |got - ref| <= rel * |ref| + abs, NaN where the reference is NaN, and nothing written
+// past n (the buffers hold one NaN beyond).
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t n,
+                  double rel, double abs, const char* what) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = got[static_cast<size_t>(i)];
+    const double r = ref[static_cast<size_t>(i)];
+    const bool ok =
+        std::isnan(r) ? std::isnan(g) : (g == r || std::fabs(g - r) <= rel * std::fabs(r) + abs);
+    if (!ok && ++bad <= 3) ADD_FAILURE() << what << " [" << i << "]: " << g << " vs " << r;
+  }
+  EXPECT_TRUE(std::isnan(got[static_cast<size_t>(n)])) << what << " wrote past the row";
+}
+
+TEST(KernelsNeon, RowOpsMatchGeneric) {
+  uint32_t seed = 90;
+  for (int64_t n : kAwkward) {
+    SCOPED_TRACE(n);
+    const auto size = static_cast<size_t>(n) + 1;
+    const std::vector<float> a = random_floats(size, ++seed, 3.0f);
+    const std::vector<float> b = random_floats(size, ++seed, 3.0f);
+    std::vector<float> got(size, kNaN);
+    std::vector<float> ref(size, kNaN);
+
+    neon::add(a.data(), b.data(), n, got.data());
+    ref::add(a.data(), b.data(), n, ref.data());
+    expect_close(got, ref, n, 0.0, 0.0, "add");
+
+    std::fill(got.begin(), got.end(), kNaN);
+    neon::rms_norm_row(a.data(), b.data(), n, 1e-5f, got.data());
+    ref::rms_norm_row(a.data(), b.data(), n, 1e-5f, ref.data());
+    expect_close(got, ref, n, 2.5e-7, 0.0, "rms_norm");
+
+    // Gates across exp's whole range, with its overflow and underflow edges and specials.
+    std::vector<float> gate = random_floats(size, ++seed, 8.0f);
+    const float edges[] = {0.0f,
+                           -0.0f,
+                           88.5f,
+                           -88.5f,
+                           89.5f,
+                           -89.5f,
+                           104.5f,
+                           -104.5f,
+                           120.0f,
+                           -120.0f,
+                           kNaN,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           1e-30f,
+                           -1e-30f};
+    for (size_t i = 0; i < size; i += 5) gate[i] = edges[(i / 5) % std::size(edges)];
+    std::fill(got.begin(), got.end(), kNaN);
+    std::fill(ref.begin(), ref.end(), kNaN);
+    neon::swiglu(gate.data(), b.data(), n, got.data());
+    ref::swiglu(gate.data(), b.data(), n, ref.data());
+    expect_close(got, ref, n, 4e-7, 1e-37, "swiglu");
+  }
+}
+
+TEST(KernelsNeon, SwigluInPlace) {
+  const int64_t n = 37;
+  std::vector<float> gate = random_floats(static_cast<size_t>(n), 5, 4.0f);
+  const std::vector<float> up = random_floats(static_cast<size_t>(n), 6, 4.0f);
+  std::vector<float> ref(static_cast<size_t>(n) + 1, kNaN);
+  ref::swiglu(gate.data(), up.data(), n, ref.data());
+  gate.push_back(kNaN);
+  neon::swiglu(gate.data(), up.data(), n, gate.data());
+  expect_close(gate, ref, n, 4e-7, 1e-37, "swiglu in place");
+}
+
+}  // namespace
+}  // namespace qrun::kernels
