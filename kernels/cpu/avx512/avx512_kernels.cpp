@@ -1,11 +1,11 @@
-// The avx512 entries of the CPU kernel table: each overrides its generic twin and is
-// tested against it (tests/kernels_*_test.cpp).
-#include "kernels/cpu/kernel_table.h"
+// The avx512 entries of the CPU kernel table: each overrides its AVX2 twin (the table
+// starts as a copy of AVX2's) and is tested against the generic one (tests/kernels_*_test.cpp).
+#include "kernels/cpu/avx512/avx512_kernels.h"
 
 namespace qrun::kernels {
 
 void fill_avx512_kernels(CpuKernels& k) {
-  (void)k;
+  avx512::fill_dot_kernels(k);  // vec_dot (avx512/dot_*.cpp)
 }
 
 }  // namespace qrun::kernels
