@@ -7,7 +7,8 @@
 // - unit scales with integer levels, and raw blocks with every level at its extreme: the
 //   result is an integer below 2^24, so any summation order gives it exactly;
 // - quantize_act against the reference byte for byte (finite inputs), with guard bytes
-//   after the row, and the decode matmul (one token) with NaN-prefilled outputs.
+//   after the row, and the decode matmul (one token) with NaN-prefilled outputs;
+// - the AVX-512 kernels against the AVX2 ones and gemv against vec_dot: bit for bit.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -292,6 +293,45 @@ TEST(KernelsDot, Avx512MatchesAvx2BitForBit) {
         EXPECT_EQ(std::bit_cast<uint32_t>(a512(n, w.data(), a.data())),
                   std::bit_cast<uint32_t>(a2(n, w.data(), a.data())))
             << dtype_name(type) << " n " << n << " scale " << scale;
+      }
+    }
+  }
+}
+
+// gemv kernels: rows of every count around their row groups, NaN-prefilled outputs with
+// guard lanes, each output the same bits as the ISA's vec_dot of that row.
+TEST(KernelsDot, GemvMatchesVecDotBitForBit) {
+  uint32_t seed = 700;
+  for (Isa isa : host_isas()) {
+    for (DType type : kWeightTypes) {
+      const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
+      if (mk.gemv == nullptr) continue;
+      const FromFloatFn ref_act = cpu_kernels(Isa::kGeneric).for_type(type).quantize_act;
+      for (int64_t n : row_lengths(type)) {
+        for (int64_t n_rows : {1, 3, 4, 5, 7, 8, 9, 16, 67}) {
+          SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n " << n
+                                          << " rows " << n_rows);
+          std::vector<uint8_t> w;
+          for (int64_t r = 0; r < n_rows; ++r) {
+            const std::vector<uint8_t> row =
+                to_row(type, random_floats(n, ++seed, r % 3 == 0 ? 30.0f : 0.7f), nullptr);
+            w.insert(w.end(), row.begin(), row.end());
+          }
+          const std::vector<uint8_t> a =
+              to_row(act_type_of(type), random_floats(n, ++seed, 1.5f), ref_act);
+          std::vector<float> y(static_cast<size_t>(n_rows + 3), kNaN);
+          mk.gemv(n, w.data(), row_size(type, n), n_rows, a.data(), y.data());
+          for (int64_t r = 0; r < n_rows; ++r) {
+            const float want =
+                mk.vec_dot(n, w.data() + row_size(type, n) * static_cast<size_t>(r), a.data());
+            EXPECT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(r)]),
+                      std::bit_cast<uint32_t>(want))
+                << "row " << r << ": " << y[static_cast<size_t>(r)] << " vs " << want;
+          }
+          for (size_t i = static_cast<size_t>(n_rows); i < y.size(); ++i) {
+            EXPECT_TRUE(std::isnan(y[i])) << "wrote past the rows at " << i;
+          }
+        }
       }
     }
   }

@@ -25,6 +25,8 @@ void fill_dot_kernels(CpuKernels& k) {
   set_dot(k, DType::kF32, vec_dot_f32_f32, nullptr);
   set_dot(k, DType::kF16, vec_dot_f16_f16, from_float_f16);
   set_dot(k, DType::kBF16, vec_dot_bf16_bf16, from_float_bf16);
+  k.for_type(DType::kQ4_0).gemv = gemv_q4_0_q8_0;
+  k.for_type(DType::kQ8_0).gemv = gemv_q8_0_q8_0;
 }
 
 }  // namespace qrun::kernels::avx2
