@@ -12,6 +12,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -20,6 +21,8 @@ namespace qrun::kernels::avx512 {
 // dot_legacy.cpp
 float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
+void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y);
 
 // dot_kquants.cpp
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
