@@ -44,11 +44,18 @@ using GemmFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_
                         const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
                         int64_t ldy);
 
+// Several weight rows times one activation row: y[r] = the ISA's vec_dot(w row r, act) bit
+// for bit, for r < n_rows (w rows w_stride bytes apart). The rows share each activation
+// load and interleave their float chains, which makes decoding cheaper than n_rows calls.
+using GemvFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                        const uint8_t* act, float* y);
+
 // How weights of one type are multiplied. A null vec_dot means the type is not a weight.
 struct MatmulKernels {
   DType act_type = DType::kF32;        // the activation row type (the weight's vec_dot_type)
   FromFloatFn quantize_act = nullptr;  // F32 -> act_type; null when act_type is kF32
   VecDotFn vec_dot = nullptr;          // one weight row . one activation row
+  GemvFn gemv = nullptr;               // optional: rows . one activation row, as vec_dot
   GemmFn gemm = nullptr;               // optional tile kernel for batches; null: vec_dot loops
   int64_t gemm_min_tokens = 2;         // batches smaller than this use vec_dot
 };

@@ -4,7 +4,8 @@
 // Q8_0 or Q8_K activations), then every output is one reference vec_dot of a weight row
 // with an activation row. Threads split the output rows; each weight row is read once and
 // dotted with every token while it is hot in cache. Kernels come from the ISA's table; a
-// type with a gemm tile kernel multiplies batches tile by tile.
+// type with a gemm tile kernel multiplies batches tile by tile, and one with a gemv kernel
+// runs the small batches (decoding) a group of rows at a time, with the same results.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -21,6 +22,8 @@ constexpr int64_t kMinMacsPerThread = 32 * 1024;
 // Weight rows per gemm call: a few tiles per thread even for the narrow K/V projections
 // of grouped-query attention (256 rows), large enough to amortize activation packing.
 constexpr int64_t kGemmRows = 128;
+// Weight rows per gemv call (a multiple of every kernel's row group).
+constexpr int64_t kGemvRows = 16;
 
 }  // namespace
 
@@ -72,9 +75,21 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
     return;
   }
   const VecDotFn dot = mk.vec_dot;
+  const GemvFn gemv = mk.gemv;
   pool_.parallel_for(
       n_out,
       [&](int64_t begin, int64_t end) {
+        if (gemv != nullptr) {
+          // Groups of kGemvRows rows stay in cache while every token passes over them.
+          for (int64_t r = begin; r < end; r += kGemvRows) {
+            const int64_t rows = std::min(kGemvRows, end - r);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+              gemv(n_in, w_data + static_cast<size_t>(r) * w_row_bytes, w_row_bytes, rows,
+                   act + static_cast<size_t>(t) * act_row_bytes, y + t * n_out + r);
+            }
+          }
+          return;
+        }
         for (int64_t r = begin; r < end; ++r) {
           const uint8_t* w_row = w_data + static_cast<size_t>(r) * w_row_bytes;
           for (int64_t t = 0; t < n_tokens; ++t) {

@@ -3,6 +3,7 @@
 // (tests/kernels_dot_test.cpp). Only files in avx2/ include this header.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace qrun::kernels::avx2 {
@@ -12,6 +13,11 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
 void quantize_q8_0_act(const float* src, void* dst, int64_t n);
+// Rows . one activation row, bit-identical to vec_dot (see GemvFn in kernel_table.h).
+void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y);
+void gemv_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y);
 
 // dot_kquants.cpp: 256-element super-blocks against Q8_K activations.
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);

@@ -6,6 +6,9 @@
 //     accumulated as acc = fma(d_x * d_y, float(lane), acc), one horizontal sum at the end.
 //   Q4_0: llama.cpp repacks Q4_0 weights on AVX2 machines and multiplies them per output
 //     row as acc = fma(float(block sum), d_x * d_y, acc), one block after the other.
+// The gemv kernels run 4 rows at once with the same steps per row (bit-identical to
+// vec_dot): the activation block, its scale and offset products are shared, and the
+// rows' float chains run in the lanes of one vector.
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx2/dot_common.h"
 #include "kernels/cpu/avx2/dot_kernels.h"
@@ -27,6 +30,18 @@ inline __m256i q4_0_block_lanes(const BlockQ4_0& x, const BlockQ8_0& y) {
 
 inline float block_scale(uint16_t dx, uint16_t dy) {
   return fp16_load(dx) * fp16_load(dy);
+}
+
+// The fp16 scales d of 4 blocks as floats (one vcvtph2ps).
+inline __m128 scales4(uint16_t d0, uint16_t d1, uint16_t d2, uint16_t d3) {
+  return _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(d0), static_cast<int16_t>(d1),
+                                     static_cast<int16_t>(d2), static_cast<int16_t>(d3), 0, 0, 0,
+                                     0));
+}
+
+// Lane i of v broadcast to 8 lanes.
+inline __m256 broadcast_lane(__m128 v, int i) {
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(i));
 }
 
 }  // namespace
@@ -85,6 +100,63 @@ float vec_dot_q8_0_q8_0(int64_t n, const void* vx, const void* vy) {
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
   }
   return hsum_f32x8(acc);
+}
+
+void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y) {
+  const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
+  const int64_t nb = n / kQK;
+  const __m256i eight = _mm256_set1_epi8(8);
+  const __m256i ones = _mm256_set1_epi16(1);
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const BlockQ4_0* x[4];
+    for (int i = 0; i < 4; ++i) {
+      x[i] = reinterpret_cast<const BlockQ4_0*>(w + static_cast<size_t>(r + i) * w_stride);
+    }
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i ab = load256(a[b].qs);
+      const __m256i offset = _mm256_maddubs_epi16(eight, ab);
+      __m256i lanes[4];
+      for (int i = 0; i < 4; ++i) {
+        const __m256i p = _mm256_maddubs_epi16(unpack_nibbles32(x[i][b].qs), ab);
+        lanes[i] = _mm256_madd_epi16(_mm256_sub_epi16(p, offset), ones);
+      }
+      const __m128 sums = _mm_cvtepi32_ps(hsum4_i32x8(lanes[0], lanes[1], lanes[2], lanes[3]));
+      const __m128 d = _mm_mul_ps(scales4(x[0][b].d, x[1][b].d, x[2][b].d, x[3][b].d),
+                                  _mm_set1_ps(fp16_load(a[b].d)));
+      acc = _mm_fmadd_ps(sums, d, acc);
+    }
+    _mm_storeu_ps(y + r, acc);
+  }
+  for (; r < n_rows; ++r) y[r] = vec_dot_q4_0_q8_0(n, w + static_cast<size_t>(r) * w_stride, act);
+}
+
+void gemv_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y) {
+  const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
+  const int64_t nb = n / kQK;
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const BlockQ8_0* x[4];
+    for (int i = 0; i < 4; ++i) {
+      x[i] = reinterpret_cast<const BlockQ8_0*>(w + static_cast<size_t>(r + i) * w_stride);
+    }
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i ab = load256(a[b].qs);
+      const __m128 d = _mm_mul_ps(scales4(x[0][b].d, x[1][b].d, x[2][b].d, x[3][b].d),
+                                  _mm_set1_ps(fp16_load(a[b].d)));
+      for (int i = 0; i < 4; ++i) {
+        const __m256i lanes = dot_s8s8(load256(x[i][b].qs), ab);
+        acc[i] = _mm256_fmadd_ps(broadcast_lane(d, i), _mm256_cvtepi32_ps(lanes), acc[i]);
+      }
+    }
+    for (int i = 0; i < 4; ++i) y[r + i] = hsum_f32x8(acc[i]);
+  }
+  for (; r < n_rows; ++r) y[r] = vec_dot_q8_0_q8_0(n, w + static_cast<size_t>(r) * w_stride, act);
 }
 
 // amax over the block (NaNs ignored, as std::max in the reference), d = amax / 127 as F16,

@@ -1,10 +1,32 @@
-// Registers the AVX2 dot kernels in the CPU kernel table.
+// Registers the AVX2 dot kernels and activation converters (dot_legacy.cpp,
+// dot_kquants.cpp, dot_float.cpp) in the CPU kernel table. Activation types stay those of
+// the generic table; only the functions change.
 #include "kernels/cpu/avx2/avx2_kernels.h"
+#include "kernels/cpu/avx2/dot_kernels.h"
 
 namespace qrun::kernels::avx2 {
+namespace {
+
+void set_dot(CpuKernels& k, DType type, VecDotFn dot, FromFloatFn quantize_act) {
+  MatmulKernels& m = k.for_type(type);
+  m.vec_dot = dot;
+  m.quantize_act = quantize_act;
+}
+
+}  // namespace
 
 void fill_dot_kernels(CpuKernels& k) {
-  (void)k;
+  set_dot(k, DType::kQ4_0, vec_dot_q4_0_q8_0, quantize_q8_0_act);
+  set_dot(k, DType::kQ5_0, vec_dot_q5_0_q8_0, quantize_q8_0_act);
+  set_dot(k, DType::kQ8_0, vec_dot_q8_0_q8_0, quantize_q8_0_act);
+  set_dot(k, DType::kQ4_K, vec_dot_q4_k_q8_k, quantize_q8_k);
+  set_dot(k, DType::kQ5_K, vec_dot_q5_k_q8_k, quantize_q8_k);
+  set_dot(k, DType::kQ6_K, vec_dot_q6_k_q8_k, quantize_q8_k);
+  set_dot(k, DType::kF32, vec_dot_f32_f32, nullptr);
+  set_dot(k, DType::kF16, vec_dot_f16_f16, from_float_f16);
+  set_dot(k, DType::kBF16, vec_dot_bf16_bf16, from_float_bf16);
+  k.for_type(DType::kQ4_0).gemv = gemv_q4_0_q8_0;
+  k.for_type(DType::kQ8_0).gemv = gemv_q8_0_q8_0;
 }
 
 }  // namespace qrun::kernels::avx2

@@ -1,0 +1,12 @@
+// Registration hooks of the AVX-512 kernel groups (see avx512_kernels.cpp). Only files in
+// this folder, compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni,
+// include this header; each group overrides entries of the table copied from AVX2's.
+#pragma once
+
+#include "kernels/cpu/kernel_table.h"
+
+namespace qrun::kernels::avx512 {
+
+void fill_dot_kernels(CpuKernels& k);  // vec_dot (avx512/dot_*.cpp)
+
+}  // namespace qrun::kernels::avx512
