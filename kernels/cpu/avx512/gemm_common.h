@@ -94,6 +94,53 @@ inline void gather_transpose(const uint8_t* const* rows, int n_valid, size_t off
   }
 }
 
+// Transposes 16x16 floats: afterwards r[i] holds element i of each input row. (Masked
+// forms for GCC 12, as above.)
+inline void transpose16x16_ps(__m512 r[16]) {
+  constexpr __mmask16 kAll = 0xffff;
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_ps(kAll, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_ps(kAll, r[i], r[i + 1]);
+  }
+  // u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i + 3.
+  __m512 u[16];
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_maskz_shuffle_ps(kAll, t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm512_maskz_shuffle_ps(kAll, t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm512_maskz_shuffle_ps(kAll, t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm512_maskz_shuffle_ps(kAll, t[i + 1], t[i + 3], 0xee);
+  }
+  // Gathers lane L of u[j], u[4 + j], u[8 + j], u[12 + j] into column 4L + j.
+  for (int j = 0; j < 4; ++j) {
+    const __m512 x0 = _mm512_maskz_shuffle_f32x4(kAll, u[j], u[4 + j], 0x44);
+    const __m512 x1 = _mm512_maskz_shuffle_f32x4(kAll, u[j], u[4 + j], 0xee);
+    const __m512 y0 = _mm512_maskz_shuffle_f32x4(kAll, u[8 + j], u[12 + j], 0x44);
+    const __m512 y1 = _mm512_maskz_shuffle_f32x4(kAll, u[8 + j], u[12 + j], 0xee);
+    r[j] = _mm512_maskz_shuffle_f32x4(kAll, x0, y0, 0x88);
+    r[4 + j] = _mm512_maskz_shuffle_f32x4(kAll, x0, y0, 0xdd);
+    r[8 + j] = _mm512_maskz_shuffle_f32x4(kAll, x1, y1, 0x88);
+    r[12 + j] = _mm512_maskz_shuffle_f32x4(kAll, x1, y1, 0xdd);
+  }
+}
+
+// Writes acc (rows kLd floats apart, token t at column t) to y[t * ldy + r] for r < nr,
+// t < nt, 16 rows by 16 tokens at a time. acc has a multiple of 16 rows.
+inline void store_transposed(const float* acc, int64_t kLd, int64_t nr, int64_t nt, float* y,
+                             int64_t ldy) {
+  for (int64_t r = 0; r < nr; r += 16) {
+    const __mmask16 rows =
+        static_cast<__mmask16>(nr - r >= 16 ? 0xffff : (1u << static_cast<unsigned>(nr - r)) - 1u);
+    for (int64_t t0 = 0; t0 < nt; t0 += 16) {
+      __m512 m[16];
+      for (int i = 0; i < 16; ++i) m[i] = _mm512_loadu_ps(acc + (r + i) * kLd + t0);
+      transpose16x16_ps(m);
+      const int64_t n = std::min<int64_t>(16, nt - t0);
+      for (int64_t j = 0; j < n; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * ldy + r, rows, m[j]);
+    }
+  }
+}
+
 // Per-token sums of the int8 levels in v[0 .. n_groups) (each lane of v holds 4 levels of
 // one token), as int32 lanes. Exact.
 inline __m512i lane_sums_i8(const __m512i* v, int n_groups) {
@@ -103,15 +150,15 @@ inline __m512i lane_sums_i8(const __m512i* v, int n_groups) {
   return s;
 }
 
-// Calls K::tile<R> for R == rm (1 <= rm <= kMax).
-template <class K, int kMax>
+// Calls K::tile<R, V> for R == rm (1 <= rm <= kMax).
+template <class K, int V, int kMax>
 void tile_dispatch(int rm, const typename K::Wt* const* w, const typename K::Act* a, int kb,
                    float* acc, int64_t ld) {
   if constexpr (kMax >= 1) {
     if (rm == kMax) {
-      K::template tile<kMax>(w, a, kb, acc, ld);
+      K::template tile<kMax, V>(w, a, kb, acc, ld);
     } else {
-      tile_dispatch<K, kMax - 1>(rm, w, a, kb, acc, ld);
+      tile_dispatch<K, V, kMax - 1>(rm, w, a, kb, acc, ld);
     }
   }
 }
@@ -120,12 +167,13 @@ void tile_dispatch(int rm, const typename K::Wt* const* w, const typename K::Act
 //   kBlockElems        elements per weight block
 //   kChunk             blocks per K chunk (packed activations of a tile stay in cache)
 //   kRows              rows per micro-tile
+//   kVecs              token vectors per micro-tile (1 or 2)
 //   Act                one block of 16 packed tokens; Wt: one unpacked weight block
 //   pack(rows, n_valid, block, Act*)       packs block `block` of 16 activation rows
 //   unpack(row, block, Wt*)                unpacks block `block` of one weight row
-//   tile<R>(const Wt* const w[R], const Act* a, int kb, float* acc, int64_t ld)
-//     adds the dots of R unpacked rows (kb blocks each) with 16 packed tokens to
-//     acc[r * ld + lane], r < R.
+//   tile<R, V>(const Wt* const w[R], const Act* a, int kb, float* acc, int64_t ld)
+//     adds the dots of R unpacked rows (kb blocks each) with V vectors of 16 packed
+//     tokens (vector v's blocks at a + v * kChunk) to acc[r * ld + 16 * v + lane].
 // y[t * ldy + r] = dot(w row r, act row t) for every r < n_rows, t < n_tokens.
 template <class K>
 void run(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
@@ -136,6 +184,8 @@ void run(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows, const uin
   constexpr int kR = K::kRows;
   constexpr int64_t kLd = kTileVecs * kLanes;
   const int64_t n_blocks = n / K::kBlockElems;
+  const size_t block_bytes = n_blocks > 0 ? w_stride / static_cast<size_t>(n_blocks) : 0;
+  const size_t prefetch_bytes = block_bytes * kChunk;
 
   alignas(64) Act abuf[kTileVecs][kChunk];
   alignas(64) Wt wbuf[kR][kChunk];
@@ -163,19 +213,26 @@ void run(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows, const uin
           for (int i = 0; i < rm; ++i) {
             const uint8_t* row = w + static_cast<size_t>(r0 + r + i) * w_stride;
             for (int b = 0; b < kb; ++b) K::unpack(row, k0 + b, &wbuf[i][b]);
+            // This row's next chunk, which the hardware prefetchers miss as rows alternate.
+            const size_t next = static_cast<size_t>(k0 + kb) * block_bytes;
+            for (size_t o = 0; o < prefetch_bytes && next + o < w_stride; o += 64) {
+              _mm_prefetch(reinterpret_cast<const char*>(row + next + o), _MM_HINT_T0);
+            }
             wrows[i] = wbuf[i];
           }
-          for (int v = 0; v < n_vecs; ++v) {
-            float* a = acc + r * kLd + v * kLanes;
-            tile_dispatch<K, kR>(rm, wrows, abuf[v], kb, a, kLd);
+          int v = 0;
+          if constexpr (K::kVecs == 2) {
+            for (; v + 2 <= n_vecs; v += 2) {
+              tile_dispatch<K, 2, kR>(rm, wrows, abuf[v], kb, acc + r * kLd + v * kLanes, kLd);
+            }
+          }
+          for (; v < n_vecs; ++v) {
+            tile_dispatch<K, 1, kR>(rm, wrows, abuf[v], kb, acc + r * kLd + v * kLanes, kLd);
           }
         }
       }
 
-      for (int64_t t = 0; t < nt; ++t) {
-        float* yt = y + (t0 + t) * ldy + r0;
-        for (int64_t r = 0; r < nr; ++r) yt[r] = acc[r * kLd + t];
-      }
+      store_transposed(acc, kLd, nr, nt, y + t0 * ldy + r0, ldy);
     }
   }
 }

@@ -121,6 +121,7 @@ struct Q4_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 2;
   static constexpr int kRows = 8;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_KSums;
   using Wt = WtKScaleMin;
 
@@ -140,7 +141,7 @@ struct Q4_K {
     unpack_scale_min(b->scales, b->d, b->dmin, dst);
   }
 
-  template <int R>
+  template <int R, int V>
   static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
     tile_scale_min<R>(w, a, kb, acc, ld);
   }
@@ -150,6 +151,7 @@ struct Q5_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 2;
   static constexpr int kRows = 8;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_KSums;
   using Wt = WtKScaleMin;
 
@@ -175,7 +177,7 @@ struct Q5_K {
     unpack_scale_min(b->scales, b->d, b->dmin, dst);
   }
 
-  template <int R>
+  template <int R, int V>
   static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
     tile_scale_min<R>(w, a, kb, acc, ld);
   }
@@ -201,6 +203,7 @@ struct Q6_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 2;
   static constexpr int kRows = 8;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_KCorr;
   using Wt = WtQ6_K;
 
@@ -238,7 +241,7 @@ struct Q6_K {
     for (int k = 0; k < 16; ++k) dst->scd[k] = d * static_cast<float>(b->scales[k]);
   }
 
-  template <int R>
+  template <int R, int V>
   static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
     for (int b = 0; b < kb; ++b) {
       const Wt* wb[R];

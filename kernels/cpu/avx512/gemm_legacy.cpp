@@ -1,11 +1,10 @@
 // AVX-512 VNNI gemm micro-kernels of the 32-element weight types against Q8_0 activations
-// (Q4_0, Q5_0, Q8_0), on the 16-token packing of gemm_common.h: R weight rows x 16 tokens
-// with accumulators in registers. vpdpbusd multiplies unsigned by signed bytes, so every
-// weight is stored as its unsigned level u = q + offset (Q4_0: offset 0 as stored, levels
-// 0..15, value q - 8; Q5_0: 0..31, value q - 16; Q8_0: q + 128 in 0..255), and
-// dot(u - offset, a) = dot(u, a) - offset * sum(a), where -offset * sum(a) is computed once
-// per token at packing and seeds each row's int32 accumulator. |dot| <= 32 * 255 * 127 plus
-// the offset term stays far inside int32.
+// (Q4_0, Q5_0, Q8_0), on the 16-token packing of gemm_common.h: R weight rows x 2 vectors
+// of 16 tokens, accumulators in registers. vpdpbusd multiplies unsigned by signed bytes,
+// so each weight is kept as an unsigned level u with value u - offset (Q4_0: u as stored,
+// offset 8; Q5_0: offset 16; Q8_0: u = q + 128, offset 128), and dot(u - offset, a) =
+// dot(u, a) - offset * sum(a). -offset * sum(a) is computed once per token at packing and
+// seeds each row's int32 accumulator; |dot| <= 32 * 255 * 127 + 128 * 32 * 127 fits int32.
 #include "kernels/cpu/avx512/avx512_gemm.h"
 #include "kernels/cpu/avx512/gemm_common.h"
 
@@ -46,26 +45,39 @@ struct WtU8 {
   float d;
 };
 
-// The micro-kernel shared by the three types: f += (d_w * d_a) * (corr + dot(u, a)).
-template <int R>
+// The micro-kernel shared by the three types, R rows by V vectors of 16 tokens (vector v's
+// blocks kChunk apart in a): f += (d_w * d_a) * (corr + dot(u, a)).
+template <int R, int V, int kChunk>
 void tile_u8(const WtU8* const* w, const ActQ8_0* a, int kb, float* acc, int64_t ld) {
-  __m512 f[R];
-  for (int r = 0; r < R; ++r) f[r] = _mm512_loadu_ps(acc + r * ld);
+  __m512 f[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) f[r][v] = _mm512_loadu_ps(acc + r * ld + v * kLanes);
+  }
   for (int b = 0; b < kb; ++b) {
-    __m512i s[R];
-    const __m512i corr = load(a[b].corr);
-    for (int r = 0; r < R; ++r) s[r] = corr;
-    for (int g = 0; g < 8; ++g) {
-      const __m512i ag = load(a[b].q[g]);
-      for (int r = 0; r < R; ++r) s[r] = _mm512_dpbusd_epi32(s[r], bcast32(w[r][b].q + 4 * g), ag);
+    __m512i s[R][V];
+    for (int v = 0; v < V; ++v) {
+      const __m512i corr = load(a[v * kChunk + b].corr);
+      for (int r = 0; r < R; ++r) s[r][v] = corr;
     }
-    const __m512 da = _mm512_load_ps(a[b].d);
-    for (int r = 0; r < R; ++r) {
-      const __m512 d = _mm512_mul_ps(da, _mm512_set1_ps(w[r][b].d));
-      f[r] = _mm512_fmadd_ps(gemm::to_float(s[r]), d, f[r]);
+    for (int g = 0; g < 8; ++g) {
+      __m512i ag[V];
+      for (int v = 0; v < V; ++v) ag[v] = load(a[v * kChunk + b].q[g]);
+      for (int r = 0; r < R; ++r) {
+        const __m512i wg = bcast32(w[r][b].q + 4 * g);
+        for (int v = 0; v < V; ++v) s[r][v] = _mm512_dpbusd_epi32(s[r][v], wg, ag[v]);
+      }
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m512 da = _mm512_load_ps(a[v * kChunk + b].d);
+      for (int r = 0; r < R; ++r) {
+        const __m512 d = _mm512_mul_ps(da, _mm512_set1_ps(w[r][b].d));
+        f[r][v] = _mm512_fmadd_ps(gemm::to_float(s[r][v]), d, f[r][v]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc + r * ld, f[r]);
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc + r * ld + v * kLanes, f[r][v]);
+  }
 }
 
 // Kernel traits for gemm::run; Unpack turns one weight block into a WtU8.
@@ -73,7 +85,8 @@ template <int kOffset, void (*Unpack)(const uint8_t*, int64_t, WtU8*)>
 struct Legacy {
   static constexpr int64_t kBlockElems = 32;
   static constexpr int kChunk = 16;
-  static constexpr int kRows = 8;
+  static constexpr int kRows = 6;  // 6 x 2 int32 and 6 x 2 float accumulators
+  static constexpr int kVecs = 2;
   using Act = ActQ8_0;
   using Wt = WtU8;
 
@@ -81,9 +94,9 @@ struct Legacy {
     pack_q8_0<kOffset>(rows, n_valid, block, dst);
   }
   static void unpack(const uint8_t* row, int64_t block, Wt* dst) { Unpack(row, block, dst); }
-  template <int R>
+  template <int R, int V>
   static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
-    tile_u8<R>(w, a, kb, acc, ld);
+    tile_u8<R, V, kChunk>(w, a, kb, acc, ld);
   }
 };
 
