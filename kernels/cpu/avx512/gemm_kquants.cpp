@@ -1,15 +1,15 @@
 // AVX-512 VNNI gemm micro-kernels of the k-quants against Q8_K activations (Q4_K, Q5_K,
-// Q6_K), on the 16-token packing of gemm_common.h: R weight rows x 16 tokens per tile, one
-// 256-element super-block at a time. Each sub-block's dot is an exact int32 vpdpbusd sum
-// of unsigned weight levels and signed activations; it is scaled in float (its sub-block
-// scale times d, exact in float), so per super-block the sums round like any float sum of
-// a few terms and stay well inside the tests' 1e-5 relative bound.
+// Q6_K), on the 16-token packing of gemm_common.h: R weight rows x 2 vectors of 16 tokens
+// per tile, one 256-element super-block at a time. Each sub-block's dot is an exact int32
+// vpdpbusd sum of unsigned weight levels and signed activations; it is scaled in float by
+// its sub-block scale times d (exact in float), so a super-block rounds like any float sum
+// of a few terms, well inside the tests' 1e-5 relative bound.
 //   Q4_K, Q5_K: levels 0..15 / 0..31 as stored; the mins term dmin * sum_s m[s] sum_s(a)
 //     is one vpdpwssd per two sub-blocks on per-token sub-block sums packed with the
 //     activations.
-//   Q6_K: the levels q in 0..63 as stored; the value is q - 32, and -32 * (sum of each
-//     16-element sub-block of a token) is packed with the activations and seeds the
-//     sub-block's accumulator, so no per-row correction is needed.
+//   Q6_K: levels q in 0..63 as stored, value q - 32: -32 * (sum of each 16-element
+//     sub-block of a token) is packed with the activations and seeds the sub-block's
+//     accumulator, so no per-row correction is needed.
 #include "kernels/cpu/avx512/avx512_gemm.h"
 #include "kernels/cpu/avx512/gemm_common.h"
 
@@ -83,36 +83,50 @@ void unpack_scale_min(const uint8_t* scales, uint16_t d, uint16_t dmin, WtKScale
   dst->dmin = half_to_float(dmin);
 }
 
-// acc += d_a * (sum_s scd[s] dot_s - dmin * sum_s m[s] sum_s(a)) for R rows, kb blocks.
-template <int R>
+// acc += d_a * (sum_s scd[s] dot_s - dmin * sum_s m[s] sum_s(a)) for R rows and V token
+// vectors (vector v's blocks kChunk apart in a), kb blocks.
+template <int R, int V, int kChunk>
 void tile_scale_min(const WtKScaleMin* const* w, const ActQ8_KSums* a, int kb, float* acc,
                     int64_t ld) {
   for (int b = 0; b < kb; ++b) {
     const WtKScaleMin* wb[R];
     for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
-    __m512 t[R];
-    for (int r = 0; r < R; ++r) t[r] = _mm512_setzero_ps();
+    const ActQ8_KSums* ab[V];
+    for (int v = 0; v < V; ++v) ab[v] = &a[v * kChunk + b];
+    __m512 t[R][V];
+    for (int r = 0; r < R; ++r) {
+      for (int v = 0; v < V; ++v) t[r][v] = _mm512_setzero_ps();
+    }
     for (int s = 0; s < 8; ++s) {
-      __m512i i[R];
-      for (int r = 0; r < R; ++r) i[r] = _mm512_setzero_si512();
+      __m512i i[R][V];
+      for (int r = 0; r < R; ++r) {
+        for (int v = 0; v < V; ++v) i[r][v] = _mm512_setzero_si512();
+      }
       for (int g = 0; g < 8; ++g) {
-        const __m512i ag = load(a[b].q[8 * s + g]);
+        __m512i ag[V];
+        for (int v = 0; v < V; ++v) ag[v] = load(ab[v]->q[8 * s + g]);
         for (int r = 0; r < R; ++r) {
-          i[r] = _mm512_dpbusd_epi32(i[r], bcast32(wb[r]->q + 32 * s + 4 * g), ag);
+          const __m512i wg = bcast32(wb[r]->q + 32 * s + 4 * g);
+          for (int v = 0; v < V; ++v) i[r][v] = _mm512_dpbusd_epi32(i[r][v], wg, ag[v]);
         }
       }
       for (int r = 0; r < R; ++r) {
-        t[r] = _mm512_fmadd_ps(gemm::to_float(i[r]), _mm512_set1_ps(wb[r]->scd[s]), t[r]);
+        const __m512 sc = _mm512_set1_ps(wb[r]->scd[s]);
+        for (int v = 0; v < V; ++v) t[r][v] = _mm512_fmadd_ps(gemm::to_float(i[r][v]), sc, t[r][v]);
       }
     }
-    const __m512 da = _mm512_load_ps(a[b].d);
-    for (int r = 0; r < R; ++r) {
-      __m512i mins = _mm512_setzero_si512();
-      for (int j = 0; j < 4; ++j) {
-        mins = _mm512_dpwssd_epi32(mins, load(a[b].sums[j]), bcast32(&wb[r]->m[2 * j]));
+    for (int v = 0; v < V; ++v) {
+      const __m512 da = _mm512_load_ps(ab[v]->d);
+      for (int r = 0; r < R; ++r) {
+        __m512i mins = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j) {
+          mins = _mm512_dpwssd_epi32(mins, load(ab[v]->sums[j]), bcast32(&wb[r]->m[2 * j]));
+        }
+        const __m512 tv =
+            _mm512_fnmadd_ps(_mm512_set1_ps(wb[r]->dmin), gemm::to_float(mins), t[r][v]);
+        float* out = acc + r * ld + v * kLanes;
+        _mm512_storeu_ps(out, _mm512_fmadd_ps(tv, da, _mm512_loadu_ps(out)));
       }
-      t[r] = _mm512_fnmadd_ps(_mm512_set1_ps(wb[r]->dmin), gemm::to_float(mins), t[r]);
-      _mm512_storeu_ps(acc + r * ld, _mm512_fmadd_ps(t[r], da, _mm512_loadu_ps(acc + r * ld)));
     }
   }
 }
@@ -120,8 +134,8 @@ void tile_scale_min(const WtKScaleMin* const* w, const ActQ8_KSums* a, int kb, f
 struct Q4_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 2;
-  static constexpr int kRows = 8;
-  static constexpr int kVecs = 1;
+  static constexpr int kRows = 6;
+  static constexpr int kVecs = 2;
   using Act = ActQ8_KSums;
   using Wt = WtKScaleMin;
 
@@ -143,15 +157,15 @@ struct Q4_K {
 
   template <int R, int V>
   static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
-    tile_scale_min<R>(w, a, kb, acc, ld);
+    tile_scale_min<R, V, kChunk>(w, a, kb, acc, ld);
   }
 };
 
 struct Q5_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 2;
-  static constexpr int kRows = 8;
-  static constexpr int kVecs = 1;
+  static constexpr int kRows = 6;
+  static constexpr int kVecs = 2;
   using Act = ActQ8_KSums;
   using Wt = WtKScaleMin;
 
@@ -179,7 +193,7 @@ struct Q5_K {
 
   template <int R, int V>
   static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
-    tile_scale_min<R>(w, a, kb, acc, ld);
+    tile_scale_min<R, V, kChunk>(w, a, kb, acc, ld);
   }
 };
 
@@ -202,8 +216,8 @@ struct WtQ6_K {
 struct Q6_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 2;
-  static constexpr int kRows = 8;
-  static constexpr int kVecs = 1;
+  static constexpr int kRows = 6;
+  static constexpr int kVecs = 2;
   using Act = ActQ8_KCorr;
   using Wt = WtQ6_K;
 
@@ -246,25 +260,39 @@ struct Q6_K {
     for (int b = 0; b < kb; ++b) {
       const Wt* wb[R];
       for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
-      __m512 t[R];
-      for (int r = 0; r < R; ++r) t[r] = _mm512_setzero_ps();
+      const Act* ab[V];
+      for (int v = 0; v < V; ++v) ab[v] = &a[v * kChunk + b];
+      __m512 t[R][V];
+      for (int r = 0; r < R; ++r) {
+        for (int v = 0; v < V; ++v) t[r][v] = _mm512_setzero_ps();
+      }
       for (int k = 0; k < 16; ++k) {
-        __m512i i[R];
-        const __m512i corr = load(a[b].corr[k]);
-        for (int r = 0; r < R; ++r) i[r] = corr;
+        __m512i i[R][V];
+        for (int v = 0; v < V; ++v) {
+          const __m512i corr = load(ab[v]->corr[k]);
+          for (int r = 0; r < R; ++r) i[r][v] = corr;
+        }
         for (int g = 0; g < 4; ++g) {
-          const __m512i ag = load(a[b].q[4 * k + g]);
+          __m512i ag[V];
+          for (int v = 0; v < V; ++v) ag[v] = load(ab[v]->q[4 * k + g]);
           for (int r = 0; r < R; ++r) {
-            i[r] = _mm512_dpbusd_epi32(i[r], bcast32(wb[r]->q + 16 * k + 4 * g), ag);
+            const __m512i wg = bcast32(wb[r]->q + 16 * k + 4 * g);
+            for (int v = 0; v < V; ++v) i[r][v] = _mm512_dpbusd_epi32(i[r][v], wg, ag[v]);
           }
         }
         for (int r = 0; r < R; ++r) {
-          t[r] = _mm512_fmadd_ps(gemm::to_float(i[r]), _mm512_set1_ps(wb[r]->scd[k]), t[r]);
+          const __m512 sc = _mm512_set1_ps(wb[r]->scd[k]);
+          for (int v = 0; v < V; ++v) {
+            t[r][v] = _mm512_fmadd_ps(gemm::to_float(i[r][v]), sc, t[r][v]);
+          }
         }
       }
-      const __m512 da = _mm512_load_ps(a[b].d);
-      for (int r = 0; r < R; ++r) {
-        _mm512_storeu_ps(acc + r * ld, _mm512_fmadd_ps(t[r], da, _mm512_loadu_ps(acc + r * ld)));
+      for (int v = 0; v < V; ++v) {
+        const __m512 da = _mm512_load_ps(ab[v]->d);
+        for (int r = 0; r < R; ++r) {
+          float* out = acc + r * ld + v * kLanes;
+          _mm512_storeu_ps(out, _mm512_fmadd_ps(t[r][v], da, _mm512_loadu_ps(out)));
+        }
       }
     }
   }
