@@ -71,15 +71,21 @@ struct WtKScaleMin {
   float dmin;
 };
 
+// Decodes the 12 scale bytes (layout in quants.h) four sub-blocks per 32-bit word: with
+// w0, w1, w2 the words of bytes 0-3, 4-7, 8-11, scales 0-3 are w0 & 63 per byte, 4-7 are
+// (w2 & 15) | (w0 >> 6) << 4 per byte; the mins likewise from w1 and the high nibbles of w2.
 void unpack_scale_min(const uint8_t* scales, uint16_t d, uint16_t dmin, WtKScaleMin* dst) {
-  const float df = half_to_float(d);
-  for (int s = 0; s < 8; ++s) {
-    uint8_t sc = 0;
-    uint8_t m = 0;
-    unpack_k_scale_min(scales, s, &sc, &m);
-    dst->scd[s] = df * static_cast<float>(sc);
-    dst->m[s] = m;
-  }
+  uint32_t w[3];
+  std::memcpy(w, scales, sizeof(w));
+  const uint32_t sc_lo = w[0] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u);
+  const uint32_t m_lo = w[1] & 0x3f3f3f3fu;
+  const uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u);
+  const __m128i sc = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), 0, 0);
+  const __m128i m = _mm_setr_epi32(static_cast<int>(m_lo), static_cast<int>(m_hi), 0, 0);
+  const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc));
+  _mm256_storeu_ps(dst->scd, _mm256_mul_ps(scf, _mm256_set1_ps(half_to_float(d))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst->m), _mm_cvtepu8_epi16(m));
   dst->dmin = half_to_float(dmin);
 }
 
@@ -251,8 +257,10 @@ struct Q6_K {
                             _mm256_or_si256(low[k], _mm256_slli_epi16(high, 4)));
       }
     }
-    const float d = half_to_float(b->d);
-    for (int k = 0; k < 16; ++k) dst->scd[k] = d * static_cast<float>(b->scales[k]);
+    const __m512i sc = _mm512_maskz_cvtepi8_epi32(
+        0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales)));
+    _mm512_storeu_ps(dst->scd,
+                     _mm512_mul_ps(gemm::to_float(sc), _mm512_set1_ps(half_to_float(b->d))));
   }
 
   template <int R, int V>
