@@ -1,7 +1,8 @@
 // The gemm tile kernels of every ISA this host runs, against the generic vec_dot: called
-// directly on awkward tiles (rows 1, 3, 5, 67; tokens 1, 2, 3, 5, 17, 65; one block and odd
-// block counts that cross the kernels' K chunks) with NaN-prefilled outputs wider than the
-// tile, on raw blocks with extreme levels and scales, and through CpuBackend::matmul with
+// directly on awkward tiles (rows 1, 3, 5, 8, 9, 67; tokens 1, 2, 3, 5, 16, 17, 33, 65; one
+// block and odd block counts that cross the kernels' K chunks; and tiles of more than 128
+// rows and tokens, past one driver tile) with NaN-prefilled outputs wider than the tile,
+// on raw blocks with extreme levels and scales, and through CpuBackend::matmul with
 // 1 and 2 threads against the generic backend. Kernels sum the exact integer block
 // products in their own float order, so the tolerance is a float-rounding one:
 // |y - ref| <= 1e-5 * sum_i |w_i * a_i| (dequantized weights and activations).
@@ -24,8 +25,9 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kRelTol = 1e-5;
-const int64_t kRows[] = {1, 3, 5, 67};
-const int64_t kTokens[] = {1, 2, 3, 5, 17, 65};
+// Micro-tiles: AVX2 4 rows by 8 tokens, AVX-512 6 rows by 2 x 16 tokens (1 x 16 at the end).
+const int64_t kRows[] = {1, 3, 5, 8, 9, 67};
+const int64_t kTokens[] = {1, 2, 3, 5, 16, 17, 33, 65};
 
 // Weight types that have a gemm kernel in some table.
 const DType kWeightTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
@@ -148,6 +150,33 @@ TEST(KernelsGemm, TilesMatchGenericVecDot) {
   }
 }
 
+// Past one driver tile of 128 rows by 128 tokens in both directions, and a long batch.
+TEST(KernelsGemm, LargeTilesMatchGenericVecDot) {
+  uint32_t seed = 500;
+  const int64_t shapes[][2] = {{131, 129}, {129, 300}, {7, 257}};  // rows, tokens
+  for (Isa isa : simd_isas()) {
+    for (DType type : kWeightTypes) {
+      const GemmFn gemm = cpu_kernels(isa).for_type(type).gemm;
+      if (gemm == nullptr) continue;
+      const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
+      const int64_t n = row_lengths(type)[1];
+      for (const auto& shape : shapes) {
+        const int64_t n_rows = shape[0];
+        const int64_t n_tokens = shape[1];
+        SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n " << n
+                                        << " rows " << n_rows << " tokens " << n_tokens);
+        const std::vector<uint8_t> w = random_rows(type, n, n_rows, ++seed);
+        const std::vector<uint8_t> act = act_rows(type, n, n_tokens, ++seed);
+        const int64_t ldy = n_rows + 1;
+        std::vector<float> y(static_cast<size_t>(n_tokens * ldy), kNaN);
+        gemm(n, w.data(), row_size(type, n), n_rows, act.data(), row_size(act_type, n), n_tokens,
+             y.data(), ldy);
+        expect_matches_generic(type, n, w, n_rows, act, n_tokens, y, ldy);
+      }
+    }
+  }
+}
+
 // Raw blocks: every level byte random or at its extreme, scales at their largest, so that
 // integer lanes meet their worst case. Activation levels stay in [-127, 127], the range
 // of the activation quantizers.
@@ -239,8 +268,8 @@ TEST(KernelsGemm, ExtremeLevelsDoNotSaturate) {
       if (gemm == nullptr || type_traits(type).block_elems == 1) continue;
       const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
       const int64_t n = 3 * type_traits(type).block_elems;
-      const int64_t n_rows = 6;
-      const int64_t n_tokens = 9;
+      const int64_t n_rows = 10;
+      const int64_t n_tokens = 19;
       for (bool extreme : {true, false}) {
         SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type)
                                         << (extreme ? " all levels at their maximum" : ""));
