@@ -1,4 +1,4 @@
-// `qrun synth`: writes a llama-shaped model with random weights (see models/synth.h).
+// `qrun synth`: writes a llama, qwen2 or qwen3 model with random weights (see models/synth.h).
 #include <chrono>
 #include <cstdio>
 
@@ -11,11 +11,13 @@ namespace {
 
 struct SynthCliOptions {
   std::string out;
+  std::string arch = "llama";
   std::string like = "tiny";
   std::string type = "q4_0";
   std::string vocab;
   uint64_t seed = 42;
-  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0;
+  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0, head_dim = 0;
+  float weight_std = 0.02f;
   bool tied = false;
 };
 
@@ -41,6 +43,11 @@ Result<void> run_synth(const SynthCliOptions& o) {
   override_if(o.n_head_kv, shape->n_head_kv);
   override_if(o.n_ff, shape->n_ff);
   override_if(o.n_ctx, shape->n_ctx);
+  override_if(o.head_dim, shape->head_dim);
+  if (!(o.weight_std > 0.0f && o.weight_std < 100.0f)) {
+    return make_error(ErrorCode::kUsage,
+                      format("synth: --std %g must be positive and below 100", o.weight_std));
+  }
   if (o.tied) shape->tied_output = true;
 
   Result<gguf::File> vocab = o.vocab.empty() ? open_demo_model() : gguf::File::open(o.vocab);
@@ -50,15 +57,17 @@ Result<void> run_synth(const SynthCliOptions& o) {
                  kDemoModelName);
 
   models::SynthOptions so;
+  so.arch = o.arch;
   so.shape = *shape;
+  so.weight_std = o.weight_std;
   so.recipe = o.type;
   so.seed = o.seed;
-  so.name = "qrun-synth-" + o.like + "-" + o.type;
+  so.name = "qrun-synth-" + (o.arch == "llama" ? "" : o.arch + "-") + o.like + "-" + o.type;
   const auto t0 = std::chrono::steady_clock::now();
   QRUN_TRY(models::write_synthetic_model(so, *vocab, o.out));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "qrun: wrote %s (%s, %s) in %.1f s\n", o.out.c_str(), o.like.c_str(),
-               o.type.c_str(), secs);
+  std::fprintf(stderr, "qrun: wrote %s (%s, %s, %s) in %.1f s\n", o.out.c_str(), o.arch.c_str(),
+               o.like.c_str(), o.type.c_str(), secs);
   return {};
 }
 
@@ -68,6 +77,8 @@ void register_synth(CLI::App& app, Action* selected) {
   auto o = std::make_shared<SynthCliOptions>();
   CLI::App* cmd = app.add_subcommand("synth", "Write a llama-shaped model with random weights");
   cmd->add_option("-o,--output", o->out, "Output GGUF file")->required();
+  cmd->add_option("--arch", o->arch, "Architecture: " + join(models::synth_arch_names()))
+      ->capture_default_str();
   cmd->add_option("--like", o->like, "Shape preset: " + join(models::synth_preset_names()))
       ->capture_default_str();
   cmd->add_option("--type", o->type, "Weight type or recipe: " + join(models::synth_recipe_names()))
@@ -81,6 +92,9 @@ void register_synth(CLI::App& app, Action* selected) {
   cmd->add_option("--n-head-kv", o->n_head_kv, "Override the number of KV heads");
   cmd->add_option("--n-ff", o->n_ff, "Override the feed-forward width");
   cmd->add_option("--ctx", o->n_ctx, "Override the trained context length");
+  cmd->add_option("--head-dim", o->head_dim, "Head size (default: n_embd / n_head)");
+  cmd->add_option("--std", o->weight_std, "Standard deviation of the random weights")
+      ->capture_default_str();
   cmd->add_flag("--tied", o->tied, "Tie the output projection to the token embedding");
   cmd->callback([o, selected] { *selected = [o] { return run_synth(*o); }; });
 }

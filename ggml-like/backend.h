@@ -46,9 +46,13 @@ inline const char* op_name(Op op) {
   return "?";
 }
 
-// Rotary position embedding of the first n_rot elements of each head, in adjacent pairs
-// (x[2i], x[2i+1]) ("normal" mode, which llama uses since its converter permutes Q and K).
-// Pair i at position p turns by the angle freq_scale * p * freq_base^(-2i/n_rot) / f[i],
+// How RoPE pairs the first n_rot elements of a head. kNormal: adjacent pairs (x[2i], x[2i+1])
+// (llama, whose converter permutes Q and K to suit it). kNeox: halves, (x[i], x[i + n_rot/2])
+// (GPT-NeoX, Qwen2, Qwen3). Pair i turns by the same angle in both modes.
+enum class RopeMode { kNormal, kNeox };
+
+// Rotary position embedding of the first n_rot elements of each head, in pairs chosen by
+// `mode`. Pair i at position p turns by the angle freq_scale * p * freq_base^(-2i/n_rot) / f[i],
 // with f the optional freq_factors (Llama 3.1's rope_freqs), else 1. Elements past n_rot
 // are left as they are.
 struct RopeParams {
@@ -56,6 +60,7 @@ struct RopeParams {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;              // linear scaling: 1 / rope.scaling.factor
   const float* freq_factors = nullptr;  // [n_rot / 2] or null
+  RopeMode mode = RopeMode::kNormal;
 };
 
 // One layer of a KV cache: k and v hold n_ctx rows of n_head_kv * head_dim elements of

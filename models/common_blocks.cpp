@@ -94,14 +94,34 @@ Result<int64_t> read_positive(const gguf::File& file, const std::string& arch,
   return *v;
 }
 
+namespace {
+
+// y[t] += bias for each of n rows of y: [n, bias.ne[0]]; nothing when bias is absent.
+void add_bias(Backend& backend, const Tensor& bias, int64_t n, float* y) {
+  if (bias.data == nullptr) return;
+  const int64_t width = bias.ne[0];
+  const auto* b = static_cast<const float*>(bias.data);
+  for (int64_t t = 0; t < n; ++t) backend.add(y + t * width, b, width, y + t * width);
+}
+
+}  // namespace
+
 void self_attention(Backend& backend, const AttentionWeights& w, const AttentionParams& shape,
-                    const RopeParams& rope, const KvLayerView& cache, const float* xn, int64_t n,
-                    int64_t pos, std::span<const int32_t> positions, const BlockScratch& s,
-                    float* out) {
+                    const RopeParams& rope, float norm_eps, const KvLayerView& cache,
+                    const float* xn, int64_t n, int64_t pos, std::span<const int32_t> positions,
+                    const BlockScratch& s, float* out) {
   // q: [n, n_head, head_dim]; k, v: [n, n_head_kv, head_dim]
   backend.matmul(w.wq, xn, n, s.q);
+  add_bias(backend, w.bq, n, s.q);
   backend.matmul(w.wk, xn, n, s.k);
+  add_bias(backend, w.bk, n, s.k);
   backend.matmul(w.wv, xn, n, s.v);
+  add_bias(backend, w.bv, n, s.v);
+  // Per-head RMS norm: each head_dim row of q and k on its own.
+  if (w.q_norm.data != nullptr)
+    backend.rms_norm(s.q, w.q_norm, n * shape.n_head, shape.head_dim, norm_eps, s.q);
+  if (w.k_norm.data != nullptr)
+    backend.rms_norm(s.k, w.k_norm, n * shape.n_head_kv, shape.head_dim, norm_eps, s.k);
   backend.rope(s.q, n, shape.n_head, shape.head_dim, positions, rope);
   backend.rope(s.k, n, shape.n_head_kv, shape.head_dim, positions, rope);
   backend.kv_store(cache, pos, n, s.k, s.v);

@@ -46,11 +46,17 @@ Result<int64_t> read_positive(const gguf::File& file, const std::string& arch,
                               const std::string& suffix, std::optional<int64_t> fallback);
 
 // The weights of one attention block; shapes in GGML order, rows = output features.
+// Optional tensors have data == nullptr when the architecture has none.
 struct AttentionWeights {
-  Tensor wq;  // [n_embd, n_head * head_dim]
-  Tensor wk;  // [n_embd, n_head_kv * head_dim]
-  Tensor wv;  // [n_embd, n_head_kv * head_dim]
-  Tensor wo;  // [n_head * head_dim, n_embd]
+  Tensor wq;      // [n_embd, n_head * head_dim]
+  Tensor wk;      // [n_embd, n_head_kv * head_dim]
+  Tensor wv;      // [n_embd, n_head_kv * head_dim]
+  Tensor wo;      // [n_head * head_dim, n_embd]
+  Tensor bq;      // [n_head * head_dim], F32, optional (qwen2)
+  Tensor bk;      // [n_head_kv * head_dim], F32, optional (qwen2)
+  Tensor bv;      // [n_head_kv * head_dim], F32, optional (qwen2)
+  Tensor q_norm;  // [head_dim], F32, optional: RMS norm of each Q head before RoPE (qwen3)
+  Tensor k_norm;  // [head_dim], F32, optional: RMS norm of each K head before RoPE (qwen3)
 };
 
 // The weights of a SwiGLU feed-forward block.
@@ -70,12 +76,14 @@ struct BlockScratch {
   float* up = nullptr;    // [n_batch, n_ff]
 };
 
-// out = wo * attention(rope(wq xn), rope(wk xn), wv xn) for n tokens at positions
-// pos .. pos + n - 1, after storing their K and V in `cache`. out may alias xn.
+// out = wo * attention(rope(q), rope(k), v) for n tokens at positions pos .. pos + n - 1,
+// after storing their K and V in `cache`, where q = wq xn + bq, k = wk xn + bk, v = wv xn + bv
+// (biases where present), and q and k are RMS-normed per head (eps `norm_eps`) where w has
+// q_norm / k_norm. out may alias xn.
 void self_attention(Backend& backend, const AttentionWeights& w, const AttentionParams& shape,
-                    const RopeParams& rope, const KvLayerView& cache, const float* xn, int64_t n,
-                    int64_t pos, std::span<const int32_t> positions, const BlockScratch& s,
-                    float* out);
+                    const RopeParams& rope, float norm_eps, const KvLayerView& cache,
+                    const float* xn, int64_t n, int64_t pos, std::span<const int32_t> positions,
+                    const BlockScratch& s, float* out);
 
 // out = down * (silu(gate * xn) * (up * xn)) for n tokens. out may alias xn.
 void swiglu_ffn(Backend& backend, const FfnWeights& w, const float* xn, int64_t n,

@@ -1,5 +1,6 @@
 // LlamaModel: hyper-parameters, weight binding and the forward pass. The forward pass
-// follows llama.cpp's LLM_ARCH_LLAMA graph op for op, so logits match it to rounding.
+// follows llama.cpp's LLM_ARCH_LLAMA graph op for op, so logits match it to rounding; a
+// LlamaVariant switches on Qwen2's Q/K/V biases and Qwen3's per-head Q/K norms.
 // Activations live in buffers sized once for n_batch tokens; forward() allocates nothing.
 #include "models/llama.h"
 
@@ -12,6 +13,17 @@
 namespace qrun::models {
 namespace {
 
+// What distinguishes the architectures that share the llama graph.
+struct LlamaVariant {
+  RopeMode rope_mode = RopeMode::kNormal;
+  bool qkv_bias = false;  // blk.N.attn_{q,k,v}.bias, required (qwen2)
+  bool qk_norm = false;   // blk.N.attn_{q,k}_norm.weight, required (qwen3)
+};
+
+constexpr LlamaVariant kLlama{};
+constexpr LlamaVariant kQwen2{RopeMode::kNeox, true, false};
+constexpr LlamaVariant kQwen3{RopeMode::kNeox, false, true};
+
 struct LlamaLayer {
   Tensor attn_norm;  // [n_embd]
   AttentionWeights attn;
@@ -21,7 +33,8 @@ struct LlamaLayer {
 
 class LlamaModel final : public Model {
  public:
-  static Result<std::unique_ptr<Model>> load(const gguf::File& file, const ModelOptions& options);
+  static Result<std::unique_ptr<Model>> load(const gguf::File& file, const ModelOptions& options,
+                                             const LlamaVariant& variant);
 
   const ModelHparams& hparams() const override { return hp_; }
   int64_t n_batch() const override { return n_batch_; }
@@ -37,6 +50,7 @@ class LlamaModel final : public Model {
   void forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                      bool all_logits, float* logits);
 
+  LlamaVariant variant_;
   ModelHparams hp_;
   int64_t n_batch_ = 0;
   RopeParams rope_;
@@ -78,7 +92,9 @@ Result<void> LlamaModel::read_hparams(const gguf::File& file) {
   QRUN_TRY(positive("attention.head_count", std::nullopt, &hp_.n_head));
   QRUN_TRY(positive("attention.head_count_kv", hp_.n_head, &hp_.n_head_kv));
   QRUN_TRY(positive("context_length", std::nullopt, &hp_.n_ctx_train));
-  if (hp_.n_embd % hp_.n_head != 0) {
+  // Without attention.key_length the head size is n_embd / n_head (Qwen3 sets it apart).
+  const bool has_key_length = file.find(a + ".attention.key_length") != nullptr;
+  if (!has_key_length && hp_.n_embd % hp_.n_head != 0) {
     return file.error(
         ErrorCode::kFormat,
         format("embedding length %lld is not a multiple of the head count %lld",
@@ -188,8 +204,21 @@ Result<void> LlamaModel::bind_weights(const gguf::File& file) {
     QRUN_TRY(bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
     QRUN_TRY(bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
     QRUN_TRY(bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
-    for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"}) {
-      QRUN_TRY(b.reject_if_present(p + bias, "attention biases"));
+    if (variant_.qkv_bias) {
+      QRUN_TRY(bind(p + "attn_q.bias", {n_q}, WeightUse::kF32, &l.attn.bq));
+      QRUN_TRY(bind(p + "attn_k.bias", {n_kv}, WeightUse::kF32, &l.attn.bk));
+      QRUN_TRY(bind(p + "attn_v.bias", {n_kv}, WeightUse::kF32, &l.attn.bv));
+    } else {
+      for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias"})
+        QRUN_TRY(b.reject_if_present(p + bias, "attention biases"));
+    }
+    QRUN_TRY(b.reject_if_present(p + "attn_output.bias", "attention output biases"));
+    if (variant_.qk_norm) {
+      QRUN_TRY(bind(p + "attn_q_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.q_norm));
+      QRUN_TRY(bind(p + "attn_k_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.k_norm));
+    } else {
+      for (const char* norm : {"attn_q_norm.weight", "attn_k_norm.weight"})
+        QRUN_TRY(b.reject_if_present(p + norm, "per-head Q/K norms"));
     }
     QRUN_TRY(b.reject_if_present(p + "ffn_gate_inp.weight", "mixture-of-experts layers"));
   }
@@ -211,19 +240,21 @@ void LlamaModel::allocate_scratch() {
   positions_.resize(n);
 }
 
-Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file,
-                                                const ModelOptions& options) {
+Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const ModelOptions& options,
+                                                const LlamaVariant& variant) {
   if (options.n_batch <= 0 || options.n_batch > (int64_t{1} << 20)) {
     return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
                                                 static_cast<long long>(options.n_batch)));
   }
   auto m = std::make_unique<LlamaModel>();
   m->n_batch_ = options.n_batch;
+  m->variant_ = variant;
   QRUN_TRY(m->read_hparams(file));
   QRUN_TRY(m->bind_weights(file));
   m->rope_.n_rot = m->hp_.n_rot;
   m->rope_.freq_base = m->hp_.rope_freq_base;
   m->rope_.freq_scale = m->hp_.rope_freq_scale;
+  m->rope_.mode = variant.rope_mode;
   m->attn_shape_ = AttentionParams{m->hp_.n_head, m->hp_.n_head_kv, m->hp_.head_dim,
                                    1.0f / std::sqrt(static_cast<float>(m->hp_.head_dim))};
   m->allocate_scratch();
@@ -249,6 +280,9 @@ Result<void> LlamaModel::check_backend(const Backend& backend) const {
     }
     QRUN_TRY(need(Op::kRmsNorm, l.attn_norm));
     QRUN_TRY(need(Op::kRmsNorm, l.ffn_norm));
+    for (const Tensor* t : {&l.attn.q_norm, &l.attn.k_norm}) {
+      if (t->data != nullptr) QRUN_TRY(need(Op::kRmsNorm, *t));
+    }
   }
   return {};
 }
@@ -312,7 +346,8 @@ void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens
     const LlamaLayer& l = layers_[static_cast<size_t>(il)];
     // Attention. xn: [n, n_embd] normed, then the attention output; x += xn
     backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
-    self_attention(backend, l.attn, attn_shape_, rope_, kv.layer(il), xn, n, pos, positions, s, xn);
+    self_attention(backend, l.attn, attn_shape_, rope_, hp_.norm_eps, kv.layer(il), xn, n, pos,
+                   positions, s, xn);
     backend.add(x, xn, n * n_embd, x);
     // Feed-forward. xn: [n, n_embd] normed, then the FFN output; x += xn
     backend.rms_norm(x, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
@@ -331,7 +366,15 @@ void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens
 }  // namespace
 
 Result<std::unique_ptr<Model>> load_llama(const gguf::File& file, const ModelOptions& options) {
-  return LlamaModel::load(file, options);
+  return LlamaModel::load(file, options, kLlama);
+}
+
+Result<std::unique_ptr<Model>> load_qwen2(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kQwen2);
+}
+
+Result<std::unique_ptr<Model>> load_qwen3(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kQwen3);
 }
 
 }  // namespace qrun::models

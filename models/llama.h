@@ -1,6 +1,9 @@
 // The llama architecture (Llama 1/2/3, TinyLlama, Mistral-style GQA): pre-norm decoder
 // layers of RMSNorm -> RoPE self-attention -> residual, RMSNorm -> SwiGLU FFN -> residual,
 // then a final RMSNorm and the output projection (tied to token_embd when absent).
+// Qwen2 and Qwen3 are this graph with small differences, so they are flags of the same
+// class: Qwen2 adds biases to Q, K and V; Qwen3 RMS-norms each Q and K head before RoPE and
+// may have head_dim != n_embd / n_head; both rotate halves (neox RoPE), not adjacent pairs.
 #pragma once
 
 #include <memory>
@@ -14,5 +17,9 @@ namespace qrun::models {
 // Loads hyper-parameters from "llama.*" keys and binds every weight with its expected
 // shape. The model keeps views into `file`, which must outlive it.
 Result<std::unique_ptr<Model>> load_llama(const gguf::File& file, const ModelOptions& options);
+// Same, from "qwen2.*" keys, with attn_{q,k,v}.bias required in every layer.
+Result<std::unique_ptr<Model>> load_qwen2(const gguf::File& file, const ModelOptions& options);
+// Same, from "qwen3.*" keys, with attn_q_norm / attn_k_norm ([head_dim]) in every layer.
+Result<std::unique_ptr<Model>> load_qwen3(const gguf::File& file, const ModelOptions& options);
 
 }  // namespace qrun::models

@@ -11,6 +11,8 @@ namespace {
 
 constexpr std::array kArchitectures = {
     Architecture{"llama", load_llama},
+    Architecture{"qwen2", load_qwen2},
+    Architecture{"qwen3", load_qwen3},
 };
 
 }  // namespace

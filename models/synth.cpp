@@ -1,4 +1,4 @@
-// write_synthetic_model: a llama-architecture GGUF with random weights.
+// write_synthetic_model: a llama, qwen2 or qwen3 GGUF with random weights.
 // Speed matters (a 1B model should take seconds), so each distinct (type, row length)
 // gets a pool of randomly generated, reference-quantized rows, and every tensor row is
 // a pool row rotated by a random whole number of blocks: a valid, varied row of the
@@ -89,6 +89,10 @@ std::vector<std::string> synth_preset_names() {
           "llama-3.2-3b", "llama-2-7b",  "llama-3-8b",     "mistral-7b"};
 }
 
+std::vector<std::string> synth_arch_names() {
+  return {"llama", "qwen2", "qwen3"};
+}
+
 std::vector<std::string> synth_recipe_names() {
   return quant_recipe_names();
 }
@@ -101,11 +105,20 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     return make_error(ErrorCode::kUsage,
                       format("synth: unknown weight type '%s'", o.recipe.c_str()));
   }
+  const bool qwen2 = o.arch == "qwen2";
+  const bool qwen3 = o.arch == "qwen3";
+  if (o.arch != "llama" && !qwen2 && !qwen3) {
+    return make_error(
+        ErrorCode::kUsage,
+        format("synth: unknown architecture '%s' (llama, qwen2, qwen3)", o.arch.c_str()));
+  }
   if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
-      s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0) {
+      s.head_dim < 0 || (s.head_dim == 0 && s.n_embd % s.n_head != 0) ||
+      s.n_head % s.n_head_kv != 0) {
     return make_error(ErrorCode::kUsage,
                       format("synth: invalid shape (n_embd %lld, n_head %lld, n_head_kv %lld): "
-                             "n_embd must divide by n_head and n_head by n_head_kv",
+                             "n_embd must divide by n_head (unless a head size is given) and "
+                             "n_head by n_head_kv",
                              static_cast<long long>(s.n_embd), static_cast<long long>(s.n_head),
                              static_cast<long long>(s.n_head_kv)));
   }
@@ -115,24 +128,30 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
                        "no tokenizer.ggml.tokens array to copy the vocabulary from");
   }
   const int64_t n_vocab = static_cast<int64_t>(tokens->as_array().items.size());
-  const int64_t head_dim = s.n_embd / s.n_head;
+  const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
+  const int64_t n_embd_q = head_dim * s.n_head;
   const int64_t n_embd_kv = head_dim * s.n_head_kv;
+  const std::string& a = o.arch;  // key prefix
 
   gguf::Writer w;
-  w.set_string("general.architecture", "llama");
+  w.set_string("general.architecture", a);
   w.set_string("general.name", o.name);
   w.set_u32("general.file_type", static_cast<uint32_t>(recipe->file_type));
   w.set_u32("general.quantization_version", 2);
-  w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
-  w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
-  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
-  w.set_f32("llama.rope.freq_base", s.rope_freq_base);
-  w.set_u32("llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  w.set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
+  w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
+  w.set_u32(a + ".vocab_size", static_cast<uint32_t>(n_vocab));
+  if (qwen3 || head_dim * s.n_head != s.n_embd) {
+    w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
+    w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  }
   for (const gguf::KeyValue& kv : vocab.metadata()) {
     if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
   }
@@ -162,14 +181,37 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     });
   };
 
+  // F32 vector of center + uniform [-amplitude, amplitude): biases (center 0) and per-head
+  // norm weights (center 1), random so that a wrong pairing of weights shows in the output.
+  auto add_random = [&](const std::string& name, int64_t n, float center, float amplitude) {
+    const uint64_t seed = ++tensor_seed;
+    w.add_tensor(name, DType::kF32, {n}, [seed, center, amplitude](std::span<uint8_t> out) {
+      Rng rng{seed};
+      for (size_t i = 0; i + 4 <= out.size(); i += 4) {
+        const float x = center + amplitude * rng.uniform();
+        std::memcpy(out.data() + i, &x, 4);
+      }
+    });
+  };
+  const float bias_amplitude = 10.0f * o.weight_std;
+
   add_matrix("token_embd.weight", s.n_embd, n_vocab);
   for (int64_t i = 0; i < s.n_layer; ++i) {
     const std::string b = format("blk.%lld.", static_cast<long long>(i));
     add_ones(b + "attn_norm.weight", s.n_embd);
-    add_matrix(b + "attn_q.weight", s.n_embd, s.n_embd);
+    add_matrix(b + "attn_q.weight", s.n_embd, n_embd_q);
     add_matrix(b + "attn_k.weight", s.n_embd, n_embd_kv);
     add_matrix(b + "attn_v.weight", s.n_embd, n_embd_kv);
-    add_matrix(b + "attn_output.weight", s.n_embd, s.n_embd);
+    if (qwen2) {
+      add_random(b + "attn_q.bias", n_embd_q, 0.0f, bias_amplitude);
+      add_random(b + "attn_k.bias", n_embd_kv, 0.0f, bias_amplitude);
+      add_random(b + "attn_v.bias", n_embd_kv, 0.0f, bias_amplitude);
+    }
+    if (qwen3) {
+      add_random(b + "attn_q_norm.weight", head_dim, 1.0f, 0.5f);
+      add_random(b + "attn_k_norm.weight", head_dim, 1.0f, 0.5f);
+    }
+    add_matrix(b + "attn_output.weight", n_embd_q, s.n_embd);
     add_ones(b + "ffn_norm.weight", s.n_embd);
     add_matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff);
     add_matrix(b + "ffn_up.weight", s.n_embd, s.n_ff);

@@ -1,5 +1,6 @@
-// Synthetic llama-shaped models with random weights, for benchmarks and tests: any
-// shape, any weight recipe, and the tokenizer copied from a vocab-only GGUF file.
+// Synthetic llama-shaped models (llama, qwen2 or qwen3) with random weights, for benchmarks
+// and tests: any shape, any weight recipe, and the tokenizer copied from a vocab-only GGUF
+// file. The same options and vocabulary always give the same bytes.
 // Memory traffic and arithmetic do not depend on the values, so these stand in for
 // full-size downloads.
 #pragma once
@@ -18,13 +19,18 @@ struct SynthShape {
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied_output = false;  // no output.weight: the token embedding is reused
+  int64_t head_dim = 0;      // 0: n_embd / n_head
 };
 
 // Named shapes: "tinyllama-1.1b", "llama-3.2-1b", "llama-3-8b", ...
 std::optional<SynthShape> synth_preset(const std::string& name);
 std::vector<std::string> synth_preset_names();
 
+// Architectures write_synthetic_model can write.
+std::vector<std::string> synth_arch_names();
+
 struct SynthOptions {
+  std::string arch = "llama";  // llama, qwen2 (random Q/K/V biases), qwen3 (random Q/K norms)
   SynthShape shape;
   std::string recipe = "q4_0";  // a weight type name, or "q4_k_m" / "q4_k_s" / "q5_k_m"
   uint64_t seed = 42;

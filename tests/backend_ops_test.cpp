@@ -243,20 +243,27 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
     int64_t head_dim, n_rot;
     float base, scale;
     bool with_factors;
+    RopeMode mode = RopeMode::kNormal;
   };
-  for (const Case& c : {Case{4, 4, 10000.0f, 1.0f, false}, Case{8, 8, 10000.0f, 1.0f, false},
-                        Case{64, 32, 500000.0f, 0.25f, false}, Case{32, 32, 10000.0f, 1.0f, true},
-                        Case{128, 128, 1000000.0f, 1.0f, false}}) {
+  for (const Case& c :
+       {Case{4, 4, 10000.0f, 1.0f, false}, Case{8, 8, 10000.0f, 1.0f, false},
+        Case{64, 32, 500000.0f, 0.25f, false}, Case{32, 32, 10000.0f, 1.0f, true},
+        Case{128, 128, 1000000.0f, 1.0f, false}, Case{4, 4, 10000.0f, 1.0f, false, RopeMode::kNeox},
+        Case{64, 32, 500000.0f, 0.25f, false, RopeMode::kNeox},
+        Case{32, 32, 10000.0f, 1.0f, true, RopeMode::kNeox},
+        Case{128, 128, 1000000.0f, 1.0f, false, RopeMode::kNeox}}) {
+    const bool neox = c.mode == RopeMode::kNeox;
     for (int64_t n_head : {int64_t{1}, int64_t{7}, int64_t{32}}) {
       for (int64_t n_tokens : {int64_t{1}, int64_t{7}, int64_t{33}}) {
-        SCOPED_TRACE(testing::Message() << "head_dim " << c.head_dim << " n_rot " << c.n_rot
-                                        << " n_head " << n_head << " n_tokens " << n_tokens);
+        SCOPED_TRACE(testing::Message()
+                     << "neox " << neox << " head_dim " << c.head_dim << " n_rot " << c.n_rot
+                     << " n_head " << n_head << " n_tokens " << n_tokens);
         std::vector<int32_t> pos(static_cast<size_t>(n_tokens));
         for (int64_t t = 0; t < n_tokens; ++t) pos[t] = static_cast<int32_t>(t * 37 % 300);
         const std::vector<float> x =
             random_floats(static_cast<size_t>(n_tokens * n_head * c.head_dim), 5);
         std::vector<float> y = x;
-        RopeParams p{c.n_rot, c.base, c.scale, c.with_factors ? factors.data() : nullptr};
+        RopeParams p{c.n_rot, c.base, c.scale, c.with_factors ? factors.data() : nullptr, c.mode};
         be.rope(y.data(), n_tokens, n_head, c.head_dim, pos, p);
         for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t h = 0; h < n_head; ++h) {
@@ -266,12 +273,14 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
               const double ff = c.with_factors ? factors[i] : 1.0;
               const double theta =
                   c.scale * pos[t] * std::pow(double{c.base}, -2.0 * i / double(c.n_rot)) / ff;
-              const double r0 = xv[2 * i] * std::cos(theta) - xv[2 * i + 1] * std::sin(theta);
-              const double r1 = xv[2 * i] * std::sin(theta) + xv[2 * i + 1] * std::cos(theta);
-              const double tol =
-                  2e-6 * (1.0 + pos[t]) * (std::fabs(xv[2 * i]) + std::fabs(xv[2 * i + 1]));
-              EXPECT_NEAR(yv[2 * i], r0, tol) << "t " << t << " pair " << i;
-              EXPECT_NEAR(yv[2 * i + 1], r1, tol) << "t " << t << " pair " << i;
+              // The pair's two indices: adjacent (normal) or half a rotation apart (neox).
+              const int64_t i0 = neox ? i : 2 * i;
+              const int64_t i1 = neox ? i + c.n_rot / 2 : 2 * i + 1;
+              const double r0 = xv[i0] * std::cos(theta) - xv[i1] * std::sin(theta);
+              const double r1 = xv[i0] * std::sin(theta) + xv[i1] * std::cos(theta);
+              const double tol = 2e-6 * (1.0 + pos[t]) * (std::fabs(xv[i0]) + std::fabs(xv[i1]));
+              EXPECT_NEAR(yv[i0], r0, tol) << "t " << t << " pair " << i;
+              EXPECT_NEAR(yv[i1], r1, tol) << "t " << t << " pair " << i;
             }
             for (int64_t d = c.n_rot; d < c.head_dim; ++d) EXPECT_EQ(yv[d], xv[d]);
           }

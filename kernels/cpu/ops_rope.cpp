@@ -1,5 +1,6 @@
-// Rotary position embedding, "normal" mode: adjacent pairs (x[2i], x[2i+1]) of the first
-// n_rot elements of each head turn by theta_i = freq_scale * (p * base^(-2i/n_rot)) / f_i.
+// Rotary position embedding: pair i of the first n_rot elements of each head, (x[2i], x[2i+1])
+// in normal mode or (x[i], x[i + n_rot/2]) in neox mode, turns by
+// theta_i = freq_scale * (p * base^(-2i/n_rot)) / f_i.
 // The per-pair frequency is formed as ggml forms it, by repeated float multiplication of
 // p by base^(-2/n_rot), so angles (and hence logits) agree with llama.cpp to the last bit
 // of the angle; cos and sin are computed once per token and shared by all its heads.
@@ -37,15 +38,21 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_d
         cos_sin[2 * i + 1] = std::sin(angle);
         theta *= theta_scale;
       }
+      // Pair i is (v[i * stride], v[i * stride + offset]).
+      const bool neox = params.mode == RopeMode::kNeox;
+      const int64_t stride = neox ? 1 : 2;
+      const int64_t offset = neox ? n_rot / 2 : 1;
       for (int64_t h = 0; h < n_head; ++h) {
         float* v = x + (t * n_head + h) * head_dim;
         for (int64_t i = 0; i < n_rot / 2; ++i) {
           const float c = cos_sin[2 * i];
           const float s = cos_sin[2 * i + 1];
-          const float x0 = v[2 * i];
-          const float x1 = v[2 * i + 1];
-          v[2 * i] = x0 * c - x1 * s;
-          v[2 * i + 1] = x0 * s + x1 * c;
+          float* p0 = v + i * stride;
+          float* p1 = p0 + offset;
+          const float x0 = *p0;
+          const float x1 = *p1;
+          *p0 = x0 * c - x1 * s;
+          *p1 = x0 * s + x1 * c;
         }
       }
     }
