@@ -1,7 +1,8 @@
 // The AVX-512 (VNNI) dot kernels registered by dot_registry.cpp. Each returns the same
 // bits as its AVX2 twin (kernels/cpu/avx2/dot_*.cpp): the integer block sums are formed
-// with vpdpbusd instead of vpmaddubsw/vpmaddwd, but they are exact either way, and the
-// float steps are the same ones in the same order. Only files in avx512/ include this.
+// with vpdpbusd / vpdpwssd instead of vpmaddubsw + vpmaddwd + vpaddd, but they are exact
+// either way, and the float steps are the same ones in the same order. Only files in
+// avx512/ include this.
 #pragma once
 
 // GCC 12's AVX-512 intrinsics start from a self-initialised _mm512_undefined_*() and trip

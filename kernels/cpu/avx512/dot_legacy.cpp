@@ -89,6 +89,7 @@ void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
   const int64_t nb = n / kQK;
   const __m256i zero = _mm256_setzero_si256();
   const __m256i eight = _mm256_set1_epi8(8);
+  const size_t next_group = 4 * w_stride;  // prefetched as in the AVX2 gemv
   int64_t r = 0;
   for (; r + 4 <= n_rows; r += 4) {
     const BlockQ4_0* x[4];
@@ -101,6 +102,7 @@ void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
       const __m256i offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, eight, ab));
       __m256i lanes[4];
       for (int i = 0; i < 4; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(x[i] + b) + next_group, _MM_HINT_T0);
         lanes[i] = _mm256_dpbusd_epi32(offset, q4_0_levels_bcast(x[i][b].qs), ab);
       }
       const __m128 sums = _mm_cvtepi32_ps(hsum4_i32x8(lanes[0], lanes[1], lanes[2], lanes[3]));
