@@ -115,7 +115,9 @@ class Value {
   double as_float() const;  // any number
   const std::string& as_string() const { return std::get<std::string>(data_); }
   const std::string& undefined_hint() const;
-  ValueList& items() const { return *std::get<std::shared_ptr<ValueList>>(data_); }  // also kIterator
+  ValueList& items() const {
+    return *std::get<std::shared_ptr<ValueList>>(data_);
+  }  // also kIterator
   Dict& dict_ref() const { return *std::get<std::shared_ptr<Dict>>(data_); }
   const Function& function_ref() const { return *std::get<std::shared_ptr<const Function>>(data_); }
   // Identity of a shared container (lists, dicts, objects, functions); null otherwise.

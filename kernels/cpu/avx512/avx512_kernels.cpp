@@ -1,7 +1,7 @@
 // The avx512 entries of the CPU kernel table: each overrides its AVX2 twin (the table
 // starts as a copy of AVX2's) and is tested against the generic one (tests/kernels_*_test.cpp).
-#include "kernels/cpu/avx512/avx512_gemm.h"
 #include "kernels/cpu/avx512/avx512_kernels.h"
+#include "kernels/cpu/avx512/avx512_gemm.h"
 #include "kernels/cpu/avx512/avx512_ops.h"
 
 namespace qrun::kernels {
