@@ -36,6 +36,13 @@ void* counted_alloc(std::size_t size, std::size_t align) {
   return p;
 }
 
+// Frees what counted_alloc returned. Out of line: when operator delete is inlined into a
+// caller, GCC would otherwise see operator new's result reach free() and report the
+// replaced pair as mismatched (-Wmismatched-new-delete, at -O2).
+[[gnu::noinline]] void counted_free(void* p) noexcept {
+  std::free(p);
+}
+
 }  // namespace
 
 void* operator new(std::size_t size) {
@@ -65,28 +72,28 @@ void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
   return counted_alloc(size, 0);
 }
 void operator delete(void* p) noexcept {
-  std::free(p);
+  counted_free(p);
 }
 void operator delete[](void* p) noexcept {
-  std::free(p);
+  counted_free(p);
 }
 void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
+  counted_free(p);
 }
 void operator delete[](void* p, std::size_t) noexcept {
-  std::free(p);
+  counted_free(p);
 }
 void operator delete(void* p, std::align_val_t) noexcept {
-  std::free(p);
+  counted_free(p);
 }
 void operator delete[](void* p, std::align_val_t) noexcept {
-  std::free(p);
+  counted_free(p);
 }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
+  counted_free(p);
 }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
+  counted_free(p);
 }
 
 namespace qrun {
