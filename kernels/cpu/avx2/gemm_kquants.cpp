@@ -11,6 +11,7 @@
 //     vpmaddwd applies its int8 scale; no offset correction is needed.
 #include "kernels/cpu/avx2/avx2_kernels.h"
 #include "kernels/cpu/avx2/gemm_common.h"
+#include "kernels/cpu/avx2/kquant_levels.h"
 
 namespace qrun::kernels::avx2 {
 namespace {
@@ -117,13 +118,7 @@ struct Q4_K {
 
   static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
     const auto* b = reinterpret_cast<const BlockQ4_K*>(row) + block;
-    const __m256i m4 = _mm256_set1_epi8(15);
-    for (int g = 0; g < 4; ++g) {
-      const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs + 32 * g));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g), _mm256_and_si256(qs, m4));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g + 32),
-                          _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4));
-    }
+    kquant_levels::unpack_q4_k(*b, dst);
     unpack_scale_min(b->scales, dst);
     dst->d = half_to_float(b->d);
     dst->dmin = half_to_float(b->dmin);
@@ -173,19 +168,7 @@ struct Q5_K {
 
   static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
     const auto* b = reinterpret_cast<const BlockQ5_K*>(row) + block;
-    const __m256i m4 = _mm256_set1_epi8(15);
-    const __m256i one = _mm256_set1_epi8(1);
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qh));
-    for (int g = 0; g < 4; ++g) {
-      const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs + 32 * g));
-      const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), one);
-      const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g + 1)), one);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(qs, m4), _mm256_slli_epi16(h0, 4));
-      const __m256i hi =
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), m4), _mm256_slli_epi16(h1, 4));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g), lo);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g + 32), hi);
-    }
+    kquant_levels::unpack_q5_k(*b, dst);
     unpack_scale_min(b->scales, dst);
     dst->d = half_to_float(b->d);
     dst->dmin = half_to_float(b->dmin);

@@ -11,16 +11,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 
+#include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/avx2/ops_kernels.h"
 #include "kernels/cpu/ref_kernels.h"
 
 namespace qrun::kernels::avx2 {
 namespace {
 
-constexpr int64_t kGroup = 8;  // query heads walked together; larger groups go in chunks
-constexpr int64_t kTile = 32;  // cache rows per tile (scores, weights, then V)
+using attention_tiles::kTile;
 
 // x[0] + x[1] + ... of four 8-lane accumulators: (x0 + x2) + (x1 + x3), then the two
 // 128-bit halves, then two horizontal adds (llama.cpp's reduction order).
@@ -61,28 +60,6 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   }
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
-}
-
-// The online softmax of one head over one tile of scores: for each row, the rescale factor
-// ms of the accumulator so far (1 unless the max grows; 0 on the very first row) and the
-// weight vs of the row, as the reference computes them row by row. Returns whether any
-// ms differs from 1.
-template <bool kF16>
-inline bool softmax_weights(const float* s, int64_t n, float& m, float& l, float* ms, float* vs) {
-  bool rescale = false;
-  for (int64_t j = 0; j < n; ++j) {
-    if (s[j] > m) {
-      ms[j] = std::exp(m - s[j]);
-      vs[j] = 1.0f;
-      m = s[j];
-      rescale |= ms[j] != 1.0f;
-    } else {
-      ms[j] = 1.0f;
-      vs[j] = std::exp(s[j] - m);
-    }
-    l = kF16 ? std::fma(l, ms[j], vs[j]) : l * ms[j] + vs[j];
-  }
-  return rescale;
 }
 
 // acc[h] = acc[h] * ms[h][j] (when kRescale), then acc[h] += v_j * vs[h][j], for the rows j of
@@ -126,117 +103,36 @@ void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int
   }
 }
 
-// kNq heads over all n_kv rows, tile by tile: the scores of every head and row of the
-// tile, then each head's softmax weights, then the V rows into the accumulators. Elem is
-// float (F32 cache) or uint16_t (F16 cache, rows widened to float once per tile).
-template <class Elem, int kNq>
-void attend_group(const float* q, int64_t q_stride, const Elem* k, const Elem* v, int64_t kv_stride,
-                  int64_t n_kv, int64_t head_dim, float scale, float* out, int64_t out_stride) {
-  constexpr bool kF16 = sizeof(Elem) == 2;
-  alignas(32) float qs[kNq][ref::kMaxHeadDim];
-  alignas(32) float acc[kNq][ref::kMaxHeadDim];
-  alignas(32) float rows[kF16 ? kTile * ref::kMaxHeadDim : 1];  // widened K, then V rows
-  const float* rp[kTile];
-  float s[kNq][kTile];
-  float ms[kNq][kTile];
-  float vs[kNq][kTile];
-  float m[kNq];
-  float l[kNq];
-  for (int h = 0; h < kNq; ++h) {
-    for (int64_t d = 0; d < head_dim; ++d) {
-      const float x = q[h * q_stride + d];
-      qs[h][d] = kF16 ? round_f16(x) : x;
-      acc[h][d] = 0.0f;
-    }
-    m[h] = -std::numeric_limits<float>::infinity();
-    l[h] = 0.0f;
+// The vector ops of the shared tile walk (kernels/cpu/attention_tiles.h).
+struct Ops {
+  static constexpr int kAlign = 32;
+  static float dot_f32(const float* q, const float* k, int64_t n) { return avx2::dot_f32(q, k, n); }
+  static float round_f16(float x) { return avx2::round_f16(x); }
+  static void widen_f16(const uint16_t* src, float* dst, int64_t n) {
+    avx2::widen_f16(src, dst, n);
   }
-  // Points rp at rows j0 .. j0 + n - 1 of `src` as floats.
-  const auto load_rows = [&](const Elem* src, int64_t j0, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) {
-      if constexpr (kF16) {
-        widen_f16(src + (j0 + j) * kv_stride, rows + j * head_dim, head_dim);
-        rp[j] = rows + j * head_dim;
-      } else {
-        rp[j] = src + (j0 + j) * kv_stride;
-      }
-    }
-  };
-  for (int64_t j0 = 0; j0 < n_kv; j0 += kTile) {
-    const int64_t n = n_kv - j0 < kTile ? n_kv - j0 : kTile;
-    load_rows(k, j0, n);
-    for (int h = 0; h < kNq; ++h) {
-      for (int64_t j = 0; j < n; ++j) s[h][j] = dot_f32(qs[h], rp[j], head_dim) * scale;
-    }
-    bool rescale = false;
-    for (int h = 0; h < kNq; ++h) {
-      rescale |= softmax_weights<kF16>(s[h], n, m[h], l[h], ms[h], vs[h]);
-    }
-    load_rows(v, j0, n);
-    if (rescale) {
-      accumulate_tile<kF16, true, kNq>(acc, rp, n, head_dim, ms, vs);
-    } else {
-      accumulate_tile<kF16, false, kNq>(acc, rp, n, head_dim, ms, vs);
-    }
+  template <bool kF16, bool kRescale, int kNq>
+  static void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr,
+                              int64_t n_rows, int64_t head_dim, const float (*ms)[kTile],
+                              const float (*vs)[kTile]) {
+    avx2::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs);
   }
-  for (int h = 0; h < kNq; ++h) {
-    const float inv = 1.0f / l[h];
-    for (int64_t d = 0; d < head_dim; ++d) out[h * out_stride + d] = acc[h][d] * inv;
-  }
-}
-
-// Groups of up to kGroup heads, each with its register count fixed at compile time.
-template <class Elem>
-void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const Elem* k, const Elem* v,
-                  int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                  int64_t out_stride) {
-  const auto run = [&]<int kNq>() {
-    attend_group<Elem, kNq>(q, q_stride, k, v, kv_stride, n_kv, head_dim, scale, out, out_stride);
-  };
-  switch (n_q) {
-    case 1:
-      return run.template operator()<1>();
-    case 2:
-      return run.template operator()<2>();
-    case 3:
-      return run.template operator()<3>();
-    case 4:
-      return run.template operator()<4>();
-    case 5:
-      return run.template operator()<5>();
-    case 6:
-      return run.template operator()<6>();
-    case 7:
-      return run.template operator()<7>();
-    default:
-      return run.template operator()<8>();
-  }
-}
-
-template <class Elem>
-void attend(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-            int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-            int64_t out_stride) {
-  for (int64_t h0 = 0; h0 < n_q; h0 += kGroup) {
-    const int64_t n = n_q - h0 < kGroup ? n_q - h0 : kGroup;
-    attend_heads(q + h0 * q_stride, q_stride, n, static_cast<const Elem*>(k),
-                 static_cast<const Elem*>(v), kv_stride, n_kv, head_dim, scale,
-                 out + h0 * out_stride, out_stride);
-  }
-}
+};
 
 }  // namespace
 
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
                 int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
                 int64_t out_stride) {
-  attend<float>(q, q_stride, n_q, k, v, kv_stride, n_kv, head_dim, scale, out, out_stride);
+  attention_tiles::attend<Ops, float>(q, q_stride, n_q, k, v, kv_stride, n_kv, head_dim, scale, out,
+                                      out_stride);
 }
 
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
                 int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
                 int64_t out_stride) {
-  attend<uint16_t>(q, q_stride, n_q, k, v, kv_stride, n_kv, head_dim, scale, out, out_stride);
+  attention_tiles::attend<Ops, uint16_t>(q, q_stride, n_q, k, v, kv_stride, n_kv, head_dim, scale,
+                                         out, out_stride);
 }
 
 }  // namespace qrun::kernels::avx2

@@ -1,0 +1,152 @@
+// The tile walk of the SIMD attention kernels (avx2/ and avx512/ ops_attention.cpp), written
+// once: the query heads of one KV head walk the cache in tiles of kTile rows: all scores,
+// then each head's online-softmax weights, then V added to every head's accumulator.
+// Each template takes the ISA's vector ops as `Ops` (a struct of static functions declared
+// in an anonymous namespace of that ISA's file), so every instantiation has internal
+// linkage and is compiled with that file's flags: no AVX-512 copy can be linked into AVX2.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/cpu/ref_kernels.h"
+
+namespace qrun::kernels::attention_tiles {
+
+inline constexpr int64_t kGroup = 8;  // query heads walked together; larger n_q go in chunks
+inline constexpr int64_t kTile = 32;  // cache rows per tile (scores, weights, then V)
+
+// Ops provides, as static members:
+//   kAlign                      alignment of the per-group float buffers, in bytes
+//   dot_f32(q, k, n)            q.k over n floats, in that ISA's documented order
+//   round_f16(float)            x rounded to the nearest F16 value
+//   widen_f16(src, dst, n)      n F16 values widened to float
+//   accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs)
+//       acc[h] = acc[h] * ms[h][j] (when kRescale), then acc[h] += vr[j] * vs[h][j], rows j
+//       in order, each result rounded to F16 when kF16.
+
+// The online softmax of one head over one tile of scores: for each row, the rescale factor
+// ms of the accumulator so far (1 unless the max grows; 0 on the very first row) and the
+// weight vs of the row, as the reference computes them row by row. Returns whether any
+// ms differs from 1. (Ops only ties the instantiation to one ISA file.)
+template <class Ops, bool kF16>
+inline bool softmax_weights(const float* s, int64_t n, float& m, float& l, float* ms, float* vs) {
+  bool rescale = false;
+  for (int64_t j = 0; j < n; ++j) {
+    if (s[j] > m) {
+      ms[j] = std::exp(m - s[j]);
+      vs[j] = 1.0f;
+      m = s[j];
+      rescale |= ms[j] != 1.0f;
+    } else {
+      ms[j] = 1.0f;
+      vs[j] = std::exp(s[j] - m);
+    }
+    l = kF16 ? std::fma(l, ms[j], vs[j]) : l * ms[j] + vs[j];
+  }
+  return rescale;
+}
+
+// kNq heads over all n_kv rows, tile by tile: the scores of every head and row of the
+// tile, then each head's softmax weights, then the V rows into the accumulators. Elem is
+// float (F32 cache) or uint16_t (F16 cache, rows widened to float once per tile).
+template <class Ops, class Elem, int kNq>
+void attend_group(const float* q, int64_t q_stride, const Elem* k, const Elem* v, int64_t kv_stride,
+                  int64_t n_kv, int64_t head_dim, float scale, float* out, int64_t out_stride) {
+  constexpr bool kF16 = sizeof(Elem) == 2;
+  alignas(Ops::kAlign) float qs[kNq][ref::kMaxHeadDim];
+  alignas(Ops::kAlign) float acc[kNq][ref::kMaxHeadDim];
+  alignas(Ops::kAlign) float rows[kF16 ? kTile * ref::kMaxHeadDim : 1];  // widened K, then V
+  const float* rp[kTile];
+  float s[kNq][kTile];
+  float ms[kNq][kTile];
+  float vs[kNq][kTile];
+  float m[kNq];
+  float l[kNq];
+  for (int h = 0; h < kNq; ++h) {
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const float x = q[h * q_stride + d];
+      qs[h][d] = kF16 ? Ops::round_f16(x) : x;
+      acc[h][d] = 0.0f;
+    }
+    m[h] = -std::numeric_limits<float>::infinity();
+    l[h] = 0.0f;
+  }
+  // Points rp at rows j0 .. j0 + n - 1 of `src` as floats.
+  const auto load_rows = [&](const Elem* src, int64_t j0, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+      if constexpr (kF16) {
+        Ops::widen_f16(src + (j0 + j) * kv_stride, rows + j * head_dim, head_dim);
+        rp[j] = rows + j * head_dim;
+      } else {
+        rp[j] = src + (j0 + j) * kv_stride;
+      }
+    }
+  };
+  for (int64_t j0 = 0; j0 < n_kv; j0 += kTile) {
+    const int64_t n = n_kv - j0 < kTile ? n_kv - j0 : kTile;
+    load_rows(k, j0, n);
+    for (int h = 0; h < kNq; ++h) {
+      for (int64_t j = 0; j < n; ++j) s[h][j] = Ops::dot_f32(qs[h], rp[j], head_dim) * scale;
+    }
+    bool rescale = false;
+    for (int h = 0; h < kNq; ++h) {
+      rescale |= softmax_weights<Ops, kF16>(s[h], n, m[h], l[h], ms[h], vs[h]);
+    }
+    load_rows(v, j0, n);
+    if (rescale) {
+      Ops::template accumulate_tile<kF16, true, kNq>(acc, rp, n, head_dim, ms, vs);
+    } else {
+      Ops::template accumulate_tile<kF16, false, kNq>(acc, rp, n, head_dim, ms, vs);
+    }
+  }
+  for (int h = 0; h < kNq; ++h) {
+    const float inv = 1.0f / l[h];
+    for (int64_t d = 0; d < head_dim; ++d) out[h * out_stride + d] = acc[h][d] * inv;
+  }
+}
+
+// Groups of up to kGroup heads, each with its register count fixed at compile time.
+template <class Ops, class Elem>
+void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const Elem* k, const Elem* v,
+                  int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                  int64_t out_stride) {
+  const auto run = [&]<int kNq>() {
+    attend_group<Ops, Elem, kNq>(q, q_stride, k, v, kv_stride, n_kv, head_dim, scale, out,
+                                 out_stride);
+  };
+  switch (n_q) {
+    case 1:
+      return run.template operator()<1>();
+    case 2:
+      return run.template operator()<2>();
+    case 3:
+      return run.template operator()<3>();
+    case 4:
+      return run.template operator()<4>();
+    case 5:
+      return run.template operator()<5>();
+    case 6:
+      return run.template operator()<6>();
+    case 7:
+      return run.template operator()<7>();
+    default:
+      return run.template operator()<8>();
+  }
+}
+
+// The entry point behind attend_f32 / attend_f16: n_q heads in groups of kGroup.
+template <class Ops, class Elem>
+void attend(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+            int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+            int64_t out_stride) {
+  for (int64_t h0 = 0; h0 < n_q; h0 += kGroup) {
+    const int64_t n = n_q - h0 < kGroup ? n_q - h0 : kGroup;
+    attend_heads<Ops>(q + h0 * q_stride, q_stride, n, static_cast<const Elem*>(k),
+                      static_cast<const Elem*>(v), kv_stride, n_kv, head_dim, scale,
+                      out + h0 * out_stride, out_stride);
+  }
+}
+
+}  // namespace qrun::kernels::attention_tiles
