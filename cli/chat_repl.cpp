@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/repl_commands.h"
+#include "cli/text_file.h"
 #include "cli/timings_report.h"
 
 namespace qrun::cli {
@@ -312,11 +313,9 @@ Result<void> ChatRepl::save(const std::string& path) const {
 
 Result<void> ChatRepl::load(const std::string& path) {
   if (path.empty()) return make_error(ErrorCode::kUsage, "/load: give a file name");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::kIo, "/load: cannot open '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text.str(), nullptr, false);
+  Result<std::string> text = read_text_file("/load", path);
+  if (!text.ok()) return text.error();
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(*text, nullptr, false);
   if (j.is_discarded()) return make_error(ErrorCode::kFormat, path + ": not valid JSON");
   ChatSettings updated = settings_;
   if (j.is_object() && j.contains("sampling"))

@@ -8,13 +8,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "cli/chat_repl.h"
 #include "cli/commands.h"
 #include "cli/repl_input.h"
 #include "cli/session.h"
+#include "cli/text_file.h"
 #include "core/chat_template.h"
 #include "core/conversation.h"
 
@@ -45,16 +44,6 @@ bool use_color(const std::string& mode) {
          std::string(term) != "dumb";
 }
 
-Result<std::string> read_text_file(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::kIo, flag + " " + path + ": cannot open the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  return text;
-}
-
 Result<void> run_chat(const ChatOptions& o) {
   if (o.sampling.error) return *o.sampling.error;  // before any I/O
   const std::optional<ContextPolicy> policy = parse_context_policy(o.context_policy);
@@ -68,6 +57,8 @@ Result<void> run_chat(const ChatOptions& o) {
     Result<std::string> text = read_text_file("--system-prompt-file", o.system_prompt_file);
     if (!text.ok()) return text.error();
     system_prompt = std::move(*text);
+    while (!system_prompt.empty() && (system_prompt.back() == '\n' || system_prompt.back() == '\r'))
+      system_prompt.pop_back();  // the file's final newline is not part of the prompt
   }
   std::optional<ChatTemplate> tmpl;
   if (!o.chat_template_file.empty()) {  // read before the model: a typo fails fast

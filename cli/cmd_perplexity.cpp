@@ -1,13 +1,11 @@
 // `qrun perplexity -m MODEL -f TEXT`: the model's perplexity on a text (core/perplexity.h),
 // with llama.cpp's method so the figures compare. Progress on stderr; the result on stdout.
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/repl_input.h"
 #include "cli/session.h"
+#include "cli/text_file.h"
 #include "core/perplexity.h"
 
 namespace qrun::cli {
@@ -23,21 +21,8 @@ struct PerplexityCliOptions {
 
 constexpr int64_t kDefaultChunkTokens = 512;
 
-Result<std::string> read_text(const std::string& path) {
-  std::stringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::kIo, format("-f %s: cannot open the text", path.c_str()));
-  ss << in.rdbuf();
-  if (in.bad()) return make_error(ErrorCode::kIo, format("-f %s: read failed", path.c_str()));
-  return ss.str();
-}
-
 Result<void> run_perplexity(PerplexityCliOptions o) {
-  Result<std::string> text = read_text(o.file);
+  Result<std::string> text = read_text_file("-f", o.file);
   if (!text.ok()) return text.error();
   if (o.model.ctx_size <= 0) o.model.ctx_size = kDefaultChunkTokens;
   Result<std::unique_ptr<Session>> session = open_session(o.model, !o.quiet);

@@ -8,7 +8,6 @@
 
 #include <sys/stat.h>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +15,7 @@
 #include "cli/repl_input.h"
 #include "cli/sampling_flags.h"
 #include "cli/session.h"
+#include "cli/text_file.h"
 #include "cli/timings_report.h"
 #include "core/generate.h"
 #include "core/sampling.h"
@@ -60,20 +60,11 @@ std::string read_stdin() {
   return ss.str();
 }
 
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return make_error(ErrorCode::kIo, format("-f %s: cannot open the prompt file", path.c_str()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 Result<std::string> assemble_prompt(const RunOptions& o) {
   std::string prompt = o.prompt;
   if (!o.prompt_file.empty()) {
     if (!o.prompt.empty()) return make_error(ErrorCode::kUsage, "give either -p or -f, not both");
-    Result<std::string> text = read_file(o.prompt_file);
+    Result<std::string> text = read_text_file("-f", o.prompt_file);
     if (!text.ok()) return text.error();
     prompt = std::move(*text);
   }

@@ -4,12 +4,9 @@
 // template is the GGUF's tokenizer.chat_template (only the metadata is read) and bos/eos default
 // to the vocabulary's BOS/EOS texts; --chat-template-file overrides the model's template.
 #include <cstdio>
-#include <fstream>
-#include <iostream>
-#include <iterator>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/text_file.h"
 #include "core/chat_template.h"
 #include "core/tokenizer.h"
 
@@ -27,20 +24,9 @@ struct TemplateOptions {
 
 // The conversation: a JSON array of message objects, from a file or "-" (standard input).
 Result<nlohmann::ordered_json> read_messages(const std::string& path) {
-  std::string text;
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      return make_error(ErrorCode::kIo, "template: cannot open messages file '" + path + "'");
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (in.bad())
-      return make_error(ErrorCode::kIo, "template: cannot read messages file '" + path + "'");
-    text = buffer.str();
-  }
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
+  Result<std::string> text = read_text_file("--messages", path);
+  if (!text.ok()) return text.error();
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(*text, nullptr, false);
   if (j.is_discarded())
     return make_error(ErrorCode::kUsage, "template: " + path + " is not valid JSON");
   if (!j.is_array())

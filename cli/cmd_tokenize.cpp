@@ -3,12 +3,11 @@
 // in the prompt are processed, special tokens are parsed and BOS is added when the model
 // asks for it; the output is one "id -> 'piece'" line per token, or [1, 2, 3] with --ids.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <iterator>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/text_file.h"
 #include "core/tokenizer.h"
 
 namespace qrun::cli {
@@ -78,16 +77,7 @@ Result<std::string> read_prompt(const TokenizeOptions& o, bool prompt_given) {
   if (sources > 1) {
     return make_error(ErrorCode::kUsage, "tokenize: -p, -f and --stdin are mutually exclusive");
   }
-  if (!o.file.empty()) {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in)
-      return make_error(ErrorCode::kIo, "tokenize: cannot open prompt file '" + o.file + "'");
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (in.bad())
-      return make_error(ErrorCode::kIo, "tokenize: cannot read prompt file '" + o.file + "'");
-    return buffer.str();
-  }
+  if (!o.file.empty()) return read_text_file("-f", o.file);
   if (o.from_stdin) {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
