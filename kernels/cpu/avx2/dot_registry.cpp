@@ -3,6 +3,7 @@
 // the generic table; only the functions change.
 #include "kernels/cpu/avx2/avx2_kernels.h"
 #include "kernels/cpu/avx2/dot_kernels.h"
+#include "kernels/cpu/gemv_prefetch.h"
 
 namespace qrun::kernels::avx2 {
 namespace {
@@ -27,6 +28,10 @@ void fill_dot_kernels(CpuKernels& k) {
   set_dot(k, DType::kBF16, vec_dot_bf16_bf16, from_float_bf16);
   k.for_type(DType::kQ4_0).gemv = gemv_q4_0_q8_0;
   k.for_type(DType::kQ8_0).gemv = gemv_q8_0_q8_0;
+  k.for_type(DType::kQ5_0).gemv = gemv_prefetched<vec_dot_q5_0_q8_0>;
+  k.for_type(DType::kQ4_K).gemv = gemv_prefetched<vec_dot_q4_k_q8_k>;
+  k.for_type(DType::kQ5_K).gemv = gemv_prefetched<vec_dot_q5_k_q8_k>;
+  k.for_type(DType::kQ6_K).gemv = gemv_prefetched<vec_dot_q6_k_q8_k>;
 }
 
 }  // namespace qrun::kernels::avx2
