@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "ggml-like/quants.h"
+#include "kernels/cpu/avx2/transpose.h"
 
 namespace qrun::kernels::avx2::gemm {
 
@@ -35,29 +36,8 @@ inline void pin(__m256i& v) {
   __asm__("" : "+x"(v));
 }
 
-inline float half_to_float(uint16_t h) {
-  return _cvtsh_ss(h);
-}
-
-// Transposes 8x8 32-bit elements: afterwards r[i] holds element i of each input row.
-inline void transpose8x8_epi32(__m256i r[8]) {
-  __m256i t[8];
-  __m256i u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
-  }
-}
+using simd_shared::half_to_float;
+using simd_shared::transpose8x8_epi32;
 
 // Loads 32 bytes at `p` for each of the first n_valid tokens (rows[t] + offset) and zeros
 // for the others, then transposes them: out[g] holds bytes 4g .. 4g + 3 of every token.

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "ggml-like/quants.h"
+#include "kernels/cpu/avx2/transpose.h"
 
 namespace qrun::kernels::avx512::gemm {
 
@@ -51,29 +52,8 @@ inline __m512i concat(__m256i lo, __m256i hi) {
       0xff, _mm512_maskz_inserti64x4(0xff, _mm512_setzero_si512(), lo, 0), hi, 1);
 }
 
-inline float half_to_float(uint16_t h) {
-  return _cvtsh_ss(h);
-}
-
-// Transposes 8x8 32-bit elements: afterwards r[i] holds element i of each input row.
-inline void transpose8x8_epi32(__m256i r[8]) {
-  __m256i t[8];
-  __m256i u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
-  }
-}
+using simd_shared::half_to_float;
+using simd_shared::transpose8x8_epi32;
 
 // Loads 32 bytes at rows[t] + offset for each of the first n_valid tokens (zeros for the
 // others) and transposes them: out[g] holds bytes 4g .. 4g + 3 of all 16 tokens.
