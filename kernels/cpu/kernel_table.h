@@ -50,14 +50,20 @@ using GemmFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_
 using GemvFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                         const uint8_t* act, float* y);
 
+// Whole groups of kRepackRows rows in the type's repacked decode layout (repack.h) times
+// one activation row: y[16g + j] = the ISA's vec_dot(row 16g + j, act) bit for bit.
+using GemvRepackedFn = void (*)(int64_t n, const uint8_t* groups, int64_t n_groups,
+                                const uint8_t* act, float* y);
+
 // How weights of one type are multiplied. A null vec_dot means the type is not a weight.
 struct MatmulKernels {
-  DType act_type = DType::kF32;        // the activation row type (the weight's vec_dot_type)
-  FromFloatFn quantize_act = nullptr;  // F32 -> act_type; null when act_type is kF32
-  VecDotFn vec_dot = nullptr;          // one weight row . one activation row
-  GemvFn gemv = nullptr;               // optional: rows . one activation row, as vec_dot
-  GemmFn gemm = nullptr;               // optional tile kernel for batches; null: vec_dot loops
-  int64_t gemm_min_tokens = 2;         // batches smaller than this use vec_dot
+  DType act_type = DType::kF32;            // the activation row type (the weight's vec_dot_type)
+  FromFloatFn quantize_act = nullptr;      // F32 -> act_type; null when act_type is kF32
+  VecDotFn vec_dot = nullptr;              // one weight row . one activation row
+  GemvFn gemv = nullptr;                   // optional: rows . one activation row, as vec_dot
+  GemvRepackedFn gemv_repacked = nullptr;  // optional: gemv over a repacked copy (repack.h)
+  GemmFn gemm = nullptr;                   // optional tile kernel for batches; null: vec_dot loops
+  int64_t gemm_min_tokens = 2;             // batches smaller than this use vec_dot
 };
 
 // Attention for one token: n_q query heads (rows q_stride floats apart) that share one KV

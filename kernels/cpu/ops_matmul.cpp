@@ -13,6 +13,7 @@
 
 #include "ggml-like/result.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/repack.h"
 
 namespace qrun::kernels {
 namespace {
@@ -24,6 +25,8 @@ constexpr int64_t kMinMacsPerThread = 32 * 1024;
 constexpr int64_t kGemmRows = 128;
 // Weight rows per gemv call (a multiple of every kernel's row group).
 constexpr int64_t kGemvRows = 16;
+// Repacked row groups per gemv call when several tokens share them.
+constexpr int64_t kRepackGroupsPerPass = 4;
 
 }  // namespace
 
@@ -75,6 +78,36 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
     return;
   }
   const VecDotFn dot = mk.vec_dot;
+  const uint8_t* packed = nullptr;
+  if (mk.gemv_repacked != nullptr && repack_ && n_out >= kRepackRows) packed = repacked(w);
+  if (packed != nullptr) {
+    // Threads split the whole row groups. With several tokens, a few groups at a time stay
+    // in cache while every token passes over them. Rows after the last group keep their
+    // GGML layout.
+    const GemvRepackedFn gemv = mk.gemv_repacked;
+    const int64_t n_groups = n_out / kRepackRows;
+    const size_t group_bytes = w_row_bytes * kRepackRows;
+    pool_.parallel_for(
+        n_groups,
+        [&](int64_t begin, int64_t end) {
+          const int64_t per_pass = n_tokens == 1 ? end - begin : kRepackGroupsPerPass;
+          for (int64_t g = begin; g < end; g += per_pass) {
+            const int64_t groups = std::min(per_pass, end - g);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+              gemv(n_in, packed + static_cast<size_t>(g) * group_bytes, groups,
+                   act + static_cast<size_t>(t) * act_row_bytes, y + t * n_out + g * kRepackRows);
+            }
+          }
+        },
+        std::max<int64_t>(1, min_rows / kRepackRows));
+    for (int64_t r = n_groups * kRepackRows; r < n_out; ++r) {
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        y[t * n_out + r] = dot(n_in, packed + static_cast<size_t>(r) * w_row_bytes,
+                               act + static_cast<size_t>(t) * act_row_bytes);
+      }
+    }
+    return;
+  }
   const GemvFn gemv = mk.gemv;
   pool_.parallel_for(
       n_out,
