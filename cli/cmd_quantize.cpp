@@ -49,14 +49,9 @@ Result<void> run_quantize(const QuantizeCliOptions& o) {
       parse_weight_type("--token-embedding-type", o.token_embd_type);
   if (!embd_type.ok()) return embd_type.error();
   qo.token_embd_type = *embd_type;
-  if (!models::find_quant_recipe(o.type)) {
-    // quantize_model says the same, but before the input is opened.
-    std::string names;
-    for (const std::string& n : models::quant_recipe_names())
-      names += (names.empty() ? "" : ", ") + n;
-    return make_error(ErrorCode::kUsage, format("quantize: unknown type '%s' (known: %s)",
-                                                o.type.c_str(), names.c_str()));
-  }
+  // quantize_model checks this too, but only after opening the input.
+  if (Result<models::QuantRecipe> r = models::quant_recipe_or_error(o.type, "quantize"); !r.ok())
+    return r.error();
   if (same_file(o.in, o.out)) {
     return make_error(ErrorCode::kUsage,
                       format("quantize: %s: the output would overwrite the input; "
@@ -90,9 +85,7 @@ Result<void> run_quantize(const QuantizeCliOptions& o) {
 
 void register_quantize(CLI::App& app, Action* selected) {
   auto o = std::make_shared<QuantizeCliOptions>();
-  std::string types;
-  for (const std::string& n : models::quant_recipe_names())
-    types += (types.empty() ? "" : ", ") + n;
+  const std::string types = models::quant_recipe_list();
   CLI::App* cmd = app.add_subcommand(
       "quantize", "Write a model with its weights in another type (llama-quantize's recipes)");
   cmd->add_option("input", o->in, "GGUF file to read")->required();

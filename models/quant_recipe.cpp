@@ -51,6 +51,22 @@ std::vector<std::string> quant_recipe_names() {
           "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m"};
 }
 
+std::string quant_recipe_list() {
+  std::string list;
+  for (const std::string& n : quant_recipe_names()) list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
+Result<QuantRecipe> quant_recipe_or_error(std::string_view name, const char* command) {
+  std::optional<QuantRecipe> recipe = find_quant_recipe(name);
+  if (!recipe) {
+    return make_error(ErrorCode::kUsage, format("%s: unknown type '%.*s' (known: %s)", command,
+                                                static_cast<int>(name.size()), name.data(),
+                                                quant_recipe_list().c_str()));
+  }
+  return *recipe;
+}
+
 bool is_quantizable_weight(std::string_view name, int n_dims) {
   constexpr std::string_view kSuffix = "weight";
   return n_dims >= 2 && name.size() >= kSuffix.size() &&

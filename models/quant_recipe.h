@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ggml-like/dtype.h"
+#include "ggml-like/result.h"
 
 namespace qrun::models {
 
@@ -29,6 +30,10 @@ struct QuantRecipe {
 // "q5_k_s", "q5_k_m" (q4_k and q5_k: every weight of that type, the output at least Q6_K).
 std::optional<QuantRecipe> find_quant_recipe(std::string_view name);
 std::vector<std::string> quant_recipe_names();
+// The names above, comma-separated, for help texts and errors.
+std::string quant_recipe_list();
+// find_quant_recipe, or a usage error "<command>: unknown type 'x' (known: ...)".
+Result<QuantRecipe> quant_recipe_or_error(std::string_view name, const char* command);
 
 // Whether llama-quantize would quantize a tensor: a matrix whose name ends in "weight" and
 // is not a norm.

@@ -45,13 +45,8 @@ bool can_convert(DType type) {
 
 Result<QuantizeStats> quantize_model(const gguf::File& in, const std::string& out_path,
                                      const QuantizeOptions& o) {
-  std::optional<QuantRecipe> recipe = find_quant_recipe(o.recipe);
-  if (!recipe) {
-    std::string names;
-    for (const std::string& n : quant_recipe_names()) names += (names.empty() ? "" : ", ") + n;
-    return make_error(ErrorCode::kUsage, format("quantize: unknown type '%s' (known: %s)",
-                                                o.recipe.c_str(), names.c_str()));
-  }
+  Result<QuantRecipe> recipe = quant_recipe_or_error(o.recipe, "quantize");
+  if (!recipe.ok()) return recipe.error();
   if (o.pure) recipe->mix = QuantMix::kNone;
 
   // The counts some rules depend on.

@@ -100,11 +100,8 @@ std::vector<std::string> synth_recipe_names() {
 Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& vocab,
                                    const std::string& path) {
   const SynthShape& s = o.shape;
-  std::optional<QuantRecipe> recipe = find_quant_recipe(o.recipe);
-  if (!recipe) {
-    return make_error(ErrorCode::kUsage,
-                      format("synth: unknown weight type '%s'", o.recipe.c_str()));
-  }
+  Result<QuantRecipe> recipe = quant_recipe_or_error(o.recipe, "synth");
+  if (!recipe.ok()) return recipe.error();
   const bool qwen2 = o.arch == "qwen2";
   const bool qwen3 = o.arch == "qwen3";
   if (o.arch != "llama" && !qwen2 && !qwen3) {
