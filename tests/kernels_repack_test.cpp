@@ -138,16 +138,20 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
           expect_gemv_matches_vec_dot(mk, type, n, w, random_act(mk, n, ++seed));
         }
       }
-      // Every level at an extreme against activations at +-127: the largest int32 sums.
+      // Every level at an extreme against activations at +-127: the largest int32 sums, and
+      // for Q8_0 the largest vpmaddubsw pairs of kernels without VNNI (|q| = 127 or 128
+      // times 127, twice: 32512; stored q + 128 = 255 must not reach vpmaddubsw unsigned).
+      // The 3 Q8_0 levels cycle over blocks, the activation's over its 4 blocks: every pair.
       SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " extremes");
       const int64_t n = 4 * kQK;
       std::vector<uint8_t> w = random_weights(type, n, 5 * kRepackRows, ++seed);
       std::vector<uint8_t> a = random_act(mk, n, ++seed);
       const size_t block_bytes = row_size(type, kQK);
+      const uint8_t q8_levels[] = {0x7F, 0x81, 0x80};  // 127, -127, -128
       for (size_t off = 0; off < w.size(); off += block_bytes) {
         for (size_t i = 2; i < block_bytes; ++i) {
           w[off + i] = type == DType::kQ4_0 ? ((off / block_bytes) % 2 ? 0x00 : 0xFF)
-                                            : ((off / block_bytes) % 2 ? 0x81 : 0x7F);
+                                            : q8_levels[(off / block_bytes) % 3];
         }
       }
       for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_0)) {

@@ -13,6 +13,8 @@
 // high nibble element 16 + 4k + i) and K = 8 for Q8_0 (the 32 quants stored as q + 128,
 // unsigned, for vpdpbusd). Rows after the last whole group are copied unchanged, at their
 // GGML offsets. Nothing here depends on the ISA; the kernels that read it do.
+// (avx512/gemv_repacked.cpp reads a 64-byte q[b][k] as one vector; avx2/gemv_repacked.cpp as
+// two halves, rows 0-7 and 8-15.)
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// Registers the AVX2 dot kernels and activation converters (dot_legacy.cpp,
-// dot_kquants.cpp, dot_float.cpp) in the CPU kernel table. Activation types stay those of
-// the generic table; only the functions change.
+// Registers the AVX2 dot kernels, activation converters and repacked gemvs (dot_legacy.cpp,
+// dot_kquants.cpp, dot_float.cpp, gemv_repacked.cpp) in the CPU kernel table. Activation
+// types stay those of the generic table; only the functions change.
 #include "kernels/cpu/avx2/avx2_kernels.h"
 #include "kernels/cpu/avx2/dot_kernels.h"
 #include "kernels/cpu/gemv_prefetch.h"
@@ -28,6 +28,8 @@ void fill_dot_kernels(CpuKernels& k) {
   set_dot(k, DType::kBF16, vec_dot_bf16_bf16, from_float_bf16);
   k.for_type(DType::kQ4_0).gemv = gemv_q4_0_q8_0;
   k.for_type(DType::kQ8_0).gemv = gemv_q8_0_q8_0;
+  k.for_type(DType::kQ4_0).gemv_repacked = gemv_q4_0_x16;
+  k.for_type(DType::kQ8_0).gemv_repacked = gemv_q8_0_x16;
   k.for_type(DType::kQ5_0).gemv = gemv_prefetched<vec_dot_q5_0_q8_0>;
   k.for_type(DType::kQ4_K).gemv = gemv_prefetched<vec_dot_q4_k_q8_k>;
   k.for_type(DType::kQ5_K).gemv = gemv_prefetched<vec_dot_q5_k_q8_k>;
