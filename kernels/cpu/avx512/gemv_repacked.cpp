@@ -1,7 +1,9 @@
 // AVX-512 VNNI decode gemv over the x16 layouts of kernels/cpu/repack.h: row j of a group in
 // int32 / float lane j, so nothing is summed across lanes until the end. Several groups
-// are read side by side (4 for Q4_0, 2 for Q8_0): a single stream leaves the memory
-// system idle between prefetches; one thread then streams Q4_0 about 20 % faster.
+// are read side by side (4 for Q4_0, 2 for Q8_0), each prefetching its quants 2 KiB ahead:
+// a single stream leaves the memory system idle between the hardware's prefetches. Over an
+// 800 MB matrix on the 2-core Xeon, one thread streams Q4_0 about 1.5x as fast as the
+// row-wise gemv that way, and Q8_0 about 1.1x.
 //   Q4_0: per block, 4 vectors of nibbles give 8 vpdpbusd against broadcast 4-byte groups
 //     of the activation, seeded with -8 * sum(a) (exact: (q - 8) . a); one fp16 load
 //     gives the 16 row scales. Each row's float chain is vec_dot_q4_0_q8_0's.
@@ -31,6 +33,16 @@ inline __m512i neg_sum(__m256i v) {
   return _mm512_set1_epi32(-_mm_cvtsi128_si32(s));
 }
 
+// How far ahead of the block being read each group prefetches its quants.
+constexpr size_t kPrefetchBytes = 2048;
+
+// Prefetches the `lines` cache lines at kPrefetchBytes past p.
+inline void prefetch_ahead(const uint8_t* p, int lines) {
+  for (int l = 0; l < lines; ++l) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64 * l), _MM_HINT_T0);
+  }
+}
+
 // kG groups side by side (kG memory streams, which keeps more loads in flight than one).
 template <int kG>
 void q4_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
@@ -47,6 +59,7 @@ void q4_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
     for (int i = 0; i < kG; ++i) {
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
       const uint8_t* qb = gbase + q_offset + static_cast<size_t>(b) * 4 * 64;
+      prefetch_ahead(qb, 4);
       __m512i s = corr;
       for (int k = 0; k < 4; ++k) {
         const __m512i w = load512(qb + 64 * k);
@@ -83,6 +96,7 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
     for (int i = 0; i < kG; ++i) {
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
       const uint8_t* qb = gbase + q_offset + static_cast<size_t>(b) * 8 * 64;
+      prefetch_ahead(qb, 8);
       const __m256i h = load256(reinterpret_cast<const uint16_t*>(gbase) + b * kRepackRows);
       const __m512 ds = _mm512_mul_ps(_mm512_cvtph_ps(h), da);
       for (int k = 0; k < 8; ++k) {
