@@ -64,14 +64,15 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
   if (gk.usable(n_tokens)) {
     // Each group of tokens is converted and packed by one thread, once for the whole
     // matmul; then tiles of kGemmRows weight rows meet every token of the shared packed
-    // buffer. Threads take tiles in turn, so one slowed by other load on its core leaves
-    // the rest to the others.
+    // buffer. Threads take groups and tiles in turn, so one slowed by other load on its
+    // core leaves the rest to the others.
     const int64_t group = gk.group_tokens;
     const int64_t n_groups = (n_tokens + group - 1) / group;
     const size_t group_bytes = gk.group_bytes(n_in);
     uint8_t* const packed = packed_buffer(group_bytes * static_cast<size_t>(n_groups));
-    pool_.parallel_for(n_groups, [&](int64_t begin, int64_t end) {
-      for (int64_t g = begin; g < end; ++g) {
+    std::atomic<int64_t> next_group{0};
+    pool_.parallel_for(std::min<int64_t>(pool_.n_threads(), n_groups), [&](int64_t, int64_t) {
+      for (int64_t g = next_group.fetch_add(1); g < n_groups; g = next_group.fetch_add(1)) {
         const int64_t t0 = g * group;
         const int64_t n_valid = std::min(group, n_tokens - t0);
         quantize_rows(t0, t0 + n_valid);
@@ -80,9 +81,9 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
       }
     });
     const int64_t n_tiles = (n_out + kGemmRows - 1) / kGemmRows;
-    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> next_tile{0};
     pool_.parallel_for(std::min<int64_t>(pool_.n_threads(), n_tiles), [&](int64_t, int64_t) {
-      for (int64_t tile = next.fetch_add(1); tile < n_tiles; tile = next.fetch_add(1)) {
+      for (int64_t tile = next_tile.fetch_add(1); tile < n_tiles; tile = next_tile.fetch_add(1)) {
         const int64_t r0 = tile * kGemmRows;
         gk.gemm(n_in, w_data + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes,
                 std::min(kGemmRows, n_out - r0), packed, n_tokens, y + r0, n_out);
