@@ -1,12 +1,11 @@
 // Shared machinery of the AVX-512 VNNI gemm kernels (avx512/gemm_*.cpp): the tile driver
 // over activations packed once per matmul, and helpers to pack them "token-interleaved"
-// for 16 tokens: each group of 4
-// consecutive elements of a block is stored as [token 0: 4 levels] .. [token 15: 4 levels],
-// so one vpdpbusd of a broadcast 4-byte group of unsigned weight levels against it adds
-// 4 products to each token's int32 lane. Weight unpacking and scale decoding are shared by
-// 16 tokens, each packed activation by all rows of a micro-tile. vpdpbusd sums exactly in
-// int32 (no int16 stage, no saturation); blocks are scaled and summed in float, so an
-// output differs from vec_dot only by float rounding.
+// for 16 tokens: each group of 4 consecutive elements of a block is stored as
+// [token 0: 4 levels] .. [token 15: 4 levels], so one vpdpbusd of a broadcast 4-byte group of
+// unsigned weight levels against it adds 4 products to each token's int32 lane. Weight unpacking
+// and scale decoding are shared by 16 tokens, each packed activation by all rows of a micro-tile.
+// vpdpbusd sums exactly in int32 (no int16 stage, no saturation); blocks are scaled and summed in
+// float, so an output differs from vec_dot only by float rounding.
 #pragma once
 
 #include <immintrin.h>
@@ -179,8 +178,8 @@ struct Gemm {
   }
 
   // Tiles of kTileRows rows by kTileVecs vectors: each chunk of kChunk blocks of a micro-tile
-  // of rows is unpacked once and meets every vector of the tile, whose packed blocks stay
-  // in L1 across the micro-tiles.
+  // of rows is unpacked once and meets every vector of the tile, whose packed blocks of
+  // that chunk stay in cache (L2) across the micro-tiles.
   static void gemm(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                    const uint8_t* packed, int64_t n_tokens, float* y, int64_t ldy) {
     constexpr int kChunk = K::kChunk;
