@@ -1,14 +1,18 @@
-// The gemm tile kernels of every ISA this host runs, against the generic vec_dot: called
-// directly on awkward tiles (rows 1, 3, 5, 8, 9, 67; tokens 1, 2, 3, 5, 16, 17, 33, 65; one
-// block and odd block counts that cross the kernels' K chunks; and tiles of more than 128
-// rows and tokens, past one driver tile) with NaN-prefilled outputs wider than the tile,
-// on raw blocks with extreme levels and scales, and through CpuBackend::matmul with
-// 1 and 2 threads against the generic backend. Kernels sum the exact integer block
+// The gemm kernels of every ISA this host runs, against the generic vec_dot: packed (group
+// by group, in reverse order, into a garbage-filled buffer) and called directly on awkward
+// tiles (rows 1, 3, 5, 8, 9, 67; tokens 1, 2, 3, 5, 16, 17, 33, 65; one block and odd block
+// counts that cross the kernels' K chunks; and tiles of more than 128 rows and tokens, past
+// one driver tile) with NaN-prefilled outputs wider than the tile, on row slices of one
+// packed batch, on raw blocks with extreme levels and scales, and through
+// CpuBackend::matmul with 1 and 2 threads against the generic backend, the packed buffer
+// reused across shapes. Kernels sum the exact integer block
 // products in their own float order, so the tolerance is a float-rounding one:
 // |y - ref| <= 1e-5 * sum_i |w_i * a_i| (dequantized weights and activations).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -124,12 +128,46 @@ void expect_matches_generic(DType w_type, int64_t n, const std::vector<uint8_t>&
   }
 }
 
+// A 64-byte aligned buffer of `bytes` bytes of garbage, so that a byte the packing forgets
+// shows up.
+struct PackedBuffer {
+  explicit PackedBuffer(size_t bytes) : storage(bytes + 64, 0xa5) {}
+  uint8_t* data() {
+    const auto base = reinterpret_cast<uintptr_t>(storage.data());
+    return storage.data() + (64 - base % 64) % 64;
+  }
+  std::vector<uint8_t> storage;
+};
+
+// Packs n_tokens activation rows into `packed` through gk, the last group first.
+void pack_all(const GemmKernels& gk, int64_t n, const std::vector<uint8_t>& act, size_t act_stride,
+              int64_t n_tokens, uint8_t* packed) {
+  const int64_t n_groups = (n_tokens + gk.group_tokens - 1) / gk.group_tokens;
+  const size_t group_bytes = gk.group_bytes(n);
+  EXPECT_EQ(group_bytes % 64, 0u);
+  for (int64_t g = n_groups - 1; g >= 0; --g) {
+    const int64_t t0 = g * gk.group_tokens;
+    gk.pack_act(n, act.data() + static_cast<size_t>(t0) * act_stride, act_stride,
+                std::min(gk.group_tokens, n_tokens - t0),
+                packed + static_cast<size_t>(g) * group_bytes);
+  }
+}
+
+// y[t * ldy + r] for r < n_rows, t < n_tokens through gk: pack, then one gemm call.
+void run_gemm(const GemmKernels& gk, int64_t n, const std::vector<uint8_t>& w, size_t w_stride,
+              int64_t n_rows, const std::vector<uint8_t>& act, size_t act_stride, int64_t n_tokens,
+              float* y, int64_t ldy) {
+  PackedBuffer packed(gk.packed_bytes(n, n_tokens));
+  pack_all(gk, n, act, act_stride, n_tokens, packed.data());
+  gk.gemm(n, w.data(), w_stride, n_rows, packed.data(), n_tokens, y, ldy);
+}
+
 TEST(KernelsGemm, TilesMatchGenericVecDot) {
   uint32_t seed = 100;
   for (Isa isa : simd_isas()) {
     for (DType type : kWeightTypes) {
-      const GemmFn gemm = cpu_kernels(isa).for_type(type).gemm;
-      if (gemm == nullptr) continue;
+      const GemmKernels& gk = cpu_kernels(isa).for_type(type).gemm;
+      if (gk.gemm == nullptr) continue;
       const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
       for (int64_t n : row_lengths(type)) {
         for (int64_t n_rows : kRows) {
@@ -140,8 +178,8 @@ TEST(KernelsGemm, TilesMatchGenericVecDot) {
             const std::vector<uint8_t> act = act_rows(type, n, n_tokens, ++seed);
             const int64_t ldy = n_rows + 3;
             std::vector<float> y(static_cast<size_t>(n_tokens * ldy), kNaN);
-            gemm(n, w.data(), row_size(type, n), n_rows, act.data(), row_size(act_type, n),
-                 n_tokens, y.data(), ldy);
+            run_gemm(gk, n, w, row_size(type, n), n_rows, act, row_size(act_type, n), n_tokens,
+                     y.data(), ldy);
             expect_matches_generic(type, n, w, n_rows, act, n_tokens, y, ldy);
           }
         }
@@ -156,8 +194,8 @@ TEST(KernelsGemm, LargeTilesMatchGenericVecDot) {
   const int64_t shapes[][2] = {{131, 129}, {129, 300}, {7, 257}};  // rows, tokens
   for (Isa isa : simd_isas()) {
     for (DType type : kWeightTypes) {
-      const GemmFn gemm = cpu_kernels(isa).for_type(type).gemm;
-      if (gemm == nullptr) continue;
+      const GemmKernels& gk = cpu_kernels(isa).for_type(type).gemm;
+      if (gk.gemm == nullptr) continue;
       const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
       const int64_t n = row_lengths(type)[1];
       for (const auto& shape : shapes) {
@@ -169,9 +207,43 @@ TEST(KernelsGemm, LargeTilesMatchGenericVecDot) {
         const std::vector<uint8_t> act = act_rows(type, n, n_tokens, ++seed);
         const int64_t ldy = n_rows + 1;
         std::vector<float> y(static_cast<size_t>(n_tokens * ldy), kNaN);
-        gemm(n, w.data(), row_size(type, n), n_rows, act.data(), row_size(act_type, n), n_tokens,
-             y.data(), ldy);
+        run_gemm(gk, n, w, row_size(type, n), n_rows, act, row_size(act_type, n), n_tokens,
+                 y.data(), ldy);
         expect_matches_generic(type, n, w, n_rows, act, n_tokens, y, ldy);
+      }
+    }
+  }
+}
+
+// One packed batch serves every row slice, as CpuBackend::matmul's threads share it: the
+// rows in slices of 128 (the backend's tiles) and of odd sizes, each written at its offset.
+TEST(KernelsGemm, RowSlicesShareOnePackedBatch) {
+  uint32_t seed = 700;
+  const int64_t n_rows = 300;
+  const int64_t slice_sizes[] = {128, 7, 67};
+  for (Isa isa : simd_isas()) {
+    for (DType type : kWeightTypes) {
+      const GemmKernels& gk = cpu_kernels(isa).for_type(type).gemm;
+      if (gk.gemm == nullptr) continue;
+      const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
+      const int64_t n = row_lengths(type)[1];
+      const size_t w_row = row_size(type, n);
+      const size_t a_row = row_size(act_type, n);
+      for (int64_t n_tokens : {int64_t{37}, int64_t{130}}) {
+        const std::vector<uint8_t> w = random_rows(type, n, n_rows, ++seed);
+        const std::vector<uint8_t> act = act_rows(type, n, n_tokens, ++seed);
+        PackedBuffer packed(gk.packed_bytes(n, n_tokens));
+        pack_all(gk, n, act, a_row, n_tokens, packed.data());
+        for (int64_t slice : slice_sizes) {
+          SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n " << n
+                                          << " tokens " << n_tokens << " slices of " << slice);
+          std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), kNaN);
+          for (int64_t r0 = 0; r0 < n_rows; r0 += slice) {
+            gk.gemm(n, w.data() + static_cast<size_t>(r0) * w_row, w_row,
+                    std::min(slice, n_rows - r0), packed.data(), n_tokens, y.data() + r0, n_rows);
+          }
+          expect_matches_generic(type, n, w, n_rows, act, n_tokens, y, n_rows);
+        }
       }
     }
   }
@@ -264,8 +336,8 @@ TEST(KernelsGemm, ExtremeLevelsDoNotSaturate) {
   std::mt19937 rng(7);
   for (Isa isa : simd_isas()) {
     for (DType type : kWeightTypes) {
-      const GemmFn gemm = cpu_kernels(isa).for_type(type).gemm;
-      if (gemm == nullptr || type_traits(type).block_elems == 1) continue;
+      const GemmKernels& gk = cpu_kernels(isa).for_type(type).gemm;
+      if (gk.gemm == nullptr || type_traits(type).block_elems == 1) continue;
       const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
       const int64_t n = 3 * type_traits(type).block_elems;
       const int64_t n_rows = 10;
@@ -283,8 +355,8 @@ TEST(KernelsGemm, ExtremeLevelsDoNotSaturate) {
                         static_cast<int>(t % 4));
         }
         std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), kNaN);
-        gemm(n, w.data(), row_size(type, n), n_rows, act.data(), row_size(act_type, n), n_tokens,
-             y.data(), n_rows);
+        run_gemm(gk, n, w, row_size(type, n), n_rows, act, row_size(act_type, n), n_tokens,
+                 y.data(), n_rows);
         expect_matches_generic(type, n, w, n_rows, act, n_tokens, y, n_rows);
       }
     }
@@ -299,7 +371,7 @@ TEST(KernelsGemm, BackendMatmulMatchesGenericBackend) {
     CpuBackend two(2, isa);
     for (DType type : kWeightTypes) {
       const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
-      if (mk.gemm == nullptr) continue;
+      if (mk.gemm.gemm == nullptr) continue;
       const DType act_type = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
       const std::vector<int64_t> lengths = row_lengths(type);
       for (int64_t n : {lengths.front(), lengths.back()}) {
@@ -349,6 +421,39 @@ TEST(KernelsGemm, BackendMatmulMatchesGenericBackend) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// One backend through a sequence of shapes: its activation and packed buffers grow, shrink
+// in use and change row length, and each result still matches the generic vec_dot (stale
+// packed data would not). Batches past 128 tokens take several driver tiles.
+TEST(KernelsGemm, BackendReusesPackedBuffer) {
+  uint32_t seed = 1300;
+  const int64_t shapes[][2] = {{3, 200}, {1, 17}, {5, 129}, {1, 2}, {3, 64}};  // blocks x3, tokens
+  for (Isa isa : simd_isas()) {
+    CpuBackend two(2, isa);
+    for (DType type : kWeightTypes) {
+      const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
+      if (mk.gemm.gemm == nullptr) continue;
+      const MatmulKernels& gk = cpu_kernels(Isa::kGeneric).for_type(type);
+      const int64_t n_out = 131;
+      for (const auto& shape : shapes) {
+        const int64_t n = shape[0] * type_traits(type).block_elems;
+        const int64_t n_tokens = shape[1];
+        SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n " << n
+                                        << " tokens " << n_tokens);
+        const std::vector<uint8_t> w = random_rows(type, n, n_out, ++seed);
+        const Tensor wt{type, 2, {n, n_out, 1, 1}, w.data(), "w"};
+        const std::vector<float> x = random_floats(static_cast<size_t>(n * n_tokens), ++seed, 1.5f);
+        std::vector<float> y(static_cast<size_t>(n_out * n_tokens), kNaN);
+        two.matmul(wt, x.data(), n_tokens, y.data());
+        std::vector<uint8_t> act(row_size(gk.act_type, n) * static_cast<size_t>(n_tokens));
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          gk.quantize_act(x.data() + t * n, act.data() + row_size(gk.act_type, n) * t, n);
+        }
+        expect_matches_generic(type, n, w, n_out, act, n_tokens, y, n_out);
       }
     }
   }

@@ -57,9 +57,14 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   const CpuKernels* kernels_;
-  // Activations converted to a weight's vec_dot_type; grows to the largest batch seen,
-  // then is reused (no allocation per token).
+  // A 64-byte aligned view of at least `bytes` of packed_buf_.
+  uint8_t* packed_buffer(size_t bytes);
+
+  // Activations converted to a weight's vec_dot_type, and packed for a gemm kernel
+  // (ops_matmul.cpp); each grows to the largest batch seen, then is reused (no allocation
+  // per token).
   std::vector<uint8_t> act_buf_;
+  std::vector<uint8_t> packed_buf_;
 
   struct FreeDeleter {
     void operator()(uint8_t* p) const { std::free(p); }

@@ -37,12 +37,38 @@ Result<Isa> resolve_isa(const char* forced, const CpuFeatures& features);
 // ISA when the variable is invalid (front ends report that error first via resolve_isa).
 Isa default_isa();
 
-// A tile of a matrix product: y[t * ldy + r] = dot(w row r, act row t) for r < n_rows and
-// t < n_tokens. w rows are w_stride bytes apart and act rows act_stride bytes apart; each
-// output equals the ISA's vec_dot of the same two rows up to float rounding.
+// A batched matrix product in two steps, so that the activations are rearranged once per
+// matmul rather than once per weight tile: pack_act puts groups of group_tokens activation
+// rows (the weight's act_type) into the kernel's own layout, group_bytes(n) bytes per group
+// (a multiple of 64; the buffer is 64-byte aligned); then gemm multiplies tiles of weight
+// rows by the whole packed batch, several threads reading the same packed buffer.
+//   pack_act(n, act, act_stride, n_valid, dst): packs the n_valid <= group_tokens rows at
+//     act (act_stride bytes apart) into one group at dst, the missing tokens as zeros.
+//   gemm(n, w, w_stride, n_rows, packed, n_tokens, y, ldy): y[t * ldy + r] = dot(w row r,
+//     act row t) for r < n_rows, t < n_tokens, where packed holds the
+//     ceil(n_tokens / group_tokens) groups of those rows back to back. w rows are w_stride
+//     bytes apart; each output equals the ISA's vec_dot of the same two rows up to float
+//     rounding.
+using GemmGroupBytesFn = size_t (*)(int64_t n);
+using GemmPackActFn = void (*)(int64_t n, const uint8_t* act, size_t act_stride, int64_t n_valid,
+                               uint8_t* dst);
 using GemmFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                        const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                        int64_t ldy);
+                        const uint8_t* packed, int64_t n_tokens, float* y, int64_t ldy);
+
+struct GemmKernels {
+  int64_t group_tokens = 0;  // tokens per packed group
+  GemmGroupBytesFn group_bytes = nullptr;
+  GemmPackActFn pack_act = nullptr;
+  GemmFn gemm = nullptr;   // null: the type has no gemm (batches loop over vec_dot)
+  int64_t min_tokens = 2;  // batches smaller than this use vec_dot or gemv
+
+  bool usable(int64_t n_tokens) const { return gemm != nullptr && n_tokens >= min_tokens; }
+  // Bytes of the packed form of n_tokens rows of n elements.
+  size_t packed_bytes(int64_t n, int64_t n_tokens) const {
+    const int64_t n_groups = (n_tokens + group_tokens - 1) / group_tokens;
+    return group_bytes(n) * static_cast<size_t>(n_groups);
+  }
+};
 
 // Several weight rows times one activation row: y[r] = the ISA's vec_dot(w row r, act) bit
 // for bit, for r < n_rows (w rows w_stride bytes apart). The rows share each activation
@@ -62,8 +88,7 @@ struct MatmulKernels {
   VecDotFn vec_dot = nullptr;              // one weight row . one activation row
   GemvFn gemv = nullptr;                   // optional: rows . one activation row, as vec_dot
   GemvRepackedFn gemv_repacked = nullptr;  // optional: gemv over a repacked copy (repack.h)
-  GemmFn gemm = nullptr;                   // optional tile kernel for batches; null: vec_dot loops
-  int64_t gemm_min_tokens = 2;             // batches smaller than this use vec_dot
+  GemmKernels gemm;                        // optional: batches on packed activations
 };
 
 // Attention for one token: n_q query heads (rows q_stride floats apart) that share one KV

@@ -42,7 +42,7 @@ void fill_generic_kernels(CpuKernels& k) {
     m.quantize_act =
         t.vec_dot_type == DType::kF32 ? nullptr : type_traits(t.vec_dot_type).from_float_act;
     m.vec_dot = t.vec_dot;
-    m.gemm = nullptr;
+    m.gemm = GemmKernels{};
   }
   k.attend_f32 = ref::attend_f32;
   k.attend_f16 = ref::attend_f16;

@@ -300,22 +300,16 @@ struct Q6_K {
 
 }  // namespace
 
-void gemm_q4_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q4_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q4_k_q8_k() {
+  return gemm::Gemm<Q4_K>::kernels();
 }
 
-void gemm_q5_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q5_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q5_k_q8_k() {
+  return gemm::Gemm<Q5_K>::kernels();
 }
 
-void gemm_q6_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q6_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q6_k_q8_k() {
+  return gemm::Gemm<Q6_K>::kernels();
 }
 
 }  // namespace qrun::kernels::avx2

@@ -253,22 +253,16 @@ struct Q8_0 {
 
 }  // namespace
 
-void gemm_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q4_0>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q4_0_q8_0() {
+  return gemm::Gemm<Q4_0>::kernels();
 }
 
-void gemm_q5_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q5_0>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q5_0_q8_0() {
+  return gemm::Gemm<Q5_0>::kernels();
 }
 
-void gemm_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q8_0>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q8_0_q8_0() {
+  return gemm::Gemm<Q8_0>::kernels();
 }
 
 }  // namespace qrun::kernels::avx2

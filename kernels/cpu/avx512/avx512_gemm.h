@@ -10,18 +10,12 @@ namespace qrun::kernels::avx512 {
 // Overrides the gemm entries (inherited from the AVX2 table) of the types below.
 void fill_gemm_kernels(CpuKernels& k);
 
-// GemmFn kernels (kernel_table.h), one per weight type against its activation type.
-void gemm_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
-void gemm_q5_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
-void gemm_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
-void gemm_q4_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
-void gemm_q5_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
-void gemm_q6_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy);
+// The gemm kernels (kernel_table.h) of each weight type against its activation type.
+GemmKernels gemm_q4_0_q8_0();
+GemmKernels gemm_q5_0_q8_0();
+GemmKernels gemm_q8_0_q8_0();
+GemmKernels gemm_q4_k_q8_k();
+GemmKernels gemm_q5_k_q8_k();
+GemmKernels gemm_q6_k_q8_k();
 
 }  // namespace qrun::kernels::avx512

@@ -91,15 +91,15 @@ void unpack_scale_min(const uint8_t* scales, uint16_t d, uint16_t dmin, WtKScale
 }
 
 // acc += d_a * (sum_s scd[s] dot_s - dmin * sum_s m[s] sum_s(a)) for R rows and V token
-// vectors (vector v's blocks kChunk apart in a), kb blocks.
-template <int R, int V, int kChunk>
-void tile_scale_min(const WtKScaleMin* const* w, const ActQ8_KSums* a, int kb, float* acc,
-                    int64_t ld) {
+// vectors (vector v's blocks a_stride apart in a), kb blocks.
+template <int R, int V>
+void tile_scale_min(const WtKScaleMin* const* w, const ActQ8_KSums* a, int64_t a_stride, int kb,
+                    float* acc, int64_t ld) {
   for (int b = 0; b < kb; ++b) {
     const WtKScaleMin* wb[R];
     for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
     const ActQ8_KSums* ab[V];
-    for (int v = 0; v < V; ++v) ab[v] = &a[v * kChunk + b];
+    for (int v = 0; v < V; ++v) ab[v] = &a[v * a_stride + b];
     __m512 t[R][V];
     for (int r = 0; r < R; ++r) {
       for (int v = 0; v < V; ++v) t[r][v] = _mm512_setzero_ps();
@@ -157,8 +157,9 @@ struct Q4_K {
   }
 
   template <int R, int V>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
-    tile_scale_min<R, V, kChunk>(w, a, kb, acc, ld);
+  static void tile(const Wt* const* w, const Act* a, int64_t a_stride, int kb, float* acc,
+                   int64_t ld) {
+    tile_scale_min<R, V>(w, a, a_stride, kb, acc, ld);
   }
 };
 
@@ -181,8 +182,9 @@ struct Q5_K {
   }
 
   template <int R, int V>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
-    tile_scale_min<R, V, kChunk>(w, a, kb, acc, ld);
+  static void tile(const Wt* const* w, const Act* a, int64_t a_stride, int kb, float* acc,
+                   int64_t ld) {
+    tile_scale_min<R, V>(w, a, a_stride, kb, acc, ld);
   }
 };
 
@@ -247,12 +249,13 @@ struct Q6_K {
   }
 
   template <int R, int V>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+  static void tile(const Wt* const* w, const Act* a, int64_t a_stride, int kb, float* acc,
+                   int64_t ld) {
     for (int b = 0; b < kb; ++b) {
       const Wt* wb[R];
       for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
       const Act* ab[V];
-      for (int v = 0; v < V; ++v) ab[v] = &a[v * kChunk + b];
+      for (int v = 0; v < V; ++v) ab[v] = &a[v * a_stride + b];
       __m512 t[R][V];
       for (int r = 0; r < R; ++r) {
         for (int v = 0; v < V; ++v) t[r][v] = _mm512_setzero_ps();
@@ -291,22 +294,16 @@ struct Q6_K {
 
 }  // namespace
 
-void gemm_q4_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q4_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q4_k_q8_k() {
+  return gemm::Gemm<Q4_K>::kernels();
 }
 
-void gemm_q5_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q5_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q5_k_q8_k() {
+  return gemm::Gemm<Q5_K>::kernels();
 }
 
-void gemm_q6_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Q6_K>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q6_k_q8_k() {
+  return gemm::Gemm<Q6_K>::kernels();
 }
 
 }  // namespace qrun::kernels::avx512

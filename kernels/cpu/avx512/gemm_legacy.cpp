@@ -46,9 +46,10 @@ struct WtU8 {
 };
 
 // The micro-kernel shared by the three types, R rows by V vectors of 16 tokens (vector v's
-// blocks kChunk apart in a): f += (d_w * d_a) * (corr + dot(u, a)).
-template <int R, int V, int kChunk>
-void tile_u8(const WtU8* const* w, const ActQ8_0* a, int kb, float* acc, int64_t ld) {
+// blocks a_stride apart in a): f += (d_w * d_a) * (corr + dot(u, a)).
+template <int R, int V>
+void tile_u8(const WtU8* const* w, const ActQ8_0* a, int64_t a_stride, int kb, float* acc,
+             int64_t ld) {
   __m512 f[R][V];
   for (int r = 0; r < R; ++r) {
     for (int v = 0; v < V; ++v) f[r][v] = _mm512_loadu_ps(acc + r * ld + v * kLanes);
@@ -56,19 +57,19 @@ void tile_u8(const WtU8* const* w, const ActQ8_0* a, int kb, float* acc, int64_t
   for (int b = 0; b < kb; ++b) {
     __m512i s[R][V];
     for (int v = 0; v < V; ++v) {
-      const __m512i corr = load(a[v * kChunk + b].corr);
+      const __m512i corr = load(a[v * a_stride + b].corr);
       for (int r = 0; r < R; ++r) s[r][v] = corr;
     }
     for (int g = 0; g < 8; ++g) {
       __m512i ag[V];
-      for (int v = 0; v < V; ++v) ag[v] = load(a[v * kChunk + b].q[g]);
+      for (int v = 0; v < V; ++v) ag[v] = load(a[v * a_stride + b].q[g]);
       for (int r = 0; r < R; ++r) {
         const __m512i wg = bcast32(w[r][b].q + 4 * g);
         for (int v = 0; v < V; ++v) s[r][v] = _mm512_dpbusd_epi32(s[r][v], wg, ag[v]);
       }
     }
     for (int v = 0; v < V; ++v) {
-      const __m512 da = _mm512_load_ps(a[v * kChunk + b].d);
+      const __m512 da = _mm512_load_ps(a[v * a_stride + b].d);
       for (int r = 0; r < R; ++r) {
         const __m512 d = _mm512_mul_ps(da, _mm512_set1_ps(w[r][b].d));
         f[r][v] = _mm512_fmadd_ps(gemm::to_float(s[r][v]), d, f[r][v]);
@@ -80,7 +81,7 @@ void tile_u8(const WtU8* const* w, const ActQ8_0* a, int kb, float* acc, int64_t
   }
 }
 
-// Kernel traits for gemm::run; Unpack turns one weight block into a WtU8.
+// Kernel traits for gemm::Gemm; Unpack turns one weight block into a WtU8.
 template <int kOffset, void (*Unpack)(const uint8_t*, int64_t, WtU8*)>
 struct Legacy {
   static constexpr int64_t kBlockElems = 32;
@@ -95,8 +96,9 @@ struct Legacy {
   }
   static void unpack(const uint8_t* row, int64_t block, Wt* dst) { Unpack(row, block, dst); }
   template <int R, int V>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
-    tile_u8<R, V, kChunk>(w, a, kb, acc, ld);
+  static void tile(const Wt* const* w, const Act* a, int64_t a_stride, int kb, float* acc,
+                   int64_t ld) {
+    tile_u8<R, V>(w, a, a_stride, kb, acc, ld);
   }
 };
 
@@ -135,22 +137,16 @@ void unpack_q8_0(const uint8_t* row, int64_t block, WtU8* dst) {
 
 }  // namespace
 
-void gemm_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Legacy<8, unpack_q4_0>>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q4_0_q8_0() {
+  return gemm::Gemm<Legacy<8, unpack_q4_0>>::kernels();
 }
 
-void gemm_q5_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Legacy<16, unpack_q5_0>>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q5_0_q8_0() {
+  return gemm::Gemm<Legacy<16, unpack_q5_0>>::kernels();
 }
 
-void gemm_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                    const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                    int64_t ldy) {
-  gemm::run<Legacy<128, unpack_q8_0>>(n, w, w_stride, n_rows, act, act_stride, n_tokens, y, ldy);
+GemmKernels gemm_q8_0_q8_0() {
+  return gemm::Gemm<Legacy<128, unpack_q8_0>>::kernels();
 }
 
 }  // namespace qrun::kernels::avx512
