@@ -94,6 +94,8 @@ class Backend {
   // y[t][o] = sum_i w[o][i] * x[t][i]; w: [n_in, n_out], x: [n_tokens, n_in],
   // y: [n_tokens, n_out]. x is first converted to w's vec_dot_type (quantized with that
   // type's from_float, as llama.cpp does), then dotted with the type's vec_dot.
+  // A backend may keep its own copy of w (a faster layout, device memory), found again by
+  // w.data: weights must stay mapped and unchanged while the backend lives.
   virtual void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) = 0;
 
   // out[t] = row ids[t] of table, dequantized; table: [n, n_rows], out: [ids.size(), n].

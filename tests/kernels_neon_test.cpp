@@ -4,7 +4,10 @@
 // (tolerance |y - ref| <= 1e-5 * sum |x_i y_i|; the SDOT variants, where the CPU has
 // them, bit-identical to the baseline ones), activation quantizers and conversions bit for
 // bit, row ops on awkward lengths with NaN-prefilled outputs (add and to_f16 exact,
-// rms_norm within 2.5e-7 relative, swiglu 4e-7), ISA selection and the dotprod choice.
+// rms_norm within 2.5e-7 relative, swiglu 4e-7), the Q4_0/Q5_0/Q8_0 gemv variants bit for
+// bit against the baseline vec_dot (random and extreme rows), ISA selection and the
+// dotprod choice of every table entry. (Attention and the k-quant gemv are tested through
+// the table with every ISA in kernels_ops_test.cpp and kernels_dot_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -45,6 +48,19 @@ const DotVariant kDots[] = {
     {DType::kF32, neon::vec_dot_f32_f32, nullptr},
     {DType::kF16, neon::vec_dot_f16_f16, nullptr},
     {DType::kBF16, neon::vec_dot_bf16_bf16, nullptr},
+};
+
+struct GemvVariant {
+  DType type;
+  GemvFn baseline;
+  GemvFn dotprod;
+  VecDotFn vec_dot;  // the baseline vec_dot, whose bits every gemv output must have
+};
+
+const GemvVariant kGemvs[] = {
+    {DType::kQ4_0, neon::gemv_q4_0_q8_0, neon::gemv_q4_0_q8_0_dotprod, neon::vec_dot_q4_0_q8_0},
+    {DType::kQ5_0, neon::gemv_q5_0_q8_0, neon::gemv_q5_0_q8_0_dotprod, neon::vec_dot_q5_0_q8_0},
+    {DType::kQ8_0, neon::gemv_q8_0_q8_0, neon::gemv_q8_0_q8_0_dotprod, neon::vec_dot_q8_0_q8_0},
 };
 
 bool host_has_dotprod() {
@@ -135,6 +151,16 @@ TEST(KernelsNeon, TableTakesTheDotprodKernelsOnlyWithDotprod) {
       const VecDotFn want = dotprod && v.dotprod != nullptr ? v.dotprod : v.baseline;
       EXPECT_EQ(k.for_type(v.type).vec_dot, want);
     }
+    for (const GemvVariant& v : kGemvs) {
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(v.type) << " gemv" << (dotprod ? " dotprod" : ""));
+      EXPECT_EQ(k.for_type(v.type).gemv, dotprod ? v.dotprod : v.baseline);
+    }
+    for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+      EXPECT_NE(k.for_type(type).gemv, nullptr) << dtype_name(type);
+    }
+    EXPECT_EQ(k.attend_f32, neon::attend_f32);
+    EXPECT_EQ(k.attend_f16, neon::attend_f16);
   }
   // The table of this process follows the host.
   const VecDotFn q4 = cpu_kernels(Isa::kNeon).for_type(DType::kQ4_0).vec_dot;
@@ -226,6 +252,61 @@ TEST(KernelsNeon, DotsOfExtremeLevels) {
         }
       }
       expect_dot(v, n, w, a);
+    }
+  }
+}
+
+// The multi-row gemv of the 32-element block types, baseline and (where the CPU has it)
+// SDOT, against the baseline vec_dot of each row bit for bit: random rows at two scales
+// and rows of extreme levels (every byte 0xff, Q8_0 at -128) against activations at
+// +-127, on row counts around the 4-row pass and block counts around the 4-block group,
+// into NaN-prefilled outputs with guard lanes.
+TEST(KernelsNeon, GemvVariantsMatchVecDotBitForBit) {
+  uint32_t seed = 40;
+  std::mt19937 rng(41);
+  for (const GemvVariant& v : kGemvs) {
+    for (int64_t n : {32, 3 * 32, 4 * 32, 9 * 32, 33 * 32}) {
+      const size_t w_row = row_size(v.type, n);
+      for (int64_t n_rows : {1, 3, 4, 5, 8, 13}) {
+        for (bool extreme : {false, true}) {
+          SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " n " << n << " rows " << n_rows
+                                          << (extreme ? " extreme" : ""));
+          std::vector<uint8_t> w;
+          for (int64_t r = 0; r < n_rows; ++r) {
+            std::vector<uint8_t> row = to_row(
+                v.type, random_floats(static_cast<size_t>(n), ++seed, r % 2 ? 30.0f : 0.7f), false);
+            if (extreme) {
+              std::memset(row.data(), 0xff, row.size());
+              const uint16_t half_one = fp32_to_fp16(0.5f);
+              for (int64_t b = 0; b < n / kQK; ++b) {  // d (the first 2 bytes) = 0.5
+                uint8_t* blk = row.data() + static_cast<size_t>(b) * row_size(v.type, kQK);
+                std::memcpy(blk, &half_one, 2);
+                if (v.type == DType::kQ8_0) std::memset(blk + 2, 0x80, kQK);
+              }
+            }
+            w.insert(w.end(), row.begin(), row.end());
+          }
+          std::vector<float> x = random_floats(static_cast<size_t>(n), ++seed, 1.5f);
+          if (extreme) {
+            for (size_t i = 0; i < x.size(); ++i) x[i] = rng() % 2 ? 1.0f : -1.0f;
+          }
+          const std::vector<uint8_t> a = to_row(DType::kQ8_0, x, true);
+          for (GemvFn gemv : {v.baseline, v.dotprod}) {
+            if (gemv == v.dotprod && !host_has_dotprod()) continue;
+            SCOPED_TRACE(gemv == v.dotprod ? "dotprod" : "baseline");
+            std::vector<float> y(static_cast<size_t>(n_rows) + 2, kNaN);
+            gemv(n, w.data(), w_row, n_rows, a.data(), y.data());
+            for (int64_t r = 0; r < n_rows; ++r) {
+              const float want = v.vec_dot(n, w.data() + w_row * static_cast<size_t>(r), a.data());
+              const float got = y[static_cast<size_t>(r)];
+              EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+                  << "row " << r << ": " << got << " vs " << want;
+            }
+            EXPECT_TRUE(std::isnan(y[static_cast<size_t>(n_rows)])) << "wrote past the rows";
+            EXPECT_TRUE(std::isnan(y[static_cast<size_t>(n_rows) + 1])) << "wrote past the rows";
+          }
+        }
+      }
     }
   }
 }

@@ -1,8 +1,9 @@
 // The non-matmul op kernels of every SIMD ISA this host runs (attention over F32 and F16
 // caches, RMS norm, SwiGLU, add, F32 -> F16) against their generic references, on awkward
-// lengths (1, 7, 31, 32, 33, 255, 4097), attention over head_dim 64, 128 and 40 (a tail),
-// n_kv 1..300 (within, at and across 32-row tiles) and 1..12 query heads per KV head,
-// into NaN-prefilled outputs with gaps.
+// lengths (1, 7, 31, 32, 33, 255, 4097), attention over head_dim 64, 128 and 256, and 40,
+// 37 and 1 (tails after every vector width: 16/8/4 lanes, 64/32/16-element q.k steps),
+// n_kv 1..300 (within, at and across 32-row tiles) and 1..12 query heads per KV head
+// (GQA ratios, and groups of 8 split in chunks), into NaN-prefilled outputs with gaps.
 // Tolerances: add and to_f16 exact; rms_norm 1e-6 relative per element (the double sum
 // differs only in order); swiglu 1e-6 relative (polynomial exp) plus 1e-30 absolute;
 // attention per head normalized MSE 1e-10 (F32 cache: float vs double q.k) or 1e-6 (F16
@@ -179,7 +180,7 @@ void expect_heads_close(const std::vector<float>& got, const std::vector<float>&
 }
 
 TEST(KernelsOps, AttentionMatchesGeneric) {
-  const int64_t head_dims[] = {64, 128, 40};
+  const int64_t head_dims[] = {64, 128, 256, 40, 37, 1};
   const int64_t n_kvs[] = {1, 2, 7, 31, 32, 33, 64, 100, 300};
   const int64_t n_qs[] = {1, 2, 3, 4, 5, 6, 7, 8, 12};
   uint32_t seed = 1000;

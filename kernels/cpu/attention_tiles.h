@@ -1,5 +1,5 @@
-// The tile walk of the SIMD attention kernels (avx2/ and avx512/ ops_attention.cpp), written
-// once: the query heads of one KV head walk the cache in tiles of kTile rows: all scores,
+// The tile walk of the SIMD attention kernels (avx2/, avx512/ and neon/ ops_attention.cpp),
+// written once: the query heads of one KV head walk the cache in tiles of kTile rows: all scores,
 // then each head's online-softmax weights, then V added to every head's accumulator.
 // Each template takes the ISA's vector ops as `Ops` (a struct of static functions declared
 // in an anonymous namespace of that ISA's file), so every instantiation has internal

@@ -1,12 +1,65 @@
-// CpuBackend construction and its support table. The ops themselves live in ops_*.cpp,
-// one family per file.
+// CpuBackend construction, its support table and its repacked weight copies. The ops
+// themselves live in ops_*.cpp, one family per file.
 #include "kernels/cpu/cpu_backend.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "ggml-like/dtype.h"
+#include "kernels/cpu/repack.h"
 
 namespace qrun::kernels {
 
-CpuBackend::CpuBackend(int n_threads, Isa isa) : pool_(n_threads), kernels_(&cpu_kernels(isa)) {}
+namespace {
+
+bool repack_allowed_by_env() {
+  const char* v = std::getenv("QRUN_NO_REPACK");
+  return v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int n_threads, Isa isa)
+    : pool_(n_threads), kernels_(&cpu_kernels(isa)), repack_(repack_allowed_by_env()) {}
+
+const uint8_t* CpuBackend::repacked(const Tensor& w) {
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  const size_t bytes = w.n_bytes();
+  std::array<uint8_t, 128> ends{};
+  const size_t edge = std::min<size_t>(64, bytes);
+  std::memcpy(ends.data(), src, edge);
+  std::memcpy(ends.data() + 64, src + bytes - edge, edge);
+  RepackedCopy& copy = repacked_[w.data];
+  if (copy.bytes != nullptr && copy.type == w.type && copy.n == w.ne[0] &&
+      copy.n_rows == w.n_rows() && copy.ends == ends) {
+    return copy.bytes.get();
+  }
+  if (copy.bytes != nullptr) repacked_bytes_ -= row_size(copy.type, copy.n) * copy.n_rows;
+  constexpr size_t kAlign = 64;
+  copy.bytes.reset(
+      static_cast<uint8_t*>(std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign)));
+  if (copy.bytes == nullptr) {  // no memory: decode from the GGML layout
+    repacked_.erase(w.data);
+    return nullptr;
+  }
+  copy.type = w.type;
+  copy.n = w.ne[0];
+  copy.n_rows = w.n_rows();
+  copy.ends = ends;
+  uint8_t* dst = copy.bytes.get();
+  const size_t group_bytes = w.row_bytes() * kRepackRows;
+  const int64_t n_groups = w.n_rows() / kRepackRows;
+  // Whole groups split over the threads; the rows after them go with the last range.
+  pool_.parallel_for(n_groups + 1, [&](int64_t begin, int64_t end) {
+    const int64_t last = std::min(end, n_groups);
+    const int64_t rows =
+        end > n_groups ? w.n_rows() - begin * kRepackRows : (last - begin) * kRepackRows;
+    const size_t offset = static_cast<size_t>(begin) * group_bytes;
+    repack_rows(w.type, w.ne[0], src + offset, rows, dst + offset);
+  });
+  repacked_bytes_ += bytes;
+  return dst;
+}
 
 bool CpuBackend::supports(Op op, DType type) const {
   const TypeTraits* t = find_type(static_cast<uint32_t>(type));

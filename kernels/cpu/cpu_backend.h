@@ -2,11 +2,18 @@
 // norms) or (token, KV head) pairs (attention) with one persistent thread pool, calling the
 // row and tile kernels of one ISA's table (kernel_table.h). With Isa::kGeneric it runs the
 // scalar references, the oracle the SIMD tables are tested against.
+// Decoding Q4_0 and Q8_0 weights on an ISA with a repacked gemv (repack.h) reads a copy of
+// each weight in that layout, made the first time gemv meets the weight and kept for the
+// backend's life (set QRUN_NO_REPACK=1 to decode from the GGML layout instead). Weights must
+// therefore stay mapped and unchanged while the backend lives.
 // Not thread-safe: one caller at a time.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "ggml-like/backend.h"
@@ -20,6 +27,12 @@ class CpuBackend final : public Backend {
   // n_threads <= 0: one thread per physical core. The ISA must run on this CPU (see
   // resolve_isa); the default honours QRUN_FORCE_ISA, else takes the best one.
   explicit CpuBackend(int n_threads = 0, Isa isa = default_isa());
+
+  // Whether decoding may use repacked weight copies (default: QRUN_NO_REPACK unset or 0).
+  bool repack_enabled() const { return repack_; }
+  void set_repack_enabled(bool on) { repack_ = on; }
+  // Bytes held in repacked weight copies.
+  size_t repacked_bytes() const { return repacked_bytes_; }
 
   int n_threads() const { return pool_.n_threads(); }
   Isa isa() const { return kernels_->isa; }
@@ -52,6 +65,25 @@ class CpuBackend final : public Backend {
   // per token).
   std::vector<uint8_t> act_buf_;
   std::vector<uint8_t> packed_buf_;
+
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  // A weight's repacked copy (layout of repack.h), and what it was made from: the type,
+  // shape and first and last 64 bytes, checked on every use so that other data later
+  // mapped at the same address is never multiplied through a stale copy.
+  struct RepackedCopy {
+    std::unique_ptr<uint8_t, FreeDeleter> bytes;
+    DType type = DType::kF32;
+    int64_t n = 0;
+    int64_t n_rows = 0;
+    std::array<uint8_t, 128> ends{};
+  };
+  // w's repacked copy, made on first use (null when memory ran out).
+  const uint8_t* repacked(const Tensor& w);
+  bool repack_;
+  size_t repacked_bytes_ = 0;
+  std::unordered_map<const void*, RepackedCopy> repacked_;  // keyed by GGML data
 };
 
 }  // namespace qrun::kernels

@@ -3,10 +3,9 @@
 // vec_dot's bit for bit, while the row two ahead is prefetched. Decoding streams every
 // weight once; with the next rows already on their way the dot does not wait on memory at
 // each row start. For types with no hand-written multi-row kernel. Included by ISA folders
-// (x86) only; the unnamed namespace keeps each instantiation with its ISA's flags.
+// only; the unnamed namespace keeps each instantiation with its ISA's flags. The prefetch
+// is GCC's builtin: PREFETCHT0 on x86-64, PRFM PLDL1KEEP on arm64.
 #pragma once
-
-#include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +24,7 @@ void gemv_prefetched(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_row
     // Prefetches never fault, so running past the last row of the matrix is harmless.
     const char* ahead = reinterpret_cast<const char*>(row + kGemvPrefetchRows * w_stride);
     for (size_t off = 0; off < w_stride; off += kCacheLine) {
-      _mm_prefetch(ahead + off, _MM_HINT_T0);
+      __builtin_prefetch(ahead + off, 0, 3);
     }
     y[r] = kDot(n, row, act);
   }

@@ -76,13 +76,19 @@ struct GemmKernels {
 using GemvFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                         const uint8_t* act, float* y);
 
+// Whole groups of kRepackRows rows in the type's repacked decode layout (repack.h) times
+// one activation row: y[16g + j] = the ISA's vec_dot(row 16g + j, act) bit for bit.
+using GemvRepackedFn = void (*)(int64_t n, const uint8_t* groups, int64_t n_groups,
+                                const uint8_t* act, float* y);
+
 // How weights of one type are multiplied. A null vec_dot means the type is not a weight.
 struct MatmulKernels {
-  DType act_type = DType::kF32;        // the activation row type (the weight's vec_dot_type)
-  FromFloatFn quantize_act = nullptr;  // F32 -> act_type; null when act_type is kF32
-  VecDotFn vec_dot = nullptr;          // one weight row . one activation row
-  GemvFn gemv = nullptr;               // optional: rows . one activation row, as vec_dot
-  GemmKernels gemm;                    // optional: batches on packed activations
+  DType act_type = DType::kF32;            // the activation row type (the weight's vec_dot_type)
+  FromFloatFn quantize_act = nullptr;      // F32 -> act_type; null when act_type is kF32
+  VecDotFn vec_dot = nullptr;              // one weight row . one activation row
+  GemvFn gemv = nullptr;                   // optional: rows . one activation row, as vec_dot
+  GemvRepackedFn gemv_repacked = nullptr;  // optional: gemv over a repacked copy (repack.h)
+  GemmKernels gemm;                        // optional: batches on packed activations
 };
 
 // Attention for one token: n_q query heads (rows q_stride floats apart) that share one KV

@@ -14,6 +14,7 @@
 
 #include "ggml-like/result.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/repack.h"
 
 namespace qrun::kernels {
 namespace {
@@ -26,6 +27,8 @@ constexpr int64_t kMinMacsPerThread = 32 * 1024;
 constexpr int64_t kGemmRows = 128;
 // Weight rows per gemv call (a multiple of every kernel's row group).
 constexpr int64_t kGemvRows = 16;
+// Repacked row groups (of 16 rows) that a thread takes at a time.
+constexpr int64_t kRepackChunkGroups = 8;
 
 }  // namespace
 
@@ -95,6 +98,37 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
   const int64_t macs_per_row = std::max<int64_t>(1, n_in * n_tokens);
   const int64_t min_rows = std::max<int64_t>(1, kMinMacsPerThread / macs_per_row);
   const VecDotFn dot = mk.vec_dot;
+  const uint8_t* packed = nullptr;
+  if (mk.gemv_repacked != nullptr && repack_ && n_out >= kRepackRows) packed = repacked(w);
+  if (packed != nullptr) {
+    // Threads take chunks of whole row groups in turn, so one slowed by other load on its
+    // core leaves the rest to the others; every token passes over a chunk while it is in
+    // cache. Rows after the last group keep their GGML layout.
+    const GemvRepackedFn gemv = mk.gemv_repacked;
+    const int64_t n_groups = n_out / kRepackRows;
+    const size_t group_bytes = w_row_bytes * kRepackRows;
+    const int64_t n_chunks = (n_groups + kRepackChunkGroups - 1) / kRepackChunkGroups;
+    const int64_t n_workers = std::min<int64_t>(
+        {pool_.n_threads(), n_chunks, std::max<int64_t>(1, n_groups * kRepackRows / min_rows)});
+    std::atomic<int64_t> next{0};
+    pool_.parallel_for(n_workers, [&](int64_t, int64_t) {
+      for (int64_t c = next.fetch_add(1); c < n_chunks; c = next.fetch_add(1)) {
+        const int64_t g = c * kRepackChunkGroups;
+        const int64_t groups = std::min(kRepackChunkGroups, n_groups - g);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          gemv(n_in, packed + static_cast<size_t>(g) * group_bytes, groups,
+               act + static_cast<size_t>(t) * act_row_bytes, y + t * n_out + g * kRepackRows);
+        }
+      }
+    });
+    for (int64_t r = n_groups * kRepackRows; r < n_out; ++r) {
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        y[t * n_out + r] = dot(n_in, packed + static_cast<size_t>(r) * w_row_bytes,
+                               act + static_cast<size_t>(t) * act_row_bytes);
+      }
+    }
+    return;
+  }
   const GemvFn gemv = mk.gemv;
   pool_.parallel_for(
       n_out,

@@ -25,6 +25,12 @@ float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
 void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, float* y);
 
+// gemv_repacked.cpp: GemvRepackedFn over the x16 layouts of kernels/cpu/repack.h.
+void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y);
+void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y);
+
 // dot_kquants.cpp
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);

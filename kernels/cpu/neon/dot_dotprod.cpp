@@ -42,4 +42,19 @@ float vec_dot_q6_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::q6_k_q8_k(n, x, y);
 }
 
+void gemv_q4_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                            const uint8_t* act, float* y) {
+  Dots::gemv_q4_0(n, w, w_stride, n_rows, act, y);
+}
+
+void gemv_q5_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                            const uint8_t* act, float* y) {
+  Dots::gemv_q5_0(n, w, w_stride, n_rows, act, y);
+}
+
+void gemv_q8_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                            const uint8_t* act, float* y) {
+  Dots::gemv_q8_0(n, w, w_stride, n_rows, act, y);
+}
+
 }  // namespace qrun::kernels::neon

@@ -11,6 +11,7 @@
 #include <arm_neon.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -29,18 +30,18 @@ struct QuantDots {
     return vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d));
   }
 
-  // Q4_0 levels q - 8 against 32 activation levels.
-  static int32x4_t q4_0_lanes(const BlockQ4_0& x, const BlockQ8_0& y) {
+  // Q4_0 levels q - 8 against the 32 activation levels a_lo, a_hi of one Q8_0 block.
+  static int32x4_t q4_0_lanes(const BlockQ4_0& x, int8x16_t a_lo, int8x16_t a_hi) {
     const uint8x16_t q = vld1q_u8(x.qs);
     const int8x16_t eight = vdupq_n_s8(8);
     const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), eight);
     const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight);
-    return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
+    return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, a_lo), hi, a_hi);
   }
 
   // Q5_0 levels q - 16: the low 4 bits as Q4_0's, bit 4 of element i from bit i of qh
   // (each qh byte spread over 8 lanes, then tested against 1, 2, 4, ... 128).
-  static int32x4_t q5_0_lanes(const BlockQ5_0& x, const BlockQ8_0& y) {
+  static int32x4_t q5_0_lanes(const BlockQ5_0& x, int8x16_t a_lo, int8x16_t a_hi) {
     const uint8x16_t q = vld1q_u8(x.qs);
     const uint8x16_t bits = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
     const uint8x16_t b4 = vdupq_n_u8(16);
@@ -52,39 +53,92 @@ struct QuantDots {
     const int8x16_t sixteen = vdupq_n_s8(16);
     const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(lo_u), sixteen);
     const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(hi_u), sixteen);
-    return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
+    return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, a_lo), hi, a_hi);
   }
 
-  static int32x4_t q8_0_lanes(const BlockQ8_0& x, const BlockQ8_0& y) {
-    const int32x4_t acc = Dot::dot(vdupq_n_s32(0), vld1q_s8(x.qs), vld1q_s8(y.qs));
-    return Dot::dot(acc, vld1q_s8(x.qs + 16), vld1q_s8(y.qs + 16));
+  static int32x4_t q8_0_lanes(const BlockQ8_0& x, int8x16_t a_lo, int8x16_t a_hi) {
+    const int32x4_t acc = Dot::dot(vdupq_n_s32(0), vld1q_s8(x.qs), a_lo);
+    return Dot::dot(acc, vld1q_s8(x.qs + 16), a_hi);
   }
 
-  // The 32-element block types: exact integer sums of 4 blocks at a time, converted and
-  // accumulated as acc[j] = fma(float(sum of block 4i + j), d_x * d_y, acc[j]); the 4
-  // lanes are added at the end ((l0 + l1) + (l2 + l3)). A missing block counts as 0.
-  template <class Block, int32x4_t (*kLanes)(const Block&, const BlockQ8_0&)>
-  static float32x4_t legacy_group(const Block* x, const BlockQ8_0* y, int count, float32x4_t acc) {
-    int32x4_t lanes[4];
-    float d[4];
+  template <class Block>
+  using LanesFn = int32x4_t (*)(const Block&, int8x16_t, int8x16_t);
+
+  // The 32-element block types, for kRows weight rows x[0 .. kRows) against one activation
+  // row y: per row, exact integer sums of 4 blocks at a time, converted and accumulated as
+  // acc[j] = fma(float(sum of block 4i + j), d_x * d_y, acc[j]); the 4 lanes are added at
+  // the end ((l0 + l1) + (l2 + l3)). A missing block counts as 0. The rows share each
+  // activation load and scale; each row's float steps are those of kRows = 1 (vec_dot),
+  // so a row's result does not depend on kRows. With kPrefetch, each block of a row is
+  // prefetched `ahead` bytes on (the rows of the next pass; prefetches never fault).
+  template <class Block, LanesFn<Block> kLanes, int kRows, bool kPrefetch>
+  static void legacy_group(const Block* const* x, const BlockQ8_0* y, int64_t b, int count,
+                           size_t ahead, float32x4_t* acc) {
+    int8x16_t a_lo[4];
+    int8x16_t a_hi[4];
+    float d_y[4];
     for (int j = 0; j < 4; ++j) {
-      lanes[j] = j < count ? kLanes(x[j], y[j]) : vdupq_n_s32(0);
-      d[j] = j < count ? half(x[j].d) * half(y[j].d) : 0.0f;
+      a_lo[j] = j < count ? vld1q_s8(y[b + j].qs) : vdupq_n_s8(0);
+      a_hi[j] = j < count ? vld1q_s8(y[b + j].qs + 16) : vdupq_n_s8(0);
+      d_y[j] = j < count ? half(y[b + j].d) : 0.0f;
     }
-    const int32x4_t s = sums4(lanes[0], lanes[1], lanes[2], lanes[3]);
-    return vfmaq_f32(acc, vcvtq_f32_s32(s), vld1q_f32(d));
+    for (int r = 0; r < kRows; ++r) {
+      int32x4_t lanes[4];
+      float d[4];
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (kPrefetch) {
+          if (j < count) __builtin_prefetch(reinterpret_cast<const char*>(x[r] + b + j) + ahead);
+        }
+        lanes[j] = j < count ? kLanes(x[r][b + j], a_lo[j], a_hi[j]) : vdupq_n_s32(0);
+        d[j] = j < count ? half(x[r][b + j].d) * d_y[j] : 0.0f;
+      }
+      const int32x4_t s = sums4(lanes[0], lanes[1], lanes[2], lanes[3]);
+      acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s), vld1q_f32(d));
+    }
   }
 
-  template <class Block, int32x4_t (*kLanes)(const Block&, const BlockQ8_0&)>
-  static float legacy(int64_t n, const void* vx, const void* vy) {
-    const auto* x = static_cast<const Block*>(vx);
-    const auto* y = static_cast<const BlockQ8_0*>(vy);
+  template <class Block, LanesFn<Block> kLanes, int kRows, bool kPrefetch>
+  static void legacy_rows(int64_t n, const Block* const* x, const BlockQ8_0* y, size_t ahead,
+                          float* out) {
     const int64_t nb = n / kQK;
-    float32x4_t acc = vdupq_n_f32(0.0f);
+    float32x4_t acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = vdupq_n_f32(0.0f);
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) acc = legacy_group<Block, kLanes>(x + b, y + b, 4, acc);
-    if (b < nb) acc = legacy_group<Block, kLanes>(x + b, y + b, static_cast<int>(nb - b), acc);
-    return vaddvq_f32(acc);
+    for (; b + 4 <= nb; b += 4)
+      legacy_group<Block, kLanes, kRows, kPrefetch>(x, y, b, 4, ahead, acc);
+    if (b < nb) {
+      legacy_group<Block, kLanes, kRows, kPrefetch>(x, y, b, static_cast<int>(nb - b), ahead, acc);
+    }
+    for (int r = 0; r < kRows; ++r) out[r] = vaddvq_f32(acc[r]);
+  }
+
+  template <class Block, LanesFn<Block> kLanes>
+  static float legacy(int64_t n, const void* vx, const void* vy) {
+    const Block* x = static_cast<const Block*>(vx);
+    float out;
+    legacy_rows<Block, kLanes, 1, false>(n, &x, static_cast<const BlockQ8_0*>(vy), 0, &out);
+    return out;
+  }
+
+  // gemv (kernel_table.h) of a 32-element block type: 4 rows per pass through legacy_rows,
+  // the rows of the next pass prefetched; the last n_rows % 4 rows one at a time.
+  template <class Block, LanesFn<Block> kLanes>
+  static void legacy_gemv(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                          const uint8_t* act, float* y) {
+    constexpr int kRows = 4;
+    const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
+    int64_t r = 0;
+    for (; r + kRows <= n_rows; r += kRows) {
+      const Block* x[kRows];
+      for (int i = 0; i < kRows; ++i) {
+        x[i] = reinterpret_cast<const Block*>(w + static_cast<size_t>(r + i) * w_stride);
+      }
+      legacy_rows<Block, kLanes, kRows, true>(n, x, a, kRows * w_stride, y + r);
+    }
+    for (; r < n_rows; ++r) {
+      const Block* x = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * w_stride);
+      legacy_rows<Block, kLanes, 1, false>(n, &x, a, 0, y + r);
+    }
   }
 
   static float q4_0_q8_0(int64_t n, const void* x, const void* y) {
@@ -95,6 +149,18 @@ struct QuantDots {
   }
   static float q8_0_q8_0(int64_t n, const void* x, const void* y) {
     return legacy<BlockQ8_0, q8_0_lanes>(n, x, y);
+  }
+  static void gemv_q4_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                        const uint8_t* act, float* y) {
+    legacy_gemv<BlockQ4_0, q4_0_lanes>(n, w, w_stride, n_rows, act, y);
+  }
+  static void gemv_q5_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                        const uint8_t* act, float* y) {
+    legacy_gemv<BlockQ5_0, q5_0_lanes>(n, w, w_stride, n_rows, act, y);
+  }
+  static void gemv_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                        const uint8_t* act, float* y) {
+    legacy_gemv<BlockQ8_0, q8_0_lanes>(n, w, w_stride, n_rows, act, y);
   }
 
   // The 6-bit scales and mins of a Q4_K / Q5_K super-block (layout in quants.h).

@@ -1,8 +1,10 @@
 // armv8-a NEON dot products of Q4_0, Q5_0, Q8_0 (Q8_0 activations), Q4_K, Q5_K, Q6_K (Q8_K
 // activations), through dot_impl.h with widening multiplies: SMULL/SMULL2 give 16 int16
 // products, SADALP adds them pairwise into the int32 lanes (exact: |product| <= 128 * 128,
-// so a pair fits int16 and lanes stay far from int32 limits). Also the activation
-// quantizers, bit-identical to the references (same float operations, ties to even).
+// so a pair fits int16 and lanes stay far from int32 limits); the multi-row gemv of the
+// 32-element block types (bit-identical to their vec_dot, see dot_impl.h). Also the
+// activation quantizers, bit-identical to the references (same float operations, ties to
+// even).
 #include <arm_neon.h>
 
 #include <cmath>
@@ -49,6 +51,21 @@ float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y) {
 
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y) {
   return Dots::q6_k_q8_k(n, x, y);
+}
+
+void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y) {
+  Dots::gemv_q4_0(n, w, w_stride, n_rows, act, y);
+}
+
+void gemv_q5_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y) {
+  Dots::gemv_q5_0(n, w, w_stride, n_rows, act, y);
+}
+
+void gemv_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y) {
+  Dots::gemv_q8_0(n, w, w_stride, n_rows, act, y);
 }
 
 // amax ignores NaNs (FMAXNM, as std::max in the reference), d = amax / 127 as F16, levels

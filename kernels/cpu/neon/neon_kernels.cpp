@@ -1,7 +1,10 @@
-// The NEON entries of the CPU kernel table. Which integer dot products are registered
-// depends on the CPU: SDOT versions with asimddp, the armv8-a ones otherwise; both give the
-// same bits, so the choice only changes speed.
+// The NEON entries of the CPU kernel table. Which integer dot products (and gemv) are
+// registered depends on the CPU: SDOT versions with asimddp, the armv8-a ones otherwise;
+// both give the same bits, so the choice only changes speed. The k-quant gemv is the
+// prefetching row loop of gemv_prefetch.h over the chosen vec_dot (instantiated here, in
+// a baseline object: it only calls the dot through its address).
 #include "kernels/cpu/neon/neon_kernels.h"
+#include "kernels/cpu/gemv_prefetch.h"
 
 namespace qrun::kernels {
 namespace neon {
@@ -24,6 +27,15 @@ void fill_kernels(CpuKernels& k, const CpuFeatures& features) {
   set_dot(k, DType::kF32, vec_dot_f32_f32);
   set_dot(k, DType::kF16, vec_dot_f16_f16);
   set_dot(k, DType::kBF16, vec_dot_bf16_bf16);
+  k.for_type(DType::kQ4_0).gemv = dp ? gemv_q4_0_q8_0_dotprod : gemv_q4_0_q8_0;
+  k.for_type(DType::kQ5_0).gemv = dp ? gemv_q5_0_q8_0_dotprod : gemv_q5_0_q8_0;
+  k.for_type(DType::kQ8_0).gemv = dp ? gemv_q8_0_q8_0_dotprod : gemv_q8_0_q8_0;
+  k.for_type(DType::kQ4_K).gemv =
+      dp ? gemv_prefetched<vec_dot_q4_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q4_k_q8_k>;
+  k.for_type(DType::kQ5_K).gemv =
+      dp ? gemv_prefetched<vec_dot_q5_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q5_k_q8_k>;
+  k.for_type(DType::kQ6_K).gemv =
+      dp ? gemv_prefetched<vec_dot_q6_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q6_k_q8_k>;
   // Activation conversions, for every weight type.
   for (MatmulKernels& m : k.matmul) {
     if (m.vec_dot == nullptr) continue;
@@ -44,6 +56,8 @@ void fill_kernels(CpuKernels& k, const CpuFeatures& features) {
         break;
     }
   }
+  k.attend_f32 = attend_f32;
+  k.attend_f16 = attend_f16;
   k.rms_norm_row = rms_norm_row;
   k.swiglu = swiglu;
   k.add = add;

@@ -3,9 +3,11 @@
 // twins of the integer dot products (dot_dotprod.cpp, built with -march=armv8.2-a+dotprod)
 // run only where the CPU reports asimddp, and give the same bits as their baseline twins.
 // Every kernel has the signature of its generic twin and is tested against it
-// (tests/kernels_neon_test.cpp); declarations use plain types so tests can call each one.
+// (tests/kernels_neon_test.cpp, and with every ISA in kernels_dot_test.cpp and
+// kernels_ops_test.cpp); declarations use plain types so tests can call each one.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cpu/kernel_table.h"
@@ -13,14 +15,21 @@
 namespace qrun::kernels::neon {
 
 // dot_quants.cpp: quantized weights (Q4_0, Q5_0, Q8_0 against Q8_0 activations; Q4_K, Q5_K,
-// Q6_K against Q8_K), and the activation
-// quantizers (bit-identical to quantize_q8_0_act and quantize_q8_k).
+// Q6_K against Q8_K), the gemv of Q4_0, Q5_0, Q8_0 (4 rows per pass, each output the bits
+// of the vec_dot above), and the activation quantizers (bit-identical to
+// quantize_q8_0_act and quantize_q8_k).
 float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
+void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y);
+void gemv_q5_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y);
+void gemv_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y);
 void quantize_q8_0_act(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
 
@@ -31,6 +40,12 @@ float vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q5_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
+void gemv_q4_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                            const uint8_t* act, float* y);
+void gemv_q5_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                            const uint8_t* act, float* y);
+void gemv_q8_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                            const uint8_t* act, float* y);
 
 // dot_float.cpp: float rows, and F32 -> F16 / BF16 activation rows (bit-identical to the
 // reference conversions).
@@ -39,6 +54,14 @@ float vec_dot_f16_f16(int64_t n, const void* x, const void* y);
 float vec_dot_bf16_bf16(int64_t n, const void* x, const void* y);
 void from_float_f16(const float* src, void* dst, int64_t n);
 void from_float_bf16(const float* src, void* dst, int64_t n);
+
+// ops_attention.cpp: attention over F32 and F16 caches (attention_tiles.h with NEON ops).
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                int64_t out_stride);
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                int64_t out_stride);
 
 // ops.cpp: row kernels.
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);

@@ -1,0 +1,151 @@
+// NEON attention for one token over a KV cache: the shared tile walk of
+// kernels/cpu/attention_tiles.h (query heads of one KV head walk the cache in tiles of 32
+// rows: scores, then each head's online-softmax weights, then V added to the group's
+// accumulators in registers) with 4-lane vectors. Baseline armv8-a only (F16 <-> F32
+// conversions are part of it).
+// F16 cache: as llama.cpp's armv8 flash attention without F16 arithmetic: q and the
+// accumulator rounded to F16, q.k as 4 x 4 float lanes over 16-element steps
+// ((x0 + x2) + (x1 + x3), then a pairwise lane sum), the tail in double, V added with an
+// FMA. F32 cache: the same q.k, float accumulator.
+#include <arm_neon.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "ggml-like/fp16.h"
+#include "kernels/cpu/attention_tiles.h"
+#include "kernels/cpu/neon/neon_kernels.h"
+#include "kernels/cpu/ref_kernels.h"
+
+namespace qrun::kernels::neon {
+namespace {
+
+using attention_tiles::kTile;
+
+// FCVTN / FCVTL with the default FPCR: round to nearest even, as fp32_to_fp16.
+inline float32x4_t round_f16(float32x4_t x) {
+  return vcvt_f32_f16(vcvt_f16_f32(x));
+}
+inline float round_f16(float x) {
+  return vgetq_lane_f32(round_f16(vdupq_n_f32(x)), 0);
+}
+
+// q.k over n floats: 16-element steps in four accumulators, the rest summed in double.
+inline float dot_f32(const float* q, const float* k, int64_t n) {
+  float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = vfmaq_f32(a0, vld1q_f32(q + i), vld1q_f32(k + i));
+    a1 = vfmaq_f32(a1, vld1q_f32(q + i + 4), vld1q_f32(k + i + 4));
+    a2 = vfmaq_f32(a2, vld1q_f32(q + i + 8), vld1q_f32(k + i + 8));
+    a3 = vfmaq_f32(a3, vld1q_f32(q + i + 12), vld1q_f32(k + i + 12));
+  }
+  double sum = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a2), vaddq_f32(a1, a3)));
+  for (; i < n; ++i) sum += static_cast<double>(q[i] * k[i]);
+  return static_cast<float>(sum);
+}
+
+// n F16 values widened to float.
+inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(src + i));
+    vst1q_f32(dst + i, vcvt_f32_f16(vget_low_f16(h)));
+    vst1q_f32(dst + i + 4, vcvt_high_f32_f16(h));
+  }
+  for (; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+
+// Columns c .. c + 4 * kRegs - 1 of every head's accumulator: acc[h] = acc[h] * ms[h][j]
+// (when kRescale), then acc[h] += v_j * vs[h][j], for the rows j of a tile in order, each
+// chunk of a V row loaded once and added to kNq accumulators held in registers. With kF16
+// each result is rounded to F16. Multiplying by ms = 1 (and rounding an F16 value)
+// changes nothing, so the per-row skips of the reference need no branch here.
+template <bool kF16, bool kRescale, int kNq, int kRegs>
+inline void accumulate_chunk(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+                             int64_t c, const float (*ms)[kTile], const float (*vs)[kTile]) {
+  float32x4_t a[kNq][kRegs];
+  for (int h = 0; h < kNq; ++h) {
+    for (int r = 0; r < kRegs; ++r) a[h][r] = vld1q_f32(acc[h] + c + 4 * r);
+  }
+  for (int64_t j = 0; j < n_rows; ++j) {
+    float32x4_t x[kRegs];
+    for (int r = 0; r < kRegs; ++r) x[r] = vld1q_f32(vr[j] + c + 4 * r);
+    for (int h = 0; h < kNq; ++h) {
+      for (int r = 0; r < kRegs; ++r) {
+        if constexpr (kRescale) {
+          a[h][r] = vmulq_n_f32(a[h][r], ms[h][j]);
+          if constexpr (kF16) a[h][r] = round_f16(a[h][r]);
+        }
+        a[h][r] = vfmaq_n_f32(a[h][r], x[r], vs[h][j]);
+        if constexpr (kF16) a[h][r] = round_f16(a[h][r]);
+      }
+    }
+  }
+  for (int h = 0; h < kNq; ++h) {
+    for (int r = 0; r < kRegs; ++r) vst1q_f32(acc[h] + c + 4 * r, a[h][r]);
+  }
+}
+
+// The whole head: 8-column chunks (two registers per head, 16 for a group of 8 heads),
+// then one of 4, then single columns with the same operations in scalar form.
+template <bool kF16, bool kRescale, int kNq>
+void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+                     int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile]) {
+  int64_t c = 0;
+  for (; c + 8 <= head_dim; c += 8) {
+    accumulate_chunk<kF16, kRescale, kNq, 2>(acc, vr, n_rows, c, ms, vs);
+  }
+  if (c + 4 <= head_dim) {
+    accumulate_chunk<kF16, kRescale, kNq, 1>(acc, vr, n_rows, c, ms, vs);
+    c += 4;
+  }
+  for (; c < head_dim; ++c) {
+    for (int64_t j = 0; j < n_rows; ++j) {
+      for (int h = 0; h < kNq; ++h) {
+        float a = acc[h][c];
+        if constexpr (kRescale) {
+          a *= ms[h][j];
+          if constexpr (kF16) a = round_f16(a);
+        }
+        a = std::fma(vr[j][c], vs[h][j], a);
+        if constexpr (kF16) a = round_f16(a);
+        acc[h][c] = a;
+      }
+    }
+  }
+}
+
+// The vector ops of the shared tile walk (kernels/cpu/attention_tiles.h).
+struct Ops {
+  static constexpr int kAlign = 16;
+  static float dot_f32(const float* q, const float* k, int64_t n) { return neon::dot_f32(q, k, n); }
+  static float round_f16(float x) { return neon::round_f16(x); }
+  static void widen_f16(const uint16_t* src, float* dst, int64_t n) {
+    neon::widen_f16(src, dst, n);
+  }
+  template <bool kF16, bool kRescale, int kNq>
+  static void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr,
+                              int64_t n_rows, int64_t head_dim, const float (*ms)[kTile],
+                              const float (*vs)[kTile]) {
+    neon::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs);
+  }
+};
+
+}  // namespace
+
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                int64_t out_stride) {
+  attention_tiles::attend<Ops, float>(q, q_stride, n_q, k, v, kv_stride, n_kv, head_dim, scale, out,
+                                      out_stride);
+}
+
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
+                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
+                int64_t out_stride) {
+  attention_tiles::attend<Ops, uint16_t>(q, q_stride, n_q, k, v, kv_stride, n_kv, head_dim, scale,
+                                         out, out_stride);
+}
+
+}  // namespace qrun::kernels::neon

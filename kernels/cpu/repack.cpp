@@ -1,0 +1,59 @@
+// The x16 decode layouts of repack.h, written with plain byte copies: repacking runs once
+// per tensor, and memory speed bounds it.
+#include "kernels/cpu/repack.h"
+
+#include <cstring>
+
+#include "ggml-like/quants.h"
+#include "ggml-like/result.h"
+
+namespace qrun::kernels {
+namespace {
+
+// One group of 16 rows, nb blocks each. Block has members d and qs; kQBytes quant bytes
+// per block go out in 4-byte columns, each XORed with kFlip.
+template <class Block, int kQBytes, uint8_t kFlip>
+void repack_group(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst) {
+  constexpr int kCols = kQBytes / 4;
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  uint8_t* q = dst + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t j = 0; j < kRepackRows; ++j) {
+      const auto* block =
+          reinterpret_cast<const Block*>(src + static_cast<size_t>(j) * row_bytes) + b;
+      std::memcpy(&d[b * kRepackRows + j], &block->d, sizeof(uint16_t));
+      const auto* qs = reinterpret_cast<const uint8_t*>(block->qs);
+      for (int k = 0; k < kCols; ++k) {
+        uint8_t* out = q + ((b * kCols + k) * kRepackRows + j) * 4;
+        for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(qs[4 * k + i] ^ kFlip);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool has_repacked_layout(DType type) {
+  return type == DType::kQ4_0 || type == DType::kQ8_0;
+}
+
+void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint8_t* dst) {
+  QRUN_CHECK(has_repacked_layout(type), "repack_rows: %s has no repacked layout", dtype_name(type));
+  const size_t row_bytes = row_size(type, n);
+  const size_t group_bytes = row_bytes * kRepackRows;
+  const int64_t nb = n / kQK;
+  const int64_t n_groups = n_rows / kRepackRows;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* s = src + static_cast<size_t>(g) * group_bytes;
+    uint8_t* o = dst + static_cast<size_t>(g) * group_bytes;
+    if (type == DType::kQ4_0) {
+      repack_group<BlockQ4_0, kQK / 2, 0>(nb, s, row_bytes, o);
+    } else {
+      repack_group<BlockQ8_0, kQK, 0x80>(nb, s, row_bytes, o);
+    }
+  }
+  const size_t done = static_cast<size_t>(n_groups) * group_bytes;
+  std::memcpy(dst + done, src + done, static_cast<size_t>(n_rows) * row_bytes - done);
+}
+
+}  // namespace qrun::kernels

@@ -1,0 +1,35 @@
+// Decode layouts for Q4_0 and Q8_0 weights: 16 rows interleaved so that one 512-bit vector
+// holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with 4
+// broadcast activation bytes then adds 4 products to each row's int32 lane, and the 16
+// rows' fp16 scales are one 32-byte load: the per-block work that a row-by-row gemv
+// spends on horizontal sums and scattered scale loads disappears.
+//
+// A repacked tensor has the same size as the GGML one. Rows go in groups of kRepackRows;
+// group g occupies the bytes of GGML rows 16g .. 16g + 15 (16 * row_bytes, nb blocks per
+// row), laid out as
+//   d[nb][16]      uint16   the fp16 scale of row j's block b at d[b][j]
+//   q[nb][K][16][4] uint8   q[b][k][j][i] = byte 4k + i of row j's block b quants
+// with K = 4 for Q4_0 (the 16 qs bytes, nibbles as stored: low nibble element 4k + i,
+// high nibble element 16 + 4k + i) and K = 8 for Q8_0 (the 32 quants stored as q + 128,
+// unsigned, for vpdpbusd). Rows after the last whole group are copied unchanged, at their
+// GGML offsets. Nothing here depends on the ISA; the kernels that read it do.
+#pragma once
+
+#include <cstdint>
+
+#include "ggml-like/dtype.h"
+
+namespace qrun::kernels {
+
+inline constexpr int64_t kRepackRows = 16;
+
+// Whether `type` has an x16 layout (Q4_0, Q8_0).
+bool has_repacked_layout(DType type);
+
+// Repacks rows [0, n_rows) of a `type` matrix with n columns from GGML layout (src, rows
+// row_size(type, n) bytes apart) into dst (the same size; must not overlap src). n is a
+// multiple of the block size. Whole groups are repacked, the other rows copied; callers may
+// split the work by calling it on whole groups (src and dst offset alike).
+void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint8_t* dst);
+
+}  // namespace qrun::kernels

@@ -1,0 +1,203 @@
+// The x16 decode layouts (kernels/cpu/repack.h) and the kernels and backend path that read
+// them:
+// - repack_rows puts every byte where the header says, copies the rows after the last
+//   whole group unchanged, and gives the same bytes when split over whole groups;
+// - each ISA's gemv_repacked equals its vec_dot bit for bit, on group counts around the
+//   kernels' multi-group passes, with NaN guards after the output and with extreme levels;
+// - CpuBackend decodes the same bits with and without repacking, for row counts with a
+//   tail, several tokens and 1 or 2 threads, and notices when other weights appear at an
+//   address it has already repacked.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/quants.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/repack.h"
+
+namespace qrun::kernels {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ8_0};
+
+std::vector<Isa> host_isas() {
+  std::vector<Isa> out;
+  const CpuFeatures host = detect_cpu_features();
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    if (isa_runs_on(isa, host)) out.push_back(isa);
+  }
+  return out;
+}
+
+// n_rows random rows of `type` (n columns), rows at varied scales.
+std::vector<uint8_t> random_weights(DType type, int64_t n, int64_t n_rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> x(static_cast<size_t>(n * n_rows));
+  for (size_t i = 0; i < x.size(); ++i) {
+    std::normal_distribution<float> dist(0.0f,
+                                         (i / static_cast<size_t>(n)) % 3 == 0 ? 30.0f : 0.7f);
+    x[i] = dist(rng);
+  }
+  std::vector<uint8_t> w(row_size(type, n) * static_cast<size_t>(n_rows));
+  quantize_rows(type, x.data(), w.data(), n_rows, n);
+  return w;
+}
+
+std::vector<uint8_t> random_act(const MatmulKernels& mk, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.5f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = dist(rng);
+  std::vector<uint8_t> a(row_size(mk.act_type, n));
+  mk.quantize_act(x.data(), a.data(), n);
+  return a;
+}
+
+TEST(KernelsRepack, LayoutIsTheDocumentedOne) {
+  const int64_t n = 3 * kQK;
+  const int64_t nb = n / kQK;
+  const int64_t n_rows = 2 * kRepackRows + 5;
+  for (DType type : kRepackTypes) {
+    SCOPED_TRACE(dtype_name(type));
+    const bool q4 = type == DType::kQ4_0;
+    const size_t row_bytes = row_size(type, n);
+    const size_t block_bytes = row_bytes / nb;
+    const int q_bytes = q4 ? 16 : 32;  // quant bytes per block
+    const std::vector<uint8_t> w = random_weights(type, n, n_rows, 11);
+    std::vector<uint8_t> p(w.size() + 8, 0xA5);
+    repack_rows(type, n, w.data(), n_rows, p.data());
+    for (int64_t g = 0; g < 2; ++g) {
+      const uint8_t* group = p.data() + g * kRepackRows * row_bytes;
+      const uint8_t* q = group + nb * kRepackRows * 2;
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t j = 0; j < kRepackRows; ++j) {
+          const uint8_t* block = w.data() + (g * kRepackRows + j) * row_bytes + b * block_bytes;
+          ASSERT_EQ(std::memcmp(group + (b * kRepackRows + j) * 2, block, 2), 0)
+              << "scale of group " << g << " block " << b << " row " << j;
+          for (int k = 0; k < q_bytes / 4; ++k) {
+            for (int i = 0; i < 4; ++i) {
+              const uint8_t want = static_cast<uint8_t>(block[2 + 4 * k + i] ^ (q4 ? 0 : 0x80));
+              ASSERT_EQ(q[((b * (q_bytes / 4) + k) * kRepackRows + j) * 4 + i], want)
+                  << "group " << g << " block " << b << " row " << j << " byte " << 4 * k + i;
+            }
+          }
+        }
+      }
+    }
+    const size_t tail = 2 * kRepackRows * row_bytes;
+    EXPECT_EQ(std::memcmp(p.data() + tail, w.data() + tail, w.size() - tail), 0);
+    for (size_t i = w.size(); i < p.size(); ++i) EXPECT_EQ(p[i], 0xA5) << "wrote past the end";
+    // Split over whole groups, as CpuBackend does: the same bytes.
+    std::vector<uint8_t> split(w.size());
+    repack_rows(type, n, w.data(), kRepackRows, split.data());
+    repack_rows(type, n, w.data() + kRepackRows * row_bytes, n_rows - kRepackRows,
+                split.data() + kRepackRows * row_bytes);
+    EXPECT_EQ(std::memcmp(split.data(), p.data(), split.size()), 0);
+  }
+}
+
+void expect_gemv_matches_vec_dot(const MatmulKernels& mk, DType type, int64_t n,
+                                 const std::vector<uint8_t>& w, const std::vector<uint8_t>& a) {
+  const size_t row_bytes = row_size(type, n);
+  const int64_t n_groups = static_cast<int64_t>(w.size() / row_bytes) / kRepackRows;
+  std::vector<uint8_t> p(w.size());
+  repack_rows(type, n, w.data(), n_groups * kRepackRows, p.data());
+  std::vector<float> y(static_cast<size_t>(n_groups * kRepackRows + 5), kNaN);
+  mk.gemv_repacked(n, p.data(), n_groups, a.data(), y.data());
+  for (int64_t r = 0; r < n_groups * kRepackRows; ++r) {
+    const float want = mk.vec_dot(n, w.data() + static_cast<size_t>(r) * row_bytes, a.data());
+    ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(r)]), std::bit_cast<uint32_t>(want))
+        << "row " << r << ": " << y[static_cast<size_t>(r)] << " vs " << want;
+  }
+  for (size_t i = static_cast<size_t>(n_groups * kRepackRows); i < y.size(); ++i) {
+    EXPECT_TRUE(std::isnan(y[i])) << "wrote past the groups at " << i;
+  }
+}
+
+TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
+  uint32_t seed = 100;
+  int tested = 0;
+  for (Isa isa : host_isas()) {
+    for (DType type : kRepackTypes) {
+      const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
+      if (mk.gemv_repacked == nullptr) continue;
+      ++tested;
+      for (int64_t n : {kQK, 7 * kQK, 33 * kQK}) {
+        for (int64_t n_groups : {1, 2, 3, 4, 5, 7, 9}) {
+          SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n " << n
+                                          << " groups " << n_groups);
+          const std::vector<uint8_t> w = random_weights(type, n, n_groups * kRepackRows, ++seed);
+          expect_gemv_matches_vec_dot(mk, type, n, w, random_act(mk, n, ++seed));
+        }
+      }
+      // Every level at an extreme against activations at +-127: the largest int32 sums.
+      SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " extremes");
+      const int64_t n = 4 * kQK;
+      std::vector<uint8_t> w = random_weights(type, n, 5 * kRepackRows, ++seed);
+      std::vector<uint8_t> a = random_act(mk, n, ++seed);
+      const size_t block_bytes = row_size(type, kQK);
+      for (size_t off = 0; off < w.size(); off += block_bytes) {
+        for (size_t i = 2; i < block_bytes; ++i) {
+          w[off + i] = type == DType::kQ4_0 ? ((off / block_bytes) % 2 ? 0x00 : 0xFF)
+                                            : ((off / block_bytes) % 2 ? 0x81 : 0x7F);
+        }
+      }
+      for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_0)) {
+        for (size_t i = 2; i < sizeof(BlockQ8_0); ++i) a[off + i] = (off / 34) % 3 ? 0x81 : 0x7F;
+      }
+      expect_gemv_matches_vec_dot(mk, type, n, w, a);
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no ISA on this host has a repacked gemv";
+}
+
+TEST(KernelsRepack, BackendDecodesTheSameBitsWithAndWithoutRepacking) {
+  uint32_t seed = 300;
+  for (Isa isa : host_isas()) {
+    for (int threads : {1, 2}) {
+      CpuBackend packed(threads, isa);
+      packed.set_repack_enabled(true);
+      CpuBackend plain(threads, isa);
+      plain.set_repack_enabled(false);
+      for (DType type : kRepackTypes) {
+        const int64_t n = 9 * kQK;
+        for (int64_t n_out : {15, 16, 37, 16 * 9}) {
+          for (int64_t n_tokens : {1, 3}) {
+            SCOPED_TRACE(testing::Message()
+                         << isa_name(isa) << " threads " << threads << " " << dtype_name(type)
+                         << " n_out " << n_out << " tokens " << n_tokens);
+            std::vector<uint8_t> w = random_weights(type, n, n_out, ++seed);
+            const Tensor t{type, 2, {n, n_out, 1, 1}, w.data(), "w"};
+            std::mt19937 rng(++seed);
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            std::vector<float> x(static_cast<size_t>(n * n_tokens));
+            for (float& v : x) v = dist(rng);
+            std::vector<float> want(static_cast<size_t>(n_out * n_tokens) + 2, kNaN);
+            std::vector<float> got(want.size(), kNaN);
+            plain.matmul(t, x.data(), n_tokens, want.data());
+            packed.matmul(t, x.data(), n_tokens, got.data());
+            EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * sizeof(float)), 0);
+            // Other weights at the same address: the stale copy must not be used.
+            const std::vector<uint8_t> other = random_weights(type, n, n_out, ++seed);
+            std::memcpy(w.data(), other.data(), w.size());
+            plain.matmul(t, x.data(), n_tokens, want.data());
+            packed.matmul(t, x.data(), n_tokens, got.data());
+            EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * sizeof(float)), 0)
+                << "after the weights changed";
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qrun::kernels
