@@ -197,7 +197,7 @@ struct NeonGemm {
   };
 
   // Q4_K, Q5_K: per super-block and (row, token), sumi = sum_s sc[s] * dot_s and mins =
-  // sum_s mn[s] * sum_s(a), exact int32 (|sumi| <= 256 * 31 * 127 * 63); then as vec_dot
+  // sum_s mn[s] * sum_s(a), exact int32 (|sumi| <= 256 * 31 * 128 * 63 < 2^26); then as vec_dot
   // f = fma(float(sumi), d * d_a, f), f = fma(float(mins), -(dmin * d_a), f).
   template <class Block>
   struct ScaleMin {
