@@ -29,7 +29,8 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kRelTol = 1e-5;
-// Micro-tiles: AVX2 4 rows by 8 tokens, AVX-512 6 rows by 2 x 16 tokens (1 x 16 at the end).
+// Micro-tiles: AVX2 4 rows by 8 tokens, AVX-512 6 rows by 2 x 16 tokens (1 x 16 at the end),
+// NEON 4 rows by 8 tokens in driver tiles of 16 rows by 64 tokens.
 const int64_t kRows[] = {1, 3, 5, 8, 9, 67};
 const int64_t kTokens[] = {1, 2, 3, 5, 16, 17, 33, 65};
 

@@ -5,13 +5,17 @@
 // them, bit-identical to the baseline ones), activation quantizers and conversions bit for
 // bit, row ops on awkward lengths with NaN-prefilled outputs (add and to_f16 exact,
 // rms_norm within 2.5e-7 relative, swiglu 4e-7), the Q4_0/Q5_0/Q8_0 gemv variants bit for
-// bit against the baseline vec_dot (random and extreme rows), ISA selection and the
-// dotprod choice of every table entry. (Attention and the k-quant gemv are tested through
-// the table with every ISA in kernels_ops_test.cpp and kernels_dot_test.cpp.)
+// bit against the baseline vec_dot (random and extreme rows), both gemm variants of every
+// quantized type against vec_dot (the SDOT one bit for bit against the baseline one), ISA
+// selection and the dotprod choice of every table entry. (Attention and the k-quant gemv
+// are tested through the table with every ISA in kernels_ops_test.cpp and
+// kernels_dot_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <iterator>
@@ -61,6 +65,21 @@ const GemvVariant kGemvs[] = {
     {DType::kQ4_0, neon::gemv_q4_0_q8_0, neon::gemv_q4_0_q8_0_dotprod, neon::vec_dot_q4_0_q8_0},
     {DType::kQ5_0, neon::gemv_q5_0_q8_0, neon::gemv_q5_0_q8_0_dotprod, neon::vec_dot_q5_0_q8_0},
     {DType::kQ8_0, neon::gemv_q8_0_q8_0, neon::gemv_q8_0_q8_0_dotprod, neon::vec_dot_q8_0_q8_0},
+};
+
+struct GemmVariant {
+  DType type;
+  GemmKernels (*baseline)();
+  GemmKernels (*dotprod)();
+};
+
+const GemmVariant kGemms[] = {
+    {DType::kQ4_0, neon::gemm_q4_0_q8_0, neon::gemm_q4_0_q8_0_dotprod},
+    {DType::kQ5_0, neon::gemm_q5_0_q8_0, neon::gemm_q5_0_q8_0_dotprod},
+    {DType::kQ8_0, neon::gemm_q8_0_q8_0, neon::gemm_q8_0_q8_0_dotprod},
+    {DType::kQ4_K, neon::gemm_q4_k_q8_k, neon::gemm_q4_k_q8_k_dotprod},
+    {DType::kQ5_K, neon::gemm_q5_k_q8_k, neon::gemm_q5_k_q8_k_dotprod},
+    {DType::kQ6_K, neon::gemm_q6_k_q8_k, neon::gemm_q6_k_q8_k_dotprod},
 };
 
 bool host_has_dotprod() {
@@ -158,6 +177,11 @@ TEST(KernelsNeon, TableTakesTheDotprodKernelsOnlyWithDotprod) {
     }
     for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
       EXPECT_NE(k.for_type(type).gemv, nullptr) << dtype_name(type);
+    }
+    for (const GemmVariant& v : kGemms) {
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(v.type) << " gemm" << (dotprod ? " dotprod" : ""));
+      EXPECT_EQ(k.for_type(v.type).gemm.gemm, (dotprod ? v.dotprod : v.baseline)().gemm);
     }
     EXPECT_EQ(k.attend_f32, neon::attend_f32);
     EXPECT_EQ(k.attend_f16, neon::attend_f16);
@@ -304,6 +328,84 @@ TEST(KernelsNeon, GemvVariantsMatchVecDotBitForBit) {
             }
             EXPECT_TRUE(std::isnan(y[static_cast<size_t>(n_rows)])) << "wrote past the rows";
             EXPECT_TRUE(std::isnan(y[static_cast<size_t>(n_rows) + 1])) << "wrote past the rows";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Both gemm variants, called directly (the table holds one of them): packed in 8-token
+// groups, past the 4-row micro-tiles, the 16-row by 64-token driver tiles and the 16-block
+// weight chunks, into NaN-prefilled outputs wider than the tile. The baseline output is
+// within 1e-5 * sum |w_i a_i| of the generic vec_dot; the SDOT one, where the CPU has it,
+// bit-identical to the baseline one (the same exact block sums in the same float order).
+TEST(KernelsNeon, GemmVariantsMatchVecDot) {
+  uint32_t seed = 60;
+  for (const GemmVariant& v : kGemms) {
+    const MatmulKernels& g = cpu_kernels(Isa::kGeneric).for_type(v.type);
+    const int64_t block = type_traits(v.type).block_elems;
+    const GemmKernels base = v.baseline();
+    for (int64_t n : {block, 3 * block, 17 * block}) {
+      const size_t w_row = row_size(v.type, n);
+      const size_t a_row = row_size(g.act_type, n);
+      for (int64_t n_rows : {1, 4, 6, 17}) {
+        for (int64_t n_tokens : {1, 7, 9, 65}) {
+          SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " n " << n << " rows " << n_rows
+                                          << " tokens " << n_tokens);
+          std::vector<std::vector<uint8_t>> w_rows;
+          std::vector<uint8_t> w;
+          for (int64_t r = 0; r < n_rows; ++r) {
+            w_rows.push_back(
+                to_row(v.type, random_floats(static_cast<size_t>(n), ++seed, 0.7f), false));
+            w.insert(w.end(), w_rows.back().begin(), w_rows.back().end());
+          }
+          std::vector<std::vector<uint8_t>> a_rows;
+          std::vector<uint8_t> a;
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            a_rows.push_back(
+                to_row(g.act_type, random_floats(static_cast<size_t>(n), ++seed, 1.5f), true));
+            a.insert(a.end(), a_rows.back().begin(), a_rows.back().end());
+          }
+          // Packed into a garbage-filled, 64-byte aligned buffer, the last group first.
+          std::vector<uint8_t> storage(base.packed_bytes(n, n_tokens) + 64, 0xa5);
+          uint8_t* packed =
+              storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+          const int64_t ldy = n_rows + 2;
+          std::vector<float> y_base;
+          for (bool dotprod : {false, true}) {
+            if (dotprod && !host_has_dotprod()) continue;
+            SCOPED_TRACE(dotprod ? "dotprod" : "baseline");
+            const GemmKernels gk = dotprod ? v.dotprod() : v.baseline();
+            ASSERT_EQ(gk.group_tokens, base.group_tokens);
+            for (int64_t t0 = (n_tokens - 1) / gk.group_tokens * gk.group_tokens; t0 >= 0;
+                 t0 -= gk.group_tokens) {
+              gk.pack_act(n, a.data() + a_row * static_cast<size_t>(t0), a_row,
+                          std::min(gk.group_tokens, n_tokens - t0),
+                          packed + gk.group_bytes(n) * static_cast<size_t>(t0 / gk.group_tokens));
+            }
+            std::vector<float> y(static_cast<size_t>(n_tokens * ldy), kNaN);
+            gk.gemm(n, w.data(), w_row, n_rows, packed, n_tokens, y.data(), ldy);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+              for (int64_t r = 0; r < ldy; ++r) {
+                const float got = y[static_cast<size_t>(t * ldy + r)];
+                if (r >= n_rows) {
+                  EXPECT_TRUE(std::isnan(got)) << "wrote outside the tile: token " << t;
+                  continue;
+                }
+                const float ref = g.vec_dot(n, w_rows[r].data(), a_rows[t].data());
+                const double tol =
+                    1e-5 * magnitude(v.type, w_rows[r], g.act_type, a_rows[t], n) + 1e-30;
+                EXPECT_LE(std::fabs(double{got} - ref), tol)
+                    << "token " << t << " row " << r << ": " << got << " vs " << ref;
+              }
+            }
+            if (dotprod) {
+              EXPECT_EQ(std::memcmp(y.data(), y_base.data(), y.size() * sizeof(float)), 0)
+                  << "dotprod output differs from the baseline one";
+            } else {
+              y_base = y;
+            }
           }
         }
       }

@@ -4,8 +4,9 @@
 // with SDOT. The lanes differ between policies but their sum does not, and every kernel
 // reduces a block's lanes to its exact integer sum before any float arithmetic, so both
 // instantiations give the same bits. Everything here is a member of the class template,
-// so the two instantiations, compiled with different -march flags, share no symbol.
-// Only files in neon/ include this header.
+// so the two instantiations, compiled with different -march flags, share no symbol. The
+// levels and scales of the blocks come from block_levels.h. Only files in neon/ include
+// this header.
 #pragma once
 
 #include <arm_neon.h>
@@ -13,52 +14,39 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include "ggml-like/quants.h"
+#include "kernels/cpu/neon/block_levels.h"
 
 namespace qrun::kernels::neon {
 
 template <class Dot>
-struct QuantDots {
-  static float half(uint16_t h) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-  }
+struct QuantDots : BlockLevels<Dot> {
+  using Levels = BlockLevels<Dot>;
+  using Levels::half;
 
   // Sums of the lanes of a, b, c, d: [sum a, sum b, sum c, sum d] (exact).
   static int32x4_t sums4(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d) {
     return vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d));
   }
 
-  // Q4_0 levels q - 8 against the 32 activation levels a_lo, a_hi of one Q8_0 block.
+  // The levels of a 32-element block (block_levels.h) against the 32 activation levels
+  // a_lo, a_hi of one Q8_0 block.
+  template <class Block, void (*kLevels)(const Block&, int8x16_t&, int8x16_t&)>
+  static int32x4_t lanes(const Block& x, int8x16_t a_lo, int8x16_t a_hi) {
+    int8x16_t lo;
+    int8x16_t hi;
+    kLevels(x, lo, hi);
+    return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, a_lo), hi, a_hi);
+  }
   static int32x4_t q4_0_lanes(const BlockQ4_0& x, int8x16_t a_lo, int8x16_t a_hi) {
-    const uint8x16_t q = vld1q_u8(x.qs);
-    const int8x16_t eight = vdupq_n_s8(8);
-    const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), eight);
-    const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight);
-    return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, a_lo), hi, a_hi);
+    return lanes<BlockQ4_0, Levels::q4_0_levels>(x, a_lo, a_hi);
   }
-
-  // Q5_0 levels q - 16: the low 4 bits as Q4_0's, bit 4 of element i from bit i of qh
-  // (each qh byte spread over 8 lanes, then tested against 1, 2, 4, ... 128).
   static int32x4_t q5_0_lanes(const BlockQ5_0& x, int8x16_t a_lo, int8x16_t a_hi) {
-    const uint8x16_t q = vld1q_u8(x.qs);
-    const uint8x16_t bits = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
-    const uint8x16_t b4 = vdupq_n_u8(16);
-    const uint8x16_t h_lo = vcombine_u8(vdup_n_u8(x.qh[0]), vdup_n_u8(x.qh[1]));
-    const uint8x16_t h_hi = vcombine_u8(vdup_n_u8(x.qh[2]), vdup_n_u8(x.qh[3]));
-    const uint8x16_t lo_u =
-        vorrq_u8(vandq_u8(q, vdupq_n_u8(15)), vandq_u8(vtstq_u8(h_lo, bits), b4));
-    const uint8x16_t hi_u = vorrq_u8(vshrq_n_u8(q, 4), vandq_u8(vtstq_u8(h_hi, bits), b4));
-    const int8x16_t sixteen = vdupq_n_s8(16);
-    const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(lo_u), sixteen);
-    const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(hi_u), sixteen);
-    return Dot::dot(Dot::dot(vdupq_n_s32(0), lo, a_lo), hi, a_hi);
+    return lanes<BlockQ5_0, Levels::q5_0_levels>(x, a_lo, a_hi);
   }
-
   static int32x4_t q8_0_lanes(const BlockQ8_0& x, int8x16_t a_lo, int8x16_t a_hi) {
-    const int32x4_t acc = Dot::dot(vdupq_n_s32(0), vld1q_s8(x.qs), a_lo);
-    return Dot::dot(acc, vld1q_s8(x.qs + 16), a_hi);
+    return lanes<BlockQ8_0, Levels::q8_0_levels>(x, a_lo, a_hi);
   }
 
   template <class Block>
@@ -163,34 +151,20 @@ struct QuantDots {
     legacy_gemv<BlockQ8_0, q8_0_lanes>(n, w, w_stride, n_rows, act, y);
   }
 
-  // The 6-bit scales and mins of a Q4_K / Q5_K super-block (layout in quants.h).
-  static void k_scales_mins(const uint8_t* b, uint8_t* sc, uint8_t* mn) {
-    for (int s = 0; s < 4; ++s) {
-      sc[s] = b[s] & 63;
-      mn[s] = b[s + 4] & 63;
-      sc[s + 4] = static_cast<uint8_t>((b[s + 8] & 15) | (b[s] >> 6) << 4);
-      mn[s + 4] = static_cast<uint8_t>((b[s + 8] >> 4) | (b[s + 4] >> 6) << 4);
-    }
-  }
-
   // Q4_K and Q5_K: per super-block, sumi = sum_s sc[s] * (levels of s . activations of s)
   // and sum_mins = sum_s mn[s] * (activation sum of s, from bsums), both exact int32; then
   // sum = fma(d_x * d_y, sumi, sum), then sum = fma(-(dmin_x * d_y), sum_mins, sum), block
   // after block (explicit fmas: the float steps must not depend on compiler contraction).
-  // Q5_K's bit 4 of the levels of group g comes from bit 2g (low half) or 2g + 1 (high
-  // half) of the 32 qh bytes.
   template <class Block>
   static float scale_min_k(int64_t n, const void* vx, const void* vy) {
-    constexpr bool kFive = std::is_same_v<Block, BlockQ5_K>;
     const auto* x = static_cast<const Block*>(vx);
     const auto* y = static_cast<const BlockQ8_K*>(vy);
-    const uint8x16_t m4 = vdupq_n_u8(15);
     const int32x4_t zero = vdupq_n_s32(0);
     float sum = 0.0f;
     for (int64_t b = 0; b < n / kQKK; ++b) {
       uint8_t sc[8];
       uint8_t mn[8];
-      k_scales_mins(x[b].scales, sc, mn);
+      Levels::k_scales_mins(x[b].scales, sc, mn);
       // Activation sums of the 8 sub-blocks of 32, times the mins.
       const int16x8_t bs = vpaddq_s16(vld1q_s16(y[b].bsums), vld1q_s16(y[b].bsums + 8));
       const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
@@ -200,30 +174,11 @@ struct QuantDots {
       int32x4_t acc = zero;
       const int8_t* a = y[b].qs;
       for (int g = 0; g < 4; ++g, a += 64) {
-        const uint8x16_t q0 = vld1q_u8(x[b].qs + 32 * g);
-        const uint8x16_t q1 = vld1q_u8(x[b].qs + 32 * g + 16);
-        uint8x16_t l0 = vandq_u8(q0, m4);
-        uint8x16_t l1 = vandq_u8(q1, m4);
-        uint8x16_t h0 = vshrq_n_u8(q0, 4);
-        uint8x16_t h1 = vshrq_n_u8(q1, 4);
-        if constexpr (kFive) {
-          const uint8x16_t b4 = vdupq_n_u8(16);
-          const uint8x16_t qh0 = vld1q_u8(x[b].qh);
-          const uint8x16_t qh1 = vld1q_u8(x[b].qh + 16);
-          const int8x16_t to_lo = vdupq_n_s8(static_cast<int8_t>(4 - 2 * g));  // < 0: right
-          const int8x16_t to_hi = vdupq_n_s8(static_cast<int8_t>(3 - 2 * g));
-          l0 = vorrq_u8(l0, vandq_u8(vshlq_u8(qh0, to_lo), b4));
-          l1 = vorrq_u8(l1, vandq_u8(vshlq_u8(qh1, to_lo), b4));
-          h0 = vorrq_u8(h0, vandq_u8(vshlq_u8(qh0, to_hi), b4));
-          h1 = vorrq_u8(h1, vandq_u8(vshlq_u8(qh1, to_hi), b4));
-        }
-        const int8x16_t lo0 = vreinterpretq_s8_u8(l0);
-        const int8x16_t lo1 = vreinterpretq_s8_u8(l1);
-        const int8x16_t hi0 = vreinterpretq_s8_u8(h0);
-        const int8x16_t hi1 = vreinterpretq_s8_u8(h1);
-        const int32x4_t plo = Dot::dot(Dot::dot(zero, lo0, vld1q_s8(a)), lo1, vld1q_s8(a + 16));
+        int8x16_t q[4];
+        Levels::scale_min_levels(x[b], g, q);
+        const int32x4_t plo = Dot::dot(Dot::dot(zero, q[0], vld1q_s8(a)), q[1], vld1q_s8(a + 16));
         const int32x4_t phi =
-            Dot::dot(Dot::dot(zero, hi0, vld1q_s8(a + 32)), hi1, vld1q_s8(a + 48));
+            Dot::dot(Dot::dot(zero, q[2], vld1q_s8(a + 32)), q[3], vld1q_s8(a + 48));
         acc = vmlaq_n_s32(acc, plo, sc[2 * g]);
         acc = vmlaq_n_s32(acc, phi, sc[2 * g + 1]);
       }
@@ -241,46 +196,20 @@ struct QuantDots {
     return scale_min_k<BlockQ5_K>(n, x, y);
   }
 
-  // 16 signed Q6_K levels q - 32 from 4-bit parts `low` and 2-bit parts in bits 4-5 of `high`.
-  static int8x16_t q6_levels(uint8x16_t low, uint8x16_t high) {
-    const uint8x16_t q = vorrq_u8(low, vandq_u8(high, vdupq_n_u8(0x30)));
-    return vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(32));
-  }
-
   // Q6_K: per super-block sumi = sum over the 16 groups of 16 of scale * (levels . acts),
   // exact int32; then sum = fma(d_x * d_y, sumi, sum), block after block.
   static float q6_k_q8_k(int64_t n, const void* vx, const void* vy) {
     const auto* x = static_cast<const BlockQ6_K*>(vx);
     const auto* y = static_cast<const BlockQ8_K*>(vy);
-    const uint8x16_t m4 = vdupq_n_u8(15);
     const int32x4_t zero = vdupq_n_s32(0);
     float sum = 0.0f;
     for (int64_t b = 0; b < n / kQKK; ++b) {
       int32x4_t acc = zero;
       for (int h = 0; h < 2; ++h) {
-        const uint8_t* ql = x[b].ql + 64 * h;
-        const uint8_t* qh = x[b].qh + 32 * h;
         const int8_t* sc = x[b].scales + 8 * h;
         const int8_t* a = y[b].qs + 128 * h;
-        const uint8x16_t l0 = vld1q_u8(ql);
-        const uint8x16_t l1 = vld1q_u8(ql + 16);
-        const uint8x16_t l2 = vld1q_u8(ql + 32);
-        const uint8x16_t l3 = vld1q_u8(ql + 48);
-        const uint8x16_t h0 = vld1q_u8(qh);
-        const uint8x16_t h1 = vld1q_u8(qh + 16);
-        // Elements 0-31: low nibbles of ql[0..32), qh bits 0-1; 32-63: low nibbles of
-        // ql[32..64), bits 2-3; 64-95: high nibbles of ql[0..32), bits 4-5; 96-127: high
-        // nibbles of ql[32..64), bits 6-7.
-        const int8x16_t q[8] = {
-            q6_levels(vandq_u8(l0, m4), vshlq_n_u8(h0, 4)),
-            q6_levels(vandq_u8(l1, m4), vshlq_n_u8(h1, 4)),
-            q6_levels(vandq_u8(l2, m4), vshlq_n_u8(h0, 2)),
-            q6_levels(vandq_u8(l3, m4), vshlq_n_u8(h1, 2)),
-            q6_levels(vshrq_n_u8(l0, 4), h0),
-            q6_levels(vshrq_n_u8(l1, 4), h1),
-            q6_levels(vshrq_n_u8(l2, 4), vshrq_n_u8(h0, 2)),
-            q6_levels(vshrq_n_u8(l3, 4), vshrq_n_u8(h1, 2)),
-        };
+        int8x16_t q[8];
+        Levels::q6_k_levels(x[b], h, q);
         for (int g = 0; g < 8; ++g) {
           acc = vmlaq_n_s32(acc, Dot::dot(zero, q[g], vld1q_s8(a + 16 * g)), sc[g]);
         }

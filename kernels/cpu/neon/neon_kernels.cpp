@@ -1,8 +1,9 @@
 // The NEON entries of the CPU kernel table. Which integer dot products (and gemv) are
 // registered depends on the CPU: SDOT versions with asimddp, the armv8-a ones otherwise;
-// both give the same bits, so the choice only changes speed. The k-quant gemv is the
-// prefetching row loop of gemv_prefetch.h over the chosen vec_dot (instantiated here, in
-// a baseline object: it only calls the dot through its address).
+// both give the same bits, so the choice only changes speed; the same holds for the gemm
+// tiles. The k-quant gemv is the prefetching row loop of gemv_prefetch.h over the chosen
+// vec_dot (instantiated here, in a baseline object: it only calls the dot through its
+// address).
 #include "kernels/cpu/neon/neon_kernels.h"
 #include "kernels/cpu/gemv_prefetch.h"
 
@@ -36,6 +37,13 @@ void fill_kernels(CpuKernels& k, const CpuFeatures& features) {
       dp ? gemv_prefetched<vec_dot_q5_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q5_k_q8_k>;
   k.for_type(DType::kQ6_K).gemv =
       dp ? gemv_prefetched<vec_dot_q6_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q6_k_q8_k>;
+  // Batches of 2 or more tokens through the gemm tiles.
+  k.for_type(DType::kQ4_0).gemm = dp ? gemm_q4_0_q8_0_dotprod() : gemm_q4_0_q8_0();
+  k.for_type(DType::kQ5_0).gemm = dp ? gemm_q5_0_q8_0_dotprod() : gemm_q5_0_q8_0();
+  k.for_type(DType::kQ8_0).gemm = dp ? gemm_q8_0_q8_0_dotprod() : gemm_q8_0_q8_0();
+  k.for_type(DType::kQ4_K).gemm = dp ? gemm_q4_k_q8_k_dotprod() : gemm_q4_k_q8_k();
+  k.for_type(DType::kQ5_K).gemm = dp ? gemm_q5_k_q8_k_dotprod() : gemm_q5_k_q8_k();
+  k.for_type(DType::kQ6_K).gemm = dp ? gemm_q6_k_q8_k_dotprod() : gemm_q6_k_q8_k();
   // Activation conversions, for every weight type.
   for (MatmulKernels& m : k.matmul) {
     if (m.vec_dot == nullptr) continue;

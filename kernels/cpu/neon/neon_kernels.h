@@ -1,7 +1,8 @@
 // The NEON kernels of the CPU kernel table. Baseline kernels (armv8-a Advanced SIMD, which
-// every AArch64 CPU has) live in dot_quants.cpp, dot_float.cpp and ops.cpp; the *_dotprod
-// twins of the integer dot products (dot_dotprod.cpp, built with -march=armv8.2-a+dotprod)
-// run only where the CPU reports asimddp, and give the same bits as their baseline twins.
+// every AArch64 CPU has) live in dot_quants.cpp, gemm_quants.cpp, dot_float.cpp and ops.cpp;
+// the *_dotprod twins of the integer kernels (dot_dotprod.cpp, gemm_dotprod.cpp, built with
+// -march=armv8.2-a+dotprod) run only where the CPU reports asimddp, and give the same bits
+// as their baseline twins.
 // Every kernel has the signature of its generic twin and is tested against it
 // (tests/kernels_neon_test.cpp, and with every ISA in kernels_dot_test.cpp and
 // kernels_ops_test.cpp); declarations use plain types so tests can call each one.
@@ -46,6 +47,22 @@ void gemv_q5_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_
                             const uint8_t* act, float* y);
 void gemv_q8_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                             const uint8_t* act, float* y);
+
+// gemm_quants.cpp: the gemm kernels (GemmKernels, kernel_table.h) of Q4_0, Q5_0, Q8_0 and
+// Q4_K, Q5_K, Q6_K, 4 rows x 8 tokens per micro-tile (gemm_impl.h); gemm_dotprod.cpp: the
+// same with SDOT, callable only where dotprod exists. Both give the same bits.
+GemmKernels gemm_q4_0_q8_0();
+GemmKernels gemm_q5_0_q8_0();
+GemmKernels gemm_q8_0_q8_0();
+GemmKernels gemm_q4_k_q8_k();
+GemmKernels gemm_q5_k_q8_k();
+GemmKernels gemm_q6_k_q8_k();
+GemmKernels gemm_q4_0_q8_0_dotprod();
+GemmKernels gemm_q5_0_q8_0_dotprod();
+GemmKernels gemm_q8_0_q8_0_dotprod();
+GemmKernels gemm_q4_k_q8_k_dotprod();
+GemmKernels gemm_q5_k_q8_k_dotprod();
+GemmKernels gemm_q6_k_q8_k_dotprod();
 
 // dot_float.cpp: float rows, and F32 -> F16 / BF16 activation rows (bit-identical to the
 // reference conversions).

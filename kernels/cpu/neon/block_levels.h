@@ -1,0 +1,123 @@
+// The signed integer levels and scales of the quantized weight blocks, decoded into NEON
+// registers: shared by the dot products (dot_impl.h) and the gemm tiles (gemm_impl.h).
+// Every function is a static member of a class template whose parameter is a policy type
+// local to the including file, so copies compiled with different -march flags (baseline
+// and *_dotprod objects) share no symbol. Only files in neon/ include this header.
+#pragma once
+
+#include <arm_neon.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ggml-like/quants.h"
+
+namespace qrun::kernels::neon {
+
+template <class Tag>
+struct BlockLevels {
+  static float half(uint16_t h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+  }
+
+  // Q4_0 levels q - 8 of elements 0-15 (lo) and 16-31 (hi).
+  static void q4_0_levels(const BlockQ4_0& x, int8x16_t& lo, int8x16_t& hi) {
+    const uint8x16_t q = vld1q_u8(x.qs);
+    const int8x16_t eight = vdupq_n_s8(8);
+    lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), eight);
+    hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight);
+  }
+
+  // Q5_0 levels q - 16: the low 4 bits as Q4_0's, bit 4 of element i from bit i of qh
+  // (each qh byte spread over 8 lanes, then tested against 1, 2, 4, ... 128).
+  static void q5_0_levels(const BlockQ5_0& x, int8x16_t& lo, int8x16_t& hi) {
+    const uint8x16_t q = vld1q_u8(x.qs);
+    const uint8x16_t bits = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
+    const uint8x16_t b4 = vdupq_n_u8(16);
+    const uint8x16_t h_lo = vcombine_u8(vdup_n_u8(x.qh[0]), vdup_n_u8(x.qh[1]));
+    const uint8x16_t h_hi = vcombine_u8(vdup_n_u8(x.qh[2]), vdup_n_u8(x.qh[3]));
+    const uint8x16_t lo_u =
+        vorrq_u8(vandq_u8(q, vdupq_n_u8(15)), vandq_u8(vtstq_u8(h_lo, bits), b4));
+    const uint8x16_t hi_u = vorrq_u8(vshrq_n_u8(q, 4), vandq_u8(vtstq_u8(h_hi, bits), b4));
+    const int8x16_t sixteen = vdupq_n_s8(16);
+    lo = vsubq_s8(vreinterpretq_s8_u8(lo_u), sixteen);
+    hi = vsubq_s8(vreinterpretq_s8_u8(hi_u), sixteen);
+  }
+
+  static void q8_0_levels(const BlockQ8_0& x, int8x16_t& lo, int8x16_t& hi) {
+    lo = vld1q_s8(x.qs);
+    hi = vld1q_s8(x.qs + 16);
+  }
+
+  // The 6-bit scales and mins of a Q4_K / Q5_K super-block (layout in quants.h).
+  static void k_scales_mins(const uint8_t* b, uint8_t* sc, uint8_t* mn) {
+    for (int s = 0; s < 4; ++s) {
+      sc[s] = b[s] & 63;
+      mn[s] = b[s + 4] & 63;
+      sc[s + 4] = static_cast<uint8_t>((b[s + 8] & 15) | (b[s] >> 6) << 4);
+      mn[s + 4] = static_cast<uint8_t>((b[s + 8] >> 4) | (b[s + 4] >> 6) << 4);
+    }
+  }
+
+  // The levels q (not offset: the mins carry that) of elements 64g .. 64g + 63 of a Q4_K or
+  // Q5_K super-block, 16 per vector in element order: sub-block 2g in out[0..2), 2g + 1 in
+  // out[2..4). Q5_K's bit 4 of the levels of group g comes from bit 2g (low half) or
+  // 2g + 1 (high half) of the 32 qh bytes.
+  template <class Block>
+  static void scale_min_levels(const Block& x, int g, int8x16_t* out) {
+    const uint8x16_t m4 = vdupq_n_u8(15);
+    const uint8x16_t q0 = vld1q_u8(x.qs + 32 * g);
+    const uint8x16_t q1 = vld1q_u8(x.qs + 32 * g + 16);
+    uint8x16_t l0 = vandq_u8(q0, m4);
+    uint8x16_t l1 = vandq_u8(q1, m4);
+    uint8x16_t h0 = vshrq_n_u8(q0, 4);
+    uint8x16_t h1 = vshrq_n_u8(q1, 4);
+    if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+      const uint8x16_t b4 = vdupq_n_u8(16);
+      const uint8x16_t qh0 = vld1q_u8(x.qh);
+      const uint8x16_t qh1 = vld1q_u8(x.qh + 16);
+      const int8x16_t to_lo = vdupq_n_s8(static_cast<int8_t>(4 - 2 * g));  // < 0: right
+      const int8x16_t to_hi = vdupq_n_s8(static_cast<int8_t>(3 - 2 * g));
+      l0 = vorrq_u8(l0, vandq_u8(vshlq_u8(qh0, to_lo), b4));
+      l1 = vorrq_u8(l1, vandq_u8(vshlq_u8(qh1, to_lo), b4));
+      h0 = vorrq_u8(h0, vandq_u8(vshlq_u8(qh0, to_hi), b4));
+      h1 = vorrq_u8(h1, vandq_u8(vshlq_u8(qh1, to_hi), b4));
+    }
+    out[0] = vreinterpretq_s8_u8(l0);
+    out[1] = vreinterpretq_s8_u8(l1);
+    out[2] = vreinterpretq_s8_u8(h0);
+    out[3] = vreinterpretq_s8_u8(h1);
+  }
+
+  // 16 signed Q6_K levels q - 32 from 4-bit parts `low` and 2-bit parts in bits 4-5 of `high`.
+  static int8x16_t q6_levels(uint8x16_t low, uint8x16_t high) {
+    const uint8x16_t q = vorrq_u8(low, vandq_u8(high, vdupq_n_u8(0x30)));
+    return vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(32));
+  }
+
+  // The signed levels q - 32 of elements 128h .. 128h + 127 of a Q6_K super-block, 16 per
+  // vector in element order (vector g is sub-block 8h + g). Elements 0-31: low nibbles of
+  // ql[0..32), qh bits 0-1; 32-63: low nibbles of ql[32..64), bits 2-3; 64-95: high
+  // nibbles of ql[0..32), bits 4-5; 96-127: high nibbles of ql[32..64), bits 6-7.
+  static void q6_k_levels(const BlockQ6_K& x, int h, int8x16_t* q) {
+    const uint8x16_t m4 = vdupq_n_u8(15);
+    const uint8_t* ql = x.ql + 64 * h;
+    const uint8_t* qh = x.qh + 32 * h;
+    const uint8x16_t l0 = vld1q_u8(ql);
+    const uint8x16_t l1 = vld1q_u8(ql + 16);
+    const uint8x16_t l2 = vld1q_u8(ql + 32);
+    const uint8x16_t l3 = vld1q_u8(ql + 48);
+    const uint8x16_t h0 = vld1q_u8(qh);
+    const uint8x16_t h1 = vld1q_u8(qh + 16);
+    q[0] = q6_levels(vandq_u8(l0, m4), vshlq_n_u8(h0, 4));
+    q[1] = q6_levels(vandq_u8(l1, m4), vshlq_n_u8(h1, 4));
+    q[2] = q6_levels(vandq_u8(l2, m4), vshlq_n_u8(h0, 2));
+    q[3] = q6_levels(vandq_u8(l3, m4), vshlq_n_u8(h1, 2));
+    q[4] = q6_levels(vshrq_n_u8(l0, 4), h0);
+    q[5] = q6_levels(vshrq_n_u8(l1, 4), h1);
+    q[6] = q6_levels(vshrq_n_u8(l2, 4), vshrq_n_u8(h0, 2));
+    q[7] = q6_levels(vshrq_n_u8(l3, 4), vshrq_n_u8(h1, 2));
+  }
+};
+
+}  // namespace qrun::kernels::neon
