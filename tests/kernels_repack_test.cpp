@@ -26,7 +26,7 @@ namespace qrun::kernels {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ8_0};
+const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K};
 
 std::vector<Isa> host_isas() {
   std::vector<Isa> out;
@@ -65,7 +65,7 @@ TEST(KernelsRepack, LayoutIsTheDocumentedOne) {
   const int64_t n = 3 * kQK;
   const int64_t nb = n / kQK;
   const int64_t n_rows = 2 * kRepackRows + 5;
-  for (DType type : kRepackTypes) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
     SCOPED_TRACE(dtype_name(type));
     const bool q4 = type == DType::kQ4_0;
     const size_t row_bytes = row_size(type, n);
@@ -104,6 +104,33 @@ TEST(KernelsRepack, LayoutIsTheDocumentedOne) {
   }
 }
 
+TEST(KernelsRepack, Q4KLayoutIsTheDocumentedOne) {
+  const int64_t n = 2 * kQKK;
+  const int64_t n_rows = kRepackRows + 3;
+  const size_t row_bytes = row_size(DType::kQ4_K, n);
+  const std::vector<uint8_t> w = random_weights(DType::kQ4_K, n, n_rows, 12);
+  std::vector<uint8_t> p(w.size());
+  repack_rows(DType::kQ4_K, n, w.data(), n_rows, p.data());
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const uint8_t* super = p.data() + b * kRepackRows * sizeof(BlockQ4_K);
+    for (int64_t j = 0; j < kRepackRows; ++j) {
+      const auto* block = reinterpret_cast<const BlockQ4_K*>(w.data() + j * row_bytes) + b;
+      ASSERT_EQ(std::memcmp(super + 2 * j, &block->d, 2), 0) << "d, block " << b << " row " << j;
+      ASSERT_EQ(std::memcmp(super + 32 + 2 * j, &block->dmin, 2), 0) << "dmin, row " << j;
+      for (int k = 0; k < 3; ++k) {
+        ASSERT_EQ(std::memcmp(super + 64 + (k * kRepackRows + j) * 4, block->scales + 4 * k, 4), 0)
+            << "scales, block " << b << " row " << j << " column " << k;
+      }
+      for (int k = 0; k < 32; ++k) {
+        ASSERT_EQ(std::memcmp(super + 256 + (k * kRepackRows + j) * 4, block->qs + 4 * k, 4), 0)
+            << "qs, block " << b << " row " << j << " column " << k;
+      }
+    }
+  }
+  const size_t tail = kRepackRows * row_bytes;
+  EXPECT_EQ(std::memcmp(p.data() + tail, w.data() + tail, w.size() - tail), 0);
+}
+
 void expect_gemv_matches_vec_dot(const MatmulKernels& mk, DType type, int64_t n,
                                  const std::vector<uint8_t>& w, const std::vector<uint8_t>& a) {
   const size_t row_bytes = row_size(type, n);
@@ -130,7 +157,8 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
       const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
       if (mk.gemv_repacked == nullptr) continue;
       ++tested;
-      for (int64_t n : {kQK, 7 * kQK, 33 * kQK}) {
+      const int64_t block = type_traits(type).block_elems;
+      for (int64_t n : {block, 3 * block, 17 * block}) {
         for (int64_t n_groups : {1, 2, 3, 4, 5, 7, 9}) {
           SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n " << n
                                           << " groups " << n_groups);
@@ -142,20 +170,31 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
       // for Q8_0 the largest vpmaddubsw pairs of kernels without VNNI (|q| = 127 or 128
       // times 127, twice: 32512; stored q + 128 = 255 must not reach vpmaddubsw unsigned).
       // The 3 Q8_0 levels cycle over blocks, the activation's over its 4 blocks: every pair.
+      // Q4_K: levels, scales and mins all at 0 or at their maximum (15, 63, 63).
       SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " extremes");
-      const int64_t n = 4 * kQK;
+      const int64_t n = 4 * block;
       std::vector<uint8_t> w = random_weights(type, n, 5 * kRepackRows, ++seed);
       std::vector<uint8_t> a = random_act(mk, n, ++seed);
-      const size_t block_bytes = row_size(type, kQK);
-      const uint8_t q8_levels[] = {0x7F, 0x81, 0x80};  // 127, -127, -128
+      const size_t block_bytes = row_size(type, block);
+      const size_t first_level = type == DType::kQ4_K ? 4 : 2;  // after d (and dmin)
+      const uint8_t q8_levels[] = {0x7F, 0x81, 0x80};           // 127, -127, -128
       for (size_t off = 0; off < w.size(); off += block_bytes) {
-        for (size_t i = 2; i < block_bytes; ++i) {
-          w[off + i] = type == DType::kQ4_0 ? ((off / block_bytes) % 2 ? 0x00 : 0xFF)
-                                            : q8_levels[(off / block_bytes) % 3];
+        for (size_t i = first_level; i < block_bytes; ++i) {
+          w[off + i] = type == DType::kQ8_0 ? q8_levels[(off / block_bytes) % 3]
+                                            : ((off / block_bytes) % 2 ? 0x00 : 0xFF);
         }
       }
-      for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_0)) {
-        for (size_t i = 2; i < sizeof(BlockQ8_0); ++i) a[off + i] = (off / 34) % 3 ? 0x81 : 0x7F;
+      if (type == DType::kQ4_K) {
+        for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_K)) {
+          auto* ab = reinterpret_cast<BlockQ8_K*>(a.data() + off);
+          const int8_t v = (off / sizeof(BlockQ8_K)) % 3 ? -127 : 127;
+          for (int8_t& q : ab->qs) q = v;
+          for (int16_t& s : ab->bsums) s = static_cast<int16_t>(16 * v);
+        }
+      } else {
+        for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_0)) {
+          for (size_t i = 2; i < sizeof(BlockQ8_0); ++i) a[off + i] = (off / 34) % 3 ? 0x81 : 0x7F;
+        }
       }
       expect_gemv_matches_vec_dot(mk, type, n, w, a);
     }
@@ -172,7 +211,7 @@ TEST(KernelsRepack, BackendDecodesTheSameBitsWithAndWithoutRepacking) {
       CpuBackend plain(threads, isa);
       plain.set_repack_enabled(false);
       for (DType type : kRepackTypes) {
-        const int64_t n = 9 * kQK;
+        const int64_t n = type == DType::kQ4_K ? 2 * kQKK : 9 * kQK;
         for (int64_t n_out : {15, 16, 37, 16 * 9}) {
           for (int64_t n_tokens : {1, 3}) {
             SCOPED_TRACE(testing::Message()

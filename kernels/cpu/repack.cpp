@@ -2,6 +2,7 @@
 // per tensor, and memory speed bounds it.
 #include "kernels/cpu/repack.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "ggml-like/quants.h"
@@ -31,23 +32,54 @@ void repack_group(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst
   }
 }
 
+// Writes the 4-byte columns of `bytes` bytes at src (rows src_stride apart) to dst, column
+// k of row j at dst + (k * 16 + j) * 4.
+void interleave(const uint8_t* src, size_t src_stride, int bytes, uint8_t* dst) {
+  for (int64_t j = 0; j < kRepackRows; ++j) {
+    for (int k = 0; k < bytes / 4; ++k) {
+      std::memcpy(dst + (k * kRepackRows + j) * 4,
+                  src + static_cast<size_t>(j) * src_stride + 4 * k, 4);
+    }
+  }
+}
+
+void repack_group_q4_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* first = src + static_cast<size_t>(b) * sizeof(BlockQ4_K);
+    uint8_t* out = dst + static_cast<size_t>(b) * kRepackRows * sizeof(BlockQ4_K);
+    auto* d = reinterpret_cast<uint16_t*>(out);
+    for (int64_t j = 0; j < kRepackRows; ++j) {
+      const auto* block =
+          reinterpret_cast<const BlockQ4_K*>(first + static_cast<size_t>(j) * row_bytes);
+      std::memcpy(&d[j], &block->d, sizeof(uint16_t));
+      std::memcpy(&d[kRepackRows + j], &block->dmin, sizeof(uint16_t));
+    }
+    uint8_t* sc = out + 2 * kRepackRows * sizeof(uint16_t);
+    interleave(first + offsetof(BlockQ4_K, scales), row_bytes, kKScaleBytes, sc);
+    interleave(first + offsetof(BlockQ4_K, qs), row_bytes, kQKK / 2,
+               sc + kRepackRows * kKScaleBytes);
+  }
+}
+
 }  // namespace
 
 bool has_repacked_layout(DType type) {
-  return type == DType::kQ4_0 || type == DType::kQ8_0;
+  return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K;
 }
 
 void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint8_t* dst) {
   QRUN_CHECK(has_repacked_layout(type), "repack_rows: %s has no repacked layout", dtype_name(type));
   const size_t row_bytes = row_size(type, n);
   const size_t group_bytes = row_bytes * kRepackRows;
-  const int64_t nb = n / kQK;
+  const int64_t nb = n / type_traits(type).block_elems;
   const int64_t n_groups = n_rows / kRepackRows;
   for (int64_t g = 0; g < n_groups; ++g) {
     const uint8_t* s = src + static_cast<size_t>(g) * group_bytes;
     uint8_t* o = dst + static_cast<size_t>(g) * group_bytes;
     if (type == DType::kQ4_0) {
       repack_group<BlockQ4_0, kQK / 2, 0>(nb, s, row_bytes, o);
+    } else if (type == DType::kQ4_K) {
+      repack_group_q4_k(nb, s, row_bytes, o);
     } else {
       repack_group<BlockQ8_0, kQK, 0x80>(nb, s, row_bytes, o);
     }

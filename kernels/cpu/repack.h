@@ -1,4 +1,4 @@
-// Decode layouts for Q4_0 and Q8_0 weights: 16 rows interleaved so that one 512-bit vector
+// Decode layouts for Q4_0, Q8_0 and Q4_K weights: 16 rows interleaved so that one 512-bit vector
 // holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with 4
 // broadcast activation bytes then adds 4 products to each row's int32 lane, and the 16
 // rows' fp16 scales are one 32-byte load: the per-block work that a row-by-row gemv
@@ -13,6 +13,13 @@
 // high nibble element 16 + 4k + i) and K = 8 for Q8_0 (the 32 quants stored as q + 128,
 // unsigned, for vpdpbusd). Rows after the last whole group are copied unchanged, at their
 // GGML offsets. Nothing here depends on the ISA; the kernels that read it do.
+//
+// Q4_K keeps each super-block of the 16 rows together, 2304 bytes (16 * 144) at b * 2304:
+//   d[16], dmin[16]  uint16  the rows' fp16 super-block scales
+//   sc[3][16][4]     uint8   sc[k][j][i] = byte 4k + i of row j's 12 packed scale bytes
+//   q[32][16][4]     uint8   q[k][j][i] = byte 4k + i of row j's 128 qs bytes
+// so vector q[8g + l] holds, in each row's lane, elements 64g + 4l .. + 3 (low nibbles) and
+// 64g + 32 + 4l .. + 3 (high nibbles).
 // (avx512/gemv_repacked.cpp reads a 64-byte q[b][k] as one vector; avx2/gemv_repacked.cpp as
 // two halves, rows 0-7 and 8-15.)
 #pragma once
@@ -25,7 +32,7 @@ namespace qrun::kernels {
 
 inline constexpr int64_t kRepackRows = 16;
 
-// Whether `type` has an x16 layout (Q4_0, Q8_0).
+// Whether `type` has an x16 layout (Q4_0, Q8_0, Q4_K).
 bool has_repacked_layout(DType type);
 
 // Repacks rows [0, n_rows) of a `type` matrix with n columns from GGML layout (src, rows

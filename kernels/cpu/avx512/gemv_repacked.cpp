@@ -116,7 +116,117 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
+// Byte `byte` and `byte + 1` of each 32-bit lane as that lane's two int16 halves (vpshufb
+// control; 0x80 zeroes a byte).
+inline __m512i int16_pair_control(int byte) {
+  alignas(64) uint8_t c[64];
+  for (int i = 0; i < 64; i += 4) {
+    const int lane_byte = (i % 16) + byte;
+    c[i] = static_cast<uint8_t>(lane_byte);
+    c[i + 1] = 0x80;
+    c[i + 2] = static_cast<uint8_t>(lane_byte + 1);
+    c[i + 3] = 0x80;
+  }
+  return _mm512_load_si512(c);
+}
+
+// Byte `byte` of each 32-bit lane in both of its int16 halves.
+inline __m512i int16_dup_control(int byte) {
+  alignas(64) uint8_t c[64];
+  for (int i = 0; i < 64; i += 4) {
+    const int lane_byte = (i % 16) + byte;
+    c[i] = c[i + 2] = static_cast<uint8_t>(lane_byte);
+    c[i + 1] = c[i + 3] = 0x80;
+  }
+  return _mm512_load_si512(c);
+}
+
+// One group of 16 Q4_K rows. Per row (lane) this is vec_dot_q4_k_q8_k step for step: its 8
+// int32 lanes l become 8 vectors sumi[l] (vector q[8j + l] feeds lane l as vec_dot's 32-byte
+// load j does), each super-block adds d * sumi[l] to acc[l] and dmin * (the mins' pair sums
+// p) to acc_m[p], and the end sums them in hsum_f32x8 + hsum_f32x4 order.
+void q4_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f);
+  const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
+  const __m512i bits45 = _mm512_set1_epi32(0x30303030);
+  const __m512i pair01 = int16_pair_control(0);
+  const __m512i pair23 = int16_pair_control(2);
+  __m512i dup[4];
+  for (int s = 0; s < 4; ++s) dup[s] = int16_dup_control(s);
+  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
+  __m512 acc[8];
+  __m512 acc_m[4];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (auto& v : acc_m) v = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ8_K& ab = a[b];
+    const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
+    const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(blk)));
+    const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), _mm512_cvtph_ps(load256(blk + 32)));
+    // unpack_scales_mins, lane-wise: sc[0..3], sc[4..7], m[0..3], m[4..7] as bytes.
+    const __m512i w0 = load512(blk + 64);
+    const __m512i w1 = load512(blk + 128);
+    const __m512i w2 = load512(blk + 192);
+    const __m512i sc03 = _mm512_and_si512(w0, low6);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                         _mm512_and_si512(_mm512_srli_epi32(w0, 2), bits45));
+    const __m512i m03 = _mm512_and_si512(w1, low6);
+    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                        _mm512_and_si512(_mm512_srli_epi32(w1, 2), bits45));
+    // Mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s] the activation's sub-block sums.
+    const __m512i m_pairs[4] = {_mm512_shuffle_epi8(m03, pair01), _mm512_shuffle_epi8(m03, pair23),
+                                _mm512_shuffle_epi8(m47, pair01), _mm512_shuffle_epi8(m47, pair23)};
+    for (int p = 0; p < 4; ++p) {
+      const auto s0 = static_cast<int16_t>(ab.bsums[4 * p] + ab.bsums[4 * p + 1]);
+      const auto s1 = static_cast<int16_t>(ab.bsums[4 * p + 2] + ab.bsums[4 * p + 3]);
+      const __m512i sums = _mm512_set1_epi32(static_cast<int32_t>(
+          static_cast<uint16_t>(s0) | static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16));
+      acc_m[p] =
+          _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(_mm512_madd_epi16(m_pairs[p], sums)), acc_m[p]);
+    }
+    const uint8_t* q = blk + 64 + 3 * 64;
+    _mm_prefetch(reinterpret_cast<const char*>(q + kSuperBytes), _MM_HINT_T0);
+    __m512i sumi[8];
+    for (auto& v : sumi) v = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      // (sc[s], sc[s]) int16 pairs for the low (s = 2j) and high (2j + 1) nibbles.
+      const __m512i sc_lo = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47, dup[(2 * j) % 4]);
+      const __m512i sc_hi = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47, dup[(2 * j + 1) % 4]);
+      const int8_t* aq = ab.qs + 64 * j;
+      for (int l = 0; l < 8; ++l) {
+        const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchBytes), _MM_HINT_T0);
+        const __m512i w = load512(v);
+        const __m512i lo = _mm512_maddubs_epi16(_mm512_and_si512(w, m4), bcast32(aq + 4 * l));
+        const __m512i hi = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 4), m4),
+                                                bcast32(aq + 32 + 4 * l));
+        sumi[l] = _mm512_dpwssd_epi32(sumi[l], lo, sc_lo);
+        sumi[l] = _mm512_dpwssd_epi32(sumi[l], hi, sc_hi);
+      }
+    }
+    for (int l = 0; l < 8; ++l) acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[l]), acc[l]);
+  }
+  // hsum_f32x8(acc) + hsum_f32x4(acc_m).
+  const __m512 sum8 =
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+                    _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
+  const __m512 sum4 =
+      _mm512_add_ps(_mm512_add_ps(acc_m[0], acc_m[2]), _mm512_add_ps(acc_m[1], acc_m[3]));
+  _mm512_storeu_ps(y, _mm512_add_ps(sum8, sum4));
+}
+
 }  // namespace
+
+void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
+  const int64_t nb = n / kQKK;
+  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ4_K);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    q4_k_group(nb, groups + static_cast<size_t>(g) * group_bytes, a, y + g * kRepackRows);
+  }
+}
 
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
