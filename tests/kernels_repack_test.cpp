@@ -26,7 +26,7 @@ namespace qrun::kernels {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K};
+const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
 
 std::vector<Isa> host_isas() {
   std::vector<Isa> out;
@@ -131,6 +131,38 @@ TEST(KernelsRepack, Q4KLayoutIsTheDocumentedOne) {
   EXPECT_EQ(std::memcmp(p.data() + tail, w.data() + tail, w.size() - tail), 0);
 }
 
+TEST(KernelsRepack, Q6KLayoutIsTheDocumentedOne) {
+  const int64_t n = 2 * kQKK;
+  const int64_t nb = n / kQKK;
+  const int64_t n_rows = kRepackRows + 1;
+  const size_t row_bytes = row_size(DType::kQ6_K, n);
+  const std::vector<uint8_t> w = random_weights(DType::kQ6_K, n, n_rows, 13);
+  std::vector<uint8_t> p(w.size());
+  repack_rows(DType::kQ6_K, n, w.data(), n_rows, p.data());
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* super = p.data() + nb * kRepackRows * 2 + b * kRepackRows * 208;
+    for (int64_t j = 0; j < kRepackRows; ++j) {
+      const auto* block = reinterpret_cast<const BlockQ6_K*>(w.data() + j * row_bytes) + b;
+      ASSERT_EQ(std::memcmp(p.data() + (b * kRepackRows + j) * 2, &block->d, 2), 0) << "d " << j;
+      const struct {
+        const void* field;
+        int bytes;
+        size_t offset;
+      } fields[] = {{block->ql, 128, 0}, {block->qh, 64, 2048}, {block->scales, 16, 3072}};
+      for (const auto& f : fields) {
+        for (int k = 0; k < f.bytes / 4; ++k) {
+          ASSERT_EQ(std::memcmp(super + f.offset + (k * kRepackRows + j) * 4,
+                                static_cast<const uint8_t*>(f.field) + 4 * k, 4),
+                    0)
+              << "block " << b << " row " << j << " field at " << f.offset << " column " << k;
+        }
+      }
+    }
+  }
+  const size_t tail = kRepackRows * row_bytes;
+  EXPECT_EQ(std::memcmp(p.data() + tail, w.data() + tail, w.size() - tail), 0);
+}
+
 void expect_gemv_matches_vec_dot(const MatmulKernels& mk, DType type, int64_t n,
                                  const std::vector<uint8_t>& w, const std::vector<uint8_t>& a) {
   const size_t row_bytes = row_size(type, n);
@@ -170,21 +202,24 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
       // for Q8_0 the largest vpmaddubsw pairs of kernels without VNNI (|q| = 127 or 128
       // times 127, twice: 32512; stored q + 128 = 255 must not reach vpmaddubsw unsigned).
       // The 3 Q8_0 levels cycle over blocks, the activation's over its 4 blocks: every pair.
-      // Q4_K: levels, scales and mins all at 0 or at their maximum (15, 63, 63).
+      // Q4_K: levels, scales and mins all at 0 or at their maximum (15, 63, 63); Q6_K:
+      // levels and scales all-zero bits or all-one bits (63 and -1).
       SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " extremes");
       const int64_t n = 4 * block;
       std::vector<uint8_t> w = random_weights(type, n, 5 * kRepackRows, ++seed);
       std::vector<uint8_t> a = random_act(mk, n, ++seed);
       const size_t block_bytes = row_size(type, block);
-      const size_t first_level = type == DType::kQ4_K ? 4 : 2;  // after d (and dmin)
-      const uint8_t q8_levels[] = {0x7F, 0x81, 0x80};           // 127, -127, -128
+      // The bytes after d (and dmin), or for Q6_K all but d at the end.
+      const size_t first_level = type == DType::kQ4_K ? 4 : type == DType::kQ6_K ? 0 : 2;
+      const size_t last_level = type == DType::kQ6_K ? block_bytes - 2 : block_bytes;
+      const uint8_t q8_levels[] = {0x7F, 0x81, 0x80};  // 127, -127, -128
       for (size_t off = 0; off < w.size(); off += block_bytes) {
-        for (size_t i = first_level; i < block_bytes; ++i) {
+        for (size_t i = first_level; i < last_level; ++i) {
           w[off + i] = type == DType::kQ8_0 ? q8_levels[(off / block_bytes) % 3]
                                             : ((off / block_bytes) % 2 ? 0x00 : 0xFF);
         }
       }
-      if (type == DType::kQ4_K) {
+      if (mk.act_type == DType::kQ8_K) {
         for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_K)) {
           auto* ab = reinterpret_cast<BlockQ8_K*>(a.data() + off);
           const int8_t v = (off / sizeof(BlockQ8_K)) % 3 ? -127 : 127;
@@ -211,7 +246,7 @@ TEST(KernelsRepack, BackendDecodesTheSameBitsWithAndWithoutRepacking) {
       CpuBackend plain(threads, isa);
       plain.set_repack_enabled(false);
       for (DType type : kRepackTypes) {
-        const int64_t n = type == DType::kQ4_K ? 2 * kQKK : 9 * kQK;
+        const int64_t n = type_traits(type).block_elems == kQKK ? 2 * kQKK : 9 * kQK;
         for (int64_t n_out : {15, 16, 37, 16 * 9}) {
           for (int64_t n_tokens : {1, 3}) {
             SCOPED_TRACE(testing::Message()

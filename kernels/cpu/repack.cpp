@@ -61,10 +61,31 @@ void repack_group_q4_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t
   }
 }
 
+void repack_group_q6_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst) {
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* first = src + static_cast<size_t>(b) * sizeof(BlockQ6_K);
+    for (int64_t j = 0; j < kRepackRows; ++j) {
+      const auto* block =
+          reinterpret_cast<const BlockQ6_K*>(first + static_cast<size_t>(j) * row_bytes);
+      std::memcpy(&d[b * kRepackRows + j], &block->d, sizeof(uint16_t));
+    }
+    uint8_t* out = dst + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t) +
+                   static_cast<size_t>(b) * kSuperBytes;
+    interleave(first + offsetof(BlockQ6_K, ql), row_bytes, kQKK / 2, out);
+    out += kRepackRows * kQKK / 2;
+    interleave(first + offsetof(BlockQ6_K, qh), row_bytes, kQKK / 4, out);
+    out += kRepackRows * kQKK / 4;
+    interleave(first + offsetof(BlockQ6_K, scales), row_bytes, kQKK / 16, out);
+  }
+}
+
 }  // namespace
 
 bool has_repacked_layout(DType type) {
-  return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K;
+  return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K ||
+         type == DType::kQ6_K;
 }
 
 void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint8_t* dst) {
@@ -80,6 +101,8 @@ void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint
       repack_group<BlockQ4_0, kQK / 2, 0>(nb, s, row_bytes, o);
     } else if (type == DType::kQ4_K) {
       repack_group_q4_k(nb, s, row_bytes, o);
+    } else if (type == DType::kQ6_K) {
+      repack_group_q6_k(nb, s, row_bytes, o);
     } else {
       repack_group<BlockQ8_0, kQK, 0x80>(nb, s, row_bytes, o);
     }

@@ -20,6 +20,10 @@
 //   q[32][16][4]     uint8   q[k][j][i] = byte 4k + i of row j's 128 qs bytes
 // so vector q[8g + l] holds, in each row's lane, elements 64g + 4l .. + 3 (low nibbles) and
 // 64g + 32 + 4l .. + 3 (high nibbles).
+//
+// Q6_K puts the rows' fp16 scales first, d[nb][16] (uint16), then 3328 bytes per
+// super-block b: ql[32][16][4], qh[16][16][4] and sc[4][16][4], each the 4-byte columns of
+// that field of the 16 rows as above (ql[m][j][i] = byte 4m + i of row j's ql, and so on).
 // (avx512/gemv_repacked.cpp reads a 64-byte q[b][k] as one vector; avx2/gemv_repacked.cpp as
 // two halves, rows 0-7 and 8-15.)
 #pragma once
@@ -32,7 +36,7 @@ namespace qrun::kernels {
 
 inline constexpr int64_t kRepackRows = 16;
 
-// Whether `type` has an x16 layout (Q4_0, Q8_0, Q4_K).
+// Whether `type` has an x16 layout (Q4_0, Q8_0, Q4_K, Q6_K).
 bool has_repacked_layout(DType type);
 
 // Repacks rows [0, n_rows) of a `type` matrix with n columns from GGML layout (src, rows

@@ -216,7 +216,93 @@ void q4_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) 
   _mm512_storeu_ps(y, _mm512_add_ps(sum8, sum4));
 }
 
+// Byte `byte` of each 32-bit lane in the high byte of both int16 halves (an arithmetic
+// shift right by 8 then sign-extends it).
+inline __m512i int16_high_dup_control(int byte) {
+  alignas(64) uint8_t c[64];
+  for (int i = 0; i < 64; i += 4) {
+    c[i] = c[i + 2] = 0x80;
+    c[i + 1] = c[i + 3] = static_cast<uint8_t>((i % 16) + byte);
+  }
+  return _mm512_load_si512(c);
+}
+
+// One group of 16 Q6_K rows, vec_dot_q6_k_q8_k lane-wise: column c (elements 4c .. 4c + 3)
+// is what that kernel's int32 lane c mod 16 of step (h, k) sums, and fold512 adds lanes i
+// and i + 8, so sumi[i] collects the columns c = i mod 8; per super-block acc[i] gains
+// d * sumi[i], and the end sums them in hsum_f32x8's order.
+void q6_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i m32 = _mm512_set1_epi8(32);
+  __m512i sc_control[4];
+  for (int i = 0; i < 4; ++i) sc_control[i] = int16_high_dup_control(i);
+  const auto* d = reinterpret_cast<const uint16_t*>(group);
+  const uint8_t* supers = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
+  __m512 acc[8];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ8_K& ab = a[b];
+    const uint8_t* ql = supers + static_cast<size_t>(b) * kSuperBytes;
+    const uint8_t* qh = ql + kRepackRows * kQKK / 2;
+    const uint8_t* sc = qh + kRepackRows * kQKK / 4;
+    const __m512 dd =
+        _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(d + b * kRepackRows)));
+    __m512i scales[4];
+    for (int v = 0; v < 4; ++v) scales[v] = load512(sc + 64 * v);
+    // (sc[s], sc[s]) as sign-extended int16 pairs, for the 16-element sub-block s.
+    auto scale_pair = [&](int s) {
+      return _mm512_srai_epi16(_mm512_shuffle_epi8(scales[s / 4], sc_control[s % 4]), 8);
+    };
+    __m512i sumi[8];
+    for (auto& v : sumi) v = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      for (int m = 0; m < 16; ++m) {
+        // ql column 16h + m: low nibbles are column 32h + m, high ones column 32h + m + 16;
+        // their bits 4-5 are bit pairs m / 8 and 2 + m / 8 of qh column 8h + m % 8.
+        const uint8_t* wp = ql + static_cast<size_t>(16 * h + m) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchBytes), _MM_HINT_T0);
+        const __m512i w = load512(wp);
+        const __m512i t = load512(qh + static_cast<size_t>(8 * h + m % 8) * 64);
+        const unsigned shift = 2 * static_cast<unsigned>(m / 8);
+        const __m512i lev_lo = _mm512_or_si512(
+            _mm512_and_si512(w, m4),
+            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(t, shift), m3), 4));
+        const __m512i lev_hi = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16(w, 4), m4),
+            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(t, shift + 4), m3), 4));
+        const int c_lo = 32 * h + m;
+        const int c_hi = c_lo + 16;
+        const __m512i a_lo = bcast32(ab.qs + 4 * c_lo);
+        const __m512i a_hi = bcast32(ab.qs + 4 * c_hi);
+        const __m512i p_lo =
+            _mm512_sub_epi16(_mm512_maddubs_epi16(lev_lo, a_lo), _mm512_maddubs_epi16(m32, a_lo));
+        const __m512i p_hi =
+            _mm512_sub_epi16(_mm512_maddubs_epi16(lev_hi, a_hi), _mm512_maddubs_epi16(m32, a_hi));
+        sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_lo, scale_pair(c_lo / 4));
+        sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_hi, scale_pair(c_hi / 4));
+      }
+    }
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sumi[i]), acc[i]);
+  }
+  _mm512_storeu_ps(
+      y,
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+                    _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]))));
+}
+
 }  // namespace
+
+void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
+  const int64_t nb = n / kQKK;
+  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ6_K);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    q6_k_group(nb, groups + static_cast<size_t>(g) * group_bytes, a, y + g * kRepackRows);
+  }
+}
 
 void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
