@@ -2,7 +2,7 @@
 // norms) or (token, KV head) pairs (attention) with one persistent thread pool, calling the
 // row and tile kernels of one ISA's table (kernel_table.h). With Isa::kGeneric it runs the
 // scalar references, the oracle the SIMD tables are tested against.
-// Decoding Q4_0 and Q8_0 weights on an ISA with a repacked gemv (repack.h) reads a copy of
+// Decoding a weight type for which the ISA has a repacked gemv (repack.h) reads a copy of
 // each weight in that layout, made the first time gemv meets the weight and kept for the
 // backend's life (set QRUN_NO_REPACK=1 to decode from the GGML layout instead). Weights must
 // therefore stay mapped and unchanged while the backend lives.

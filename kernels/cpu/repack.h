@@ -1,8 +1,8 @@
-// Decode layouts for Q4_0, Q8_0 and Q4_K weights: 16 rows interleaved so that one 512-bit vector
-// holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with 4
-// broadcast activation bytes then adds 4 products to each row's int32 lane, and the 16
-// rows' fp16 scales are one 32-byte load: the per-block work that a row-by-row gemv
-// spends on horizontal sums and scattered scale loads disappears.
+// Decode layouts for Q4_0, Q8_0, Q4_K and Q6_K weights: 16 rows interleaved so that one 512-bit
+// vector holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with 4 broadcast
+// activation bytes then adds 4 products to each row's int32 lane, and the 16 rows' fp16 scales are
+// one 32-byte load: the per-block work that a row-by-row gemv spends on horizontal sums and
+// scattered scale loads disappears.
 //
 // A repacked tensor has the same size as the GGML one. Rows go in groups of kRepackRows;
 // group g occupies the bytes of GGML rows 16g .. 16g + 15 (16 * row_bytes, nb blocks per
