@@ -2,6 +2,8 @@
 // themselves live in ops_*.cpp, one family per file.
 #include "kernels/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -11,6 +13,8 @@
 namespace qrun::kernels {
 
 namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
 
 bool repack_allowed_by_env() {
   const char* v = std::getenv("QRUN_NO_REPACK");
@@ -35,13 +39,19 @@ const uint8_t* CpuBackend::repacked(const Tensor& w) {
     return copy.bytes.get();
   }
   if (copy.bytes != nullptr) repacked_bytes_ -= row_size(copy.type, copy.n) * copy.n_rows;
-  constexpr size_t kAlign = 64;
+  // Copies of a huge page or more start on a huge page boundary and ask for huge pages:
+  // far fewer page faults while repacking and TLB misses while decoding.
+  const size_t align = bytes >= kHugePage ? kHugePage : 64;
   copy.bytes.reset(
-      static_cast<uint8_t*>(std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign)));
+      static_cast<uint8_t*>(std::aligned_alloc(align, (bytes + align - 1) / align * align)));
   if (copy.bytes == nullptr) {  // no memory: decode from the GGML layout
     repacked_.erase(w.data);
     return nullptr;
   }
+#ifdef MADV_HUGEPAGE
+  if (align == kHugePage)
+    madvise(copy.bytes.get(), (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+#endif
   copy.type = w.type;
   copy.n = w.ne[0];
   copy.n_rows = w.n_rows();

@@ -11,6 +11,18 @@
 namespace qrun::kernels {
 namespace {
 
+// Writes the 4-byte columns of `bytes` bytes at src (rows src_stride apart) to dst, column
+// k of row j at dst + (k * 16 + j) * 4.
+void interleave(const uint8_t* src, size_t src_stride, int bytes, uint8_t* dst) {
+  // Column by column, so that dst is written in order.
+  for (int k = 0; k < bytes / 4; ++k) {
+    for (int64_t j = 0; j < kRepackRows; ++j) {
+      std::memcpy(dst + (k * kRepackRows + j) * 4,
+                  src + static_cast<size_t>(j) * src_stride + 4 * k, 4);
+    }
+  }
+}
+
 // One group of 16 rows, nb blocks each. Block has members d and qs; kQBytes quant bytes
 // per block go out in 4-byte columns, each XORed with kFlip.
 template <class Block, int kQBytes, uint8_t kFlip>
@@ -19,26 +31,17 @@ void repack_group(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst
   auto* d = reinterpret_cast<uint16_t*>(dst);
   uint8_t* q = dst + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
   for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* first = src + static_cast<size_t>(b) * sizeof(Block);
     for (int64_t j = 0; j < kRepackRows; ++j) {
-      const auto* block =
-          reinterpret_cast<const Block*>(src + static_cast<size_t>(j) * row_bytes) + b;
-      std::memcpy(&d[b * kRepackRows + j], &block->d, sizeof(uint16_t));
-      const auto* qs = reinterpret_cast<const uint8_t*>(block->qs);
-      for (int k = 0; k < kCols; ++k) {
-        uint8_t* out = q + ((b * kCols + k) * kRepackRows + j) * 4;
-        for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(qs[4 * k + i] ^ kFlip);
-      }
+      std::memcpy(&d[b * kRepackRows + j],
+                  first + static_cast<size_t>(j) * row_bytes + offsetof(Block, d),
+                  sizeof(uint16_t));
     }
-  }
-}
-
-// Writes the 4-byte columns of `bytes` bytes at src (rows src_stride apart) to dst, column
-// k of row j at dst + (k * 16 + j) * 4.
-void interleave(const uint8_t* src, size_t src_stride, int bytes, uint8_t* dst) {
-  for (int64_t j = 0; j < kRepackRows; ++j) {
-    for (int k = 0; k < bytes / 4; ++k) {
-      std::memcpy(dst + (k * kRepackRows + j) * 4,
-                  src + static_cast<size_t>(j) * src_stride + 4 * k, 4);
+    uint8_t* out = q + static_cast<size_t>(b) * kCols * kRepackRows * 4;
+    interleave(first + offsetof(Block, qs), row_bytes, kQBytes, out);
+    if constexpr (kFlip != 0) {
+      for (int i = 0; i < kCols * kRepackRows * 4; ++i)
+        out[i] = static_cast<uint8_t>(out[i] ^ kFlip);
     }
   }
 }
