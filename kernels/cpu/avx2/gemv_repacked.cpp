@@ -1,8 +1,8 @@
 // AVX2 decode gemv over the x16 layouts of kernels/cpu/repack.h, bit-identical to this
-// table's vec_dot (dot_legacy.cpp). A ymm holds 4 bytes of 8 rows, the first or second half
-// of a 64-byte x16 vector; row j's int32 and float lanes are lane j mod 8 of half j / 8, so
-// nothing is summed across rows. Without VNNI the byte products go through vpmaddubsw
-// (unsigned x signed bytes -> saturating int16 pairs) and vpmaddwd with ones (-> int32).
+// table's vec_dot (dot_legacy.cpp, dot_kquants.cpp). A ymm holds 4 bytes of 8 rows, the
+// first or second half of a 64-byte x16 vector; row j's int32 and float lanes are lane
+// j mod 8 of half j / 8, so nothing is summed across rows. Without VNNI the byte products
+// go through vpmaddubsw (unsigned x signed bytes -> saturating int16 pairs) and vpmaddwd.
 //   Q4_0: levels 0..15 against activations in [-128, 127]: one vpmaddubsw pair is at most
 //     2 * 15 * 128 = 3840 in magnitude, so the 8 pair vectors of a block (4 columns, low
 //     and high nibbles) sum in int16 to at most 30720 < 32767: exact. vpmaddwd widens them,
@@ -13,9 +13,25 @@
 //     int32 lane k of a row is vec_dot's lane k for every input, saturating or not. Each
 //     row keeps vec_dot's 8 lane accumulators, acc_k = fma(d_x * d_y, float(lane_k), acc_k),
 //     reduced in hsum_f32x8's order at the end.
-// Two groups go side by side and each prefetches its quants 2 KiB ahead (x86 prefetches never
-// fault): on the 2-core Xeon host, over an 850 MB matrix, that streamed best of 1, 2 or 4
-// groups and 0, 512, 1024 or 2048 bytes (Q4_0 ~1.6x, Q8_0 ~1.4x the row-wise AVX2 gemv).
+//   Q4_K: vec_dot_q4_k_q8_k (dot_kquants.cpp) keeps 8 int32 lanes per super-block, lane l
+//     of its 32-byte load j being qs bytes 32j + 4l .. + 3, and those are exactly column
+//     vector q[8j + l] of the layout. So each row carries 8 int32 sums sumi[l] in its lane
+//     of 8 ymm, built with vec_dot's own instructions on the same bytes: vpmaddubsw of the
+//     nibbles (<= 15) with the 4 activation bytes (pairs <= 2 * 15 * 128, never saturating),
+//     vpmaddwd by the broadcast 6-bit scale, vpaddd. Integer sums are exact (below
+//     8 * 63 * 2 * 3840 per lane), so the order of the additions is free; every sumi[l] is
+//     vec_dot's lane l for every input. The float steps are then vec_dot's per row:
+//     d = d_y * d_x and dmin = -d_y * dmin_x (one rounding each), acc[l] = fma(d,
+//     float(sumi[l]), acc[l]) per super-block; the mins term m[2p] * S[2p] + m[2p + 1] *
+//     S[2p + 1] (S the sub-block sums of bsums, added in wrapping int16 as vphaddw does) goes
+//     through vpmaddwd into acc_m[p] = fma(dmin, float(.), acc_m[p]); the end is
+//     hsum_f32x8(acc) + hsum_f32x4(acc_m) in their association order. One group at a time,
+//     the two 8-row halves of each super-block one after the other (8 sumi + constants
+//     fill the 16 ymm; the 24 float accumulators live in memory, touched once per block).
+// For Q4_0 and Q8_0 two groups go side by side and each prefetches its quants 2 KiB ahead
+// (x86 prefetches never fault): on the 2-core Xeon host, over an 850 MB matrix, that
+// streamed best of 1, 2 or 4 groups and 0, 512, 1024 or 2048 bytes (Q4_0 ~1.6x, Q8_0 ~1.4x
+// the row-wise AVX2 gemv).
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx2/dot_common.h"
 #include "kernels/cpu/avx2/dot_kernels.h"
@@ -122,7 +138,127 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
+// Byte `byte` and `byte + 1` of each 32-bit lane as that lane's two int16 halves (vpshufb
+// control; 0x80 zeroes a byte).
+inline __m256i int16_pair_control(int byte) {
+  alignas(32) uint8_t c[32];
+  for (int i = 0; i < 32; i += 4) {
+    const int lane_byte = (i % 16) + byte;
+    c[i] = static_cast<uint8_t>(lane_byte);
+    c[i + 1] = 0x80;
+    c[i + 2] = static_cast<uint8_t>(lane_byte + 1);
+    c[i + 3] = 0x80;
+  }
+  return load256(c);
+}
+
+// Byte `byte` of each 32-bit lane in both of its int16 halves.
+inline __m256i int16_dup_control(int byte) {
+  alignas(32) uint8_t c[32];
+  for (int i = 0; i < 32; i += 4) {
+    const int lane_byte = (i % 16) + byte;
+    c[i] = c[i + 2] = static_cast<uint8_t>(lane_byte);
+    c[i + 1] = c[i + 3] = 0x80;
+  }
+  return load256(c);
+}
+
+// One group of 16 Q4_K rows; rows 8h .. 8h + 7 are half h (see the file comment).
+void q4_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) {
+  const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f);
+  const __m256i low4 = _mm256_set1_epi32(0x0f0f0f0f);
+  const __m256i bits45 = _mm256_set1_epi32(0x30303030);
+  const __m256i pair01 = int16_pair_control(0);
+  const __m256i pair23 = int16_pair_control(2);
+  __m256i dup[4];
+  for (int s = 0; s < 4; ++s) dup[s] = int16_dup_control(s);
+  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
+  __m256 acc[2][8];
+  __m256 acc_m[2][4];
+  for (auto& half : acc) {
+    for (auto& v : half) v = _mm256_setzero_ps();
+  }
+  for (auto& half : acc_m) {
+    for (auto& v : half) v = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ8_K& ab = a[b];
+    const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
+    const uint8_t* q = blk + 64 + 3 * 64;
+    // (S[2p], S[2p + 1]) as the int16 halves of every int32 lane, S[s] = bsums[2s] +
+    // bsums[2s + 1] in wrapping int16 (vec_dot's vphaddw).
+    __m256i sums[4];
+    for (int p = 0; p < 4; ++p) {
+      const auto s0 = static_cast<int16_t>(ab.bsums[4 * p] + ab.bsums[4 * p + 1]);
+      const auto s1 = static_cast<int16_t>(ab.bsums[4 * p + 2] + ab.bsums[4 * p + 3]);
+      sums[p] = _mm256_set1_epi32(static_cast<int32_t>(
+          static_cast<uint16_t>(s0) | static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16));
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = _mm256_mul_ps(_mm256_set1_ps(ab.d), _mm256_cvtph_ps(load128(blk + 16 * h)));
+      const __m256 dmin =
+          _mm256_mul_ps(_mm256_set1_ps(-ab.d), _mm256_cvtph_ps(load128(blk + 32 + 16 * h)));
+      // unpack_scales_mins, lane-wise: sc[0..3], sc[4..7], m[0..3], m[4..7] as bytes.
+      const __m256i w0 = load256(blk + 64 + 32 * h);
+      const __m256i w1 = load256(blk + 128 + 32 * h);
+      const __m256i w2 = load256(blk + 192 + 32 * h);
+      const __m256i sc03 = _mm256_and_si256(w0, low6);
+      const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(w2, low4),
+                                           _mm256_and_si256(_mm256_srli_epi32(w0, 2), bits45));
+      const __m256i m03 = _mm256_and_si256(w1, low6);
+      const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), low4),
+                                          _mm256_and_si256(_mm256_srli_epi32(w1, 2), bits45));
+      const __m256i m_pairs[4] = {
+          _mm256_shuffle_epi8(m03, pair01), _mm256_shuffle_epi8(m03, pair23),
+          _mm256_shuffle_epi8(m47, pair01), _mm256_shuffle_epi8(m47, pair23)};
+      for (int p = 0; p < 4; ++p) {
+        const __m256i mins = _mm256_madd_epi16(m_pairs[p], sums[p]);
+        acc_m[h][p] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(mins), acc_m[h][p]);
+      }
+      __m256i sumi[8];
+      for (auto& v : sumi) v = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        // (sc[s], sc[s]) int16 pairs for the low (s = 2j) and high (2j + 1) nibbles.
+        const __m256i sc_lo = _mm256_shuffle_epi8(j < 2 ? sc03 : sc47, dup[(2 * j) % 4]);
+        const __m256i sc_hi = _mm256_shuffle_epi8(j < 2 ? sc03 : sc47, dup[(2 * j + 1) % 4]);
+        const int8_t* aq = ab.qs + 64 * j;
+        for (int l = 0; l < 8; ++l) {
+          const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
+          if (h == 0) prefetch_ahead(v, 1);
+          const __m256i w = load256(v + 32 * h);
+          const __m256i lo = pairs_u8s8(low_nibbles(w), bcast32(aq + 4 * l));
+          const __m256i hi = pairs_u8s8(high_nibbles(w), bcast32(aq + 32 + 4 * l));
+          sumi[l] = _mm256_add_epi32(sumi[l], _mm256_add_epi32(_mm256_madd_epi16(lo, sc_lo),
+                                                               _mm256_madd_epi16(hi, sc_hi)));
+        }
+      }
+      for (int l = 0; l < 8; ++l) {
+        acc[h][l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[l]), acc[h][l]);
+      }
+    }
+  }
+  // hsum_f32x8(acc) + hsum_f32x4(acc_m), per row.
+  for (int h = 0; h < 2; ++h) {
+    const __m256* l = acc[h];
+    const __m256* m = acc_m[h];
+    const __m256 even = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
+    const __m256 odd = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
+    const __m256 sum4 = _mm256_add_ps(_mm256_add_ps(m[0], m[2]), _mm256_add_ps(m[1], m[3]));
+    _mm256_storeu_ps(y + 8 * h, _mm256_add_ps(_mm256_add_ps(even, odd), sum4));
+  }
+}
+
 }  // namespace
+
+void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
+  const int64_t nb = n / kQKK;
+  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ4_K);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    q4_k_group(nb, groups + static_cast<size_t>(g) * group_bytes, a, y + g * kRepackRows);
+  }
+}
 
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
