@@ -28,6 +28,7 @@
 // two halves, rows 0-7 and 8-15.)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "ggml-like/dtype.h"
@@ -44,5 +45,31 @@ bool has_repacked_layout(DType type);
 // multiple of the block size. Whole groups are repacked, the other rows copied; callers may
 // split the work by calling it on whole groups (src and dst offset alike).
 void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint8_t* dst);
+
+// ---- for the ISA kernels that read these layouts ----
+
+// A pass of a repacked gemv over `count` whole groups (group_bytes apart, nb blocks per row),
+// read side by side; Act is the activation block type.
+template <class Act>
+using GroupPassFn = void (*)(int64_t nb, const uint8_t* base, size_t group_bytes, const Act* a,
+                             float* y);
+
+// The walk of every GemvRepackedFn: Weight blocks of block_elems elements, passes of `wide`
+// groups (wide_count of them side by side), then the remaining groups one by one.
+template <class Weight, class Act>
+void run_group_passes(int64_t n, int64_t block_elems, const uint8_t* groups, int64_t n_groups,
+                      const uint8_t* act, float* y, int64_t wide_count, GroupPassFn<Act> wide,
+                      GroupPassFn<Act> one) {
+  const int64_t nb = n / block_elems;
+  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(Weight);
+  const auto* a = reinterpret_cast<const Act*>(act);
+  int64_t g = 0;
+  for (; wide_count > 1 && g + wide_count <= n_groups; g += wide_count) {
+    wide(nb, groups + static_cast<size_t>(g) * group_bytes, group_bytes, a, y + g * kRepackRows);
+  }
+  for (; g < n_groups; ++g) {
+    one(nb, groups + static_cast<size_t>(g) * group_bytes, group_bytes, a, y + g * kRepackRows);
+  }
+}
 
 }  // namespace qrun::kernels

@@ -164,7 +164,8 @@ inline __m256i int16_dup_control(int byte) {
 }
 
 // One group of 16 Q4_K rows; rows 8h .. 8h + 7 are half h (see the file comment).
-void q4_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) {
+void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
+                const BlockQ8_K* a, float* y) {
   const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f);
   const __m256i low4 = _mm256_set1_epi32(0x0f0f0f0f);
   const __m256i bits45 = _mm256_set1_epi32(0x30303030);
@@ -252,40 +253,20 @@ void q4_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) 
 
 void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
-  const int64_t nb = n / kQKK;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ4_K);
-  for (int64_t g = 0; g < n_groups; ++g) {
-    q4_k_group(nb, groups + static_cast<size_t>(g) * group_bytes, a, y + g * kRepackRows);
-  }
+  run_group_passes<BlockQ4_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1, q4_k_group,
+                                         q4_k_group);
 }
 
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
-  const int64_t nb = n / kQK;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ4_0);
-  int64_t g = 0;
-  for (; g + 2 <= n_groups; g += 2) {
-    q4_0_groups<2>(nb, groups + g * group_bytes, group_bytes, a, y + g * kRepackRows);
-  }
-  for (; g < n_groups; ++g) {
-    q4_0_groups<1>(nb, groups + g * group_bytes, group_bytes, a, y + g * kRepackRows);
-  }
+  run_group_passes<BlockQ4_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q4_0_groups<2>,
+                                         q4_0_groups<1>);
 }
 
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
-  const int64_t nb = n / kQK;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ8_0);
-  int64_t g = 0;
-  for (; g + 2 <= n_groups; g += 2) {
-    q8_0_groups<2>(nb, groups + g * group_bytes, group_bytes, a, y + g * kRepackRows);
-  }
-  for (; g < n_groups; ++g) {
-    q8_0_groups<1>(nb, groups + g * group_bytes, group_bytes, a, y + g * kRepackRows);
-  }
+  run_group_passes<BlockQ8_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q8_0_groups<2>,
+                                         q8_0_groups<1>);
 }
 
 }  // namespace qrun::kernels::avx2

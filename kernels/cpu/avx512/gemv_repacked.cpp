@@ -145,7 +145,8 @@ inline __m512i int16_dup_control(int byte) {
 // int32 lanes l become 8 vectors sumi[l] (vector q[8j + l] feeds lane l as vec_dot's 32-byte
 // load j does), each super-block adds d * sumi[l] to acc[l] and dmin * (the mins' pair sums
 // p) to acc_m[p], and the end sums them in hsum_f32x8 + hsum_f32x4 order.
-void q4_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) {
+void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
+                const BlockQ8_K* a, float* y) {
   const __m512i m4 = _mm512_set1_epi8(15);
   const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f);
   const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
@@ -231,7 +232,8 @@ inline __m512i int16_high_dup_control(int byte) {
 // is what that kernel's int32 lane c mod 16 of step (h, k) sums, and fold512 adds lanes i
 // and i + 8, so sumi[i] collects the columns c = i mod 8; per super-block acc[i] gains
 // d * sumi[i], and the end sums them in hsum_f32x8's order.
-void q6_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) {
+void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
+                const BlockQ8_K* a, float* y) {
   const __m512i m4 = _mm512_set1_epi8(15);
   const __m512i m3 = _mm512_set1_epi8(3);
   const __m512i m32 = _mm512_set1_epi8(32);
@@ -296,50 +298,26 @@ void q6_k_group(int64_t nb, const uint8_t* group, const BlockQ8_K* a, float* y) 
 
 void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
-  const int64_t nb = n / kQKK;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ6_K);
-  for (int64_t g = 0; g < n_groups; ++g) {
-    q6_k_group(nb, groups + static_cast<size_t>(g) * group_bytes, a, y + g * kRepackRows);
-  }
+  run_group_passes<BlockQ6_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1, q6_k_group,
+                                         q6_k_group);
 }
 
 void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
-  const int64_t nb = n / kQKK;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ4_K);
-  for (int64_t g = 0; g < n_groups; ++g) {
-    q4_k_group(nb, groups + static_cast<size_t>(g) * group_bytes, a, y + g * kRepackRows);
-  }
+  run_group_passes<BlockQ4_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1, q4_k_group,
+                                         q4_k_group);
 }
 
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
-  const int64_t nb = n / kQK;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ4_0);
-  int64_t g = 0;
-  for (; g + 4 <= n_groups; g += 4) {
-    q4_0_groups<4>(nb, groups + g * group_bytes, group_bytes, a, y + g * kRepackRows);
-  }
-  for (; g < n_groups; ++g) {
-    q4_0_groups<1>(nb, groups + g * group_bytes, group_bytes, a, y + g * kRepackRows);
-  }
+  run_group_passes<BlockQ4_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4, q4_0_groups<4>,
+                                         q4_0_groups<1>);
 }
 
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
-  const int64_t nb = n / kQK;
-  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(BlockQ8_0);
-  int64_t g = 0;
-  for (; g + 2 <= n_groups; g += 2) {
-    q8_0_groups<2>(nb, groups + g * group_bytes, group_bytes, a, y + g * kRepackRows);
-  }
-  for (; g < n_groups; ++g) {
-    q8_0_groups<1>(nb, groups + g * group_bytes, group_bytes, a, y + g * kRepackRows);
-  }
+  run_group_passes<BlockQ8_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q8_0_groups<2>,
+                                         q8_0_groups<1>);
 }
 
 }  // namespace qrun::kernels::avx512
