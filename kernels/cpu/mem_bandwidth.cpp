@@ -2,8 +2,8 @@
 // loop uses GCC/Clang vector types: 16-byte integer adds that become SSE2 on x86-64 and
 // NEON on arm64 with no ISA branches. Each thread reads its share as four streams with
 // independent accumulators, which keeps many loads in flight; 16-byte loads already
-// outrun what one core can pull from DRAM, so a wider ISA would not change the figure. Integer sums
-// are exact, so nothing is reordered unsafely.
+// outrun what one core can pull from DRAM, so a wider ISA would not change the figure.
+// Integer sums are exact, so nothing is reordered unsafely.
 #include "kernels/cpu/mem_bandwidth.h"
 
 #include <unistd.h>
