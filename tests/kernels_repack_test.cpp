@@ -263,6 +263,12 @@ TEST(KernelsRepack, BackendDecodesTheSameBitsWithAndWithoutRepacking) {
             plain.matmul(t, x.data(), n_tokens, want.data());
             packed.matmul(t, x.data(), n_tokens, got.data());
             EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * sizeof(float)), 0);
+            // The repacked path really ran where the ISA has it, and only there.
+            const bool repacks = cpu_kernels(isa).for_type(type).gemv_repacked != nullptr &&
+                                 n_out >= kRepackRows &&
+                                 !cpu_kernels(isa).for_type(type).gemm.usable(n_tokens);
+            EXPECT_EQ(plain.repacked_bytes(), 0u);
+            if (repacks) EXPECT_GE(packed.repacked_bytes(), w.size());
             // Other weights at the same address: the stale copy must not be used.
             const std::vector<uint8_t> other = random_weights(type, n, n_out, ++seed);
             std::memcpy(w.data(), other.data(), w.size());

@@ -29,7 +29,6 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int n_threads = 0, Isa isa = default_isa());
 
   // Whether decoding may use repacked weight copies (default: QRUN_NO_REPACK unset or 0).
-  bool repack_enabled() const { return repack_; }
   void set_repack_enabled(bool on) { repack_ = on; }
   // Bytes held in repacked weight copies.
   size_t repacked_bytes() const { return repacked_bytes_; }
