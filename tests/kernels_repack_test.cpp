@@ -268,7 +268,9 @@ TEST(KernelsRepack, BackendDecodesTheSameBitsWithAndWithoutRepacking) {
                                  n_out >= kRepackRows &&
                                  !cpu_kernels(isa).for_type(type).gemm.usable(n_tokens);
             EXPECT_EQ(plain.repacked_bytes(), 0u);
-            if (repacks) EXPECT_GE(packed.repacked_bytes(), w.size());
+            if (repacks) {
+              EXPECT_GE(packed.repacked_bytes(), w.size());
+            }
             // Other weights at the same address: the stale copy must not be used.
             const std::vector<uint8_t> other = random_weights(type, n, n_out, ++seed);
             std::memcpy(w.data(), other.data(), w.size());
