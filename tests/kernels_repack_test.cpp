@@ -5,8 +5,8 @@
 // - each ISA's gemv_repacked equals its vec_dot bit for bit, on group counts around the
 //   kernels' multi-group passes, with NaN guards after the output and with extreme levels;
 // - CpuBackend decodes the same bits with and without repacking, for row counts with a
-//   tail, several tokens and 1 or 2 threads, and notices when other weights appear at an
-//   address it has already repacked.
+//   tail, several tokens and 1 or 2 threads, notices when other weights appear at an
+//   address it has already repacked, and holds no more copies than its budget.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -283,6 +283,39 @@ TEST(KernelsRepack, BackendDecodesTheSameBitsWithAndWithoutRepacking) {
       }
     }
   }
+}
+
+// Copies stop at the budget: the weight that would pass it decodes from its GGML layout,
+// with the same bits, and nothing more is held.
+TEST(KernelsRepack, BackendKeepsItsCopiesWithinTheBudget) {
+  int tested = 0;
+  for (Isa isa : host_isas()) {
+    if (cpu_kernels(isa).for_type(DType::kQ4_0).gemv_repacked == nullptr) continue;
+    ++tested;
+    SCOPED_TRACE(isa_name(isa));
+    const int64_t n = 4 * kQK;
+    const int64_t n_out = 2 * kRepackRows;
+    const std::vector<uint8_t> w1 = random_weights(DType::kQ4_0, n, n_out, 400);
+    const std::vector<uint8_t> w2 = random_weights(DType::kQ4_0, n, n_out, 401);
+    const Tensor t1{DType::kQ4_0, 2, {n, n_out, 1, 1}, w1.data(), "w1"};
+    const Tensor t2{DType::kQ4_0, 2, {n, n_out, 1, 1}, w2.data(), "w2"};
+    CpuBackend packed(1, isa);
+    packed.set_repack_enabled(true);
+    packed.set_repack_budget(w1.size() + w2.size() / 2);
+    CpuBackend plain(1, isa);
+    plain.set_repack_enabled(false);
+    std::vector<float> x(static_cast<size_t>(n), 0.25f);
+    for (size_t i = 0; i < x.size(); i += 3) x[i] = -1.5f;
+    for (const Tensor* t : {&t1, &t2, &t1}) {
+      std::vector<float> want(static_cast<size_t>(n_out), kNaN);
+      std::vector<float> got(want.size(), kNaN);
+      plain.matmul(*t, x.data(), 1, want.data());
+      packed.matmul(*t, x.data(), 1, got.data());
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * sizeof(float)), 0) << t->name;
+      EXPECT_EQ(packed.repacked_bytes(), w1.size()) << "after " << t->name;
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no ISA on this host has a repacked Q4_0 gemv";
 }
 
 }  // namespace

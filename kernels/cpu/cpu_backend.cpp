@@ -5,9 +5,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "ggml-like/dtype.h"
+#include "kernels/cpu/mem_bandwidth.h"
 #include "kernels/cpu/repack.h"
 
 namespace qrun::kernels {
@@ -24,7 +26,10 @@ bool repack_allowed_by_env() {
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads, Isa isa)
-    : pool_(n_threads), kernels_(&cpu_kernels(isa)), repack_(repack_allowed_by_env()) {}
+    : pool_(n_threads),
+      kernels_(&cpu_kernels(isa)),
+      repack_(repack_allowed_by_env()),
+      repack_budget_(physical_memory_bytes() > 0 ? physical_memory_bytes() / 4 : SIZE_MAX) {}
 
 const uint8_t* CpuBackend::repacked(const Tensor& w) {
   const auto* src = static_cast<const uint8_t*>(w.data);
@@ -33,12 +38,17 @@ const uint8_t* CpuBackend::repacked(const Tensor& w) {
   const size_t edge = std::min<size_t>(64, bytes);
   std::memcpy(ends.data(), src, edge);
   std::memcpy(ends.data() + 64, src + bytes - edge, edge);
-  RepackedCopy& copy = repacked_[w.data];
-  if (copy.bytes != nullptr && copy.type == w.type && copy.n == w.ne[0] &&
-      copy.n_rows == w.n_rows() && copy.ends == ends) {
-    return copy.bytes.get();
+  auto it = repacked_.find(w.data);
+  if (it != repacked_.end()) {
+    const RepackedCopy& c = it->second;
+    if (c.type == w.type && c.n == w.ne[0] && c.n_rows == w.n_rows() && c.ends == ends) {
+      return c.bytes.get();
+    }
+    repacked_bytes_ -= row_size(c.type, c.n) * static_cast<size_t>(c.n_rows);  // stale
+    repacked_.erase(it);
   }
-  if (copy.bytes != nullptr) repacked_bytes_ -= row_size(copy.type, copy.n) * copy.n_rows;
+  if (repacked_bytes_ + bytes > repack_budget_) return nullptr;  // decode from the file
+  RepackedCopy& copy = repacked_[w.data];
   // Copies of a huge page or more start on a huge page boundary and ask for huge pages:
   // far fewer page faults while repacking and TLB misses while decoding.
   const size_t align = bytes >= kHugePage ? kHugePage : 64;

@@ -4,8 +4,9 @@
 // scalar references, the oracle the SIMD tables are tested against.
 // Decoding a weight type for which the ISA has a repacked gemv (repack.h) reads a copy of
 // each weight in that layout, made the first time gemv meets the weight and kept for the
-// backend's life (set QRUN_NO_REPACK=1 to decode from the GGML layout instead). Weights must
-// therefore stay mapped and unchanged while the backend lives.
+// backend's life, up to a quarter of physical memory (set QRUN_NO_REPACK=1 to decode from
+// the GGML layout instead). Weights must therefore stay mapped and unchanged while the
+// backend lives.
 // Not thread-safe: one caller at a time.
 #pragma once
 
@@ -30,6 +31,9 @@ class CpuBackend final : public Backend {
 
   // Whether decoding may use repacked weight copies (default: QRUN_NO_REPACK unset or 0).
   void set_repack_enabled(bool on) { repack_ = on; }
+  // The most bytes the copies may hold (default: a quarter of physical memory); weights
+  // met after that decode from their GGML layout.
+  void set_repack_budget(size_t bytes) { repack_budget_ = bytes; }
   // Bytes held in repacked weight copies.
   size_t repacked_bytes() const { return repacked_bytes_; }
 
@@ -81,6 +85,7 @@ class CpuBackend final : public Backend {
   // w's repacked copy, made on first use (null when memory ran out).
   const uint8_t* repacked(const Tensor& w);
   bool repack_;
+  size_t repack_budget_;
   size_t repacked_bytes_ = 0;
   std::unordered_map<const void*, RepackedCopy> repacked_;  // keyed by GGML data
 };

@@ -71,13 +71,6 @@ size_t parse_cache_size(const std::string& text) {
   return value;
 }
 
-size_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  return static_cast<size_t>(pages) * static_cast<size_t>(page);
-}
-
 size_t choose_buffer_bytes(size_t requested) {
   size_t bytes = requested;
   if (bytes == 0) {
@@ -93,6 +86,13 @@ struct FreeDeleter {
 };
 
 }  // namespace
+
+size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page);
+}
 
 size_t last_level_cache_bytes() {
   size_t best = 0;

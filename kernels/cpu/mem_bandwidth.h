@@ -30,6 +30,9 @@ struct MemBandwidth {
 // The largest CPU cache of this host in bytes (sysfs), or 32 MiB when it cannot be read.
 size_t last_level_cache_bytes();
 
+// The host's physical memory in bytes, or 0 when it cannot be read.
+size_t physical_memory_bytes();
+
 // Measures with all threads of `pool`. Errors: the buffer cannot be allocated (kRuntime).
 Result<MemBandwidth> measure_read_bandwidth(ThreadPool& pool, const MemBandwidthOptions& options);
 
