@@ -28,6 +28,18 @@
 //     hsum_f32x8(acc) + hsum_f32x4(acc_m) in their association order. One group at a time,
 //     the two 8-row halves of each super-block one after the other (8 sumi + constants
 //     fill the 16 ymm; the 24 float accumulators live in memory, touched once per block).
+//   Q6_K: vec_dot_q6_k_q8_k's step (h, k) loads elements 128h + 32k .. + 31, so its int32
+//     lane l sums column c = 32h + 8k + l (elements 4c .. 4c + 3): lane l gathers the columns
+//     c = l mod 8 over the whole super-block. ql column 16h + m of the layout holds columns
+//     32h + m (low nibbles) and 32h + m + 16 (high), both c = m mod 8, so each row keeps 8
+//     int32 sums sumi[m % 8] in its lane, as for Q4_K. The int16 pairs are vec_dot's: levels
+//     (<= 63, bits 4-5 from qh column 8h + m % 8) times the 4 activation bytes by vpmaddubsw
+//     (|pair| <= 2 * 63 * 128), minus vec_dot's vpmaddubsw(32, a) (the same for every row,
+//     formed once per super-block), so |p| <= 24320, no saturation; vpmaddwd by the int8
+//     sub-block scale (column c / 4) widens it. Integer sums stay below 2^31 (8 columns *
+//     2 * 24320 * 128 per lane), so sumi[l] is vec_dot's lane l whatever the order. Float
+//     steps per row: d = d_y * d_x, acc[l] = fma(d, float(sumi[l]), acc[l]) per
+//     super-block, hsum_f32x8(acc) at the end. Halves and layout as for Q4_K.
 // For Q4_0 and Q8_0 two groups go side by side and each prefetches its quants 2 KiB ahead
 // (x86 prefetches never fault): on the 2-core Xeon host, over an 850 MB matrix, that
 // streamed best of 1, 2 or 4 groups and 0, 512, 1024 or 2048 bytes (Q4_0 ~1.6x, Q8_0 ~1.4x
@@ -249,7 +261,109 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   }
 }
 
+// Byte `byte` of each 32-bit lane in the high byte of both int16 halves (an arithmetic
+// shift right by 8 then sign-extends it).
+inline __m256i int16_high_dup_control(int byte) {
+  alignas(32) uint8_t c[32];
+  for (int i = 0; i < 32; i += 4) {
+    c[i] = c[i + 2] = 0x80;
+    c[i + 1] = c[i + 3] = static_cast<uint8_t>((i % 16) + byte);
+  }
+  return load256(c);
+}
+
+// One group of 16 Q6_K rows; rows 8r .. 8r + 7 are half r (see the file comment).
+void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
+                const BlockQ8_K* a, float* y) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i m32 = _mm256_set1_epi8(32);
+  __m256i sc_control[4];
+  for (int i = 0; i < 4; ++i) sc_control[i] = int16_high_dup_control(i);
+  const auto* d = reinterpret_cast<const uint16_t*>(group);
+  const uint8_t* supers = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
+  __m256 acc[2][8];
+  for (auto& half : acc) {
+    for (auto& v : half) v = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ8_K& ab = a[b];
+    const uint8_t* ql = supers + static_cast<size_t>(b) * kSuperBytes;
+    const uint8_t* qh = ql + kRepackRows * kQKK / 2;
+    const uint8_t* sc = qh + kRepackRows * kQKK / 4;
+    // corr[c]: vec_dot's vpmaddubsw(32, a) for column c, the int16 pair 32 * (a[4c] +
+    // a[4c + 1]), 32 * (a[4c + 2] + a[4c + 3]); the same for every row.
+    alignas(32) int32_t corr[kQKK / 4];
+    for (int i = 0; i < kQKK / 32; ++i) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(corr + 8 * i),
+                         pairs_u8s8(m32, load256(ab.qs + 32 * i)));
+    }
+    for (int r = 0; r < 2; ++r) {
+      const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(ab.d),
+                                      _mm256_cvtph_ps(load128(d + b * kRepackRows + 8 * r)));
+      __m256i sumi[8];
+      for (auto& v : sumi) v = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        for (int g = 0; g < 4; ++g) {
+          // (sc[s], sc[s]) as sign-extended int16 pairs for the sub-blocks of columns
+          // 32h + 4g .. + 3 (s = 8h + g) and 32h + 16 + 4g .. + 3 (s = 8h + 4 + g).
+          const __m256i sc_lo = _mm256_srai_epi16(
+              _mm256_shuffle_epi8(load256(sc + 64 * (2 * h) + 32 * r), sc_control[g]), 8);
+          const __m256i sc_hi = _mm256_srai_epi16(
+              _mm256_shuffle_epi8(load256(sc + 64 * (2 * h + 1) + 32 * r), sc_control[g]), 8);
+          for (int i = 0; i < 4; ++i) {
+            // ql column 16h + m: low nibbles are column 32h + m, high ones column
+            // 32h + m + 16; their bits 4-5 are bit pairs m / 8 and 2 + m / 8 of qh column
+            // 8h + m % 8. Both land in int32 lane m % 8 of vec_dot.
+            const int m = 4 * g + i;
+            const uint8_t* wp = ql + static_cast<size_t>(16 * h + m) * 64;
+            const uint8_t* tp = qh + static_cast<size_t>(8 * h + m % 8) * 64;
+            if (r == 0) {
+              prefetch_ahead(wp, 1);
+              if (m < 8) prefetch_ahead(tp, 1);
+            }
+            const __m256i w = load256(wp + 32 * r);
+            const __m256i t = load256(tp + 32 * r);
+            const int shift = 2 * (m / 8);
+            const __m256i lev_lo = _mm256_or_si256(
+                low_nibbles(w),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(t, shift), m3), 4));
+            const __m256i lev_hi = _mm256_or_si256(
+                high_nibbles(w),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(t, shift + 4), m3), 4));
+            const int c_lo = 32 * h + m;
+            const int c_hi = c_lo + 16;
+            const __m256i p_lo = _mm256_sub_epi16(pairs_u8s8(lev_lo, bcast32(ab.qs + 4 * c_lo)),
+                                                  _mm256_set1_epi32(corr[c_lo]));
+            const __m256i p_hi = _mm256_sub_epi16(pairs_u8s8(lev_hi, bcast32(ab.qs + 4 * c_hi)),
+                                                  _mm256_set1_epi32(corr[c_hi]));
+            sumi[m % 8] = _mm256_add_epi32(
+                sumi[m % 8],
+                _mm256_add_epi32(_mm256_madd_epi16(p_lo, sc_lo), _mm256_madd_epi16(p_hi, sc_hi)));
+          }
+        }
+      }
+      for (int l = 0; l < 8; ++l) {
+        acc[r][l] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[l]), acc[r][l]);
+      }
+    }
+  }
+  // hsum_f32x8(acc), per row.
+  for (int r = 0; r < 2; ++r) {
+    const __m256* l = acc[r];
+    const __m256 even = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
+    const __m256 odd = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
+    _mm256_storeu_ps(y + 8 * r, _mm256_add_ps(even, odd));
+  }
+}
+
 }  // namespace
+
+void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  run_group_passes<BlockQ6_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1, q6_k_group,
+                                         q6_k_group);
+}
 
 void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
