@@ -11,6 +11,8 @@
 //     activation, seeded with -128 * (that group's sum), is the exact group dot that
 //     vec_dot_q8_0_q8_0 forms in its 8 lanes; the 8 group accumulators per row are then
 //     reduced in hsum_f32x8's order, so every output is vec_dot's, bit for bit.
+//   Q4_K and Q6_K: one group at a time, each reproducing its vec_dot lane by lane (see
+//     q4_k_group and q6_k_group).
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx512/dot_kernels.h"
 #include "kernels/cpu/repack.h"
