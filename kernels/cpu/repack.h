@@ -48,6 +48,41 @@ void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint
 
 // ---- for the ISA kernels that read these layouts ----
 
+// A vpshufb control for the k-quant kernels, for a whole 512-bit vector (256-bit kernels
+// load the first 32 bytes): in every 32-bit lane, int16 half h takes byte lo[h] of that
+// lane as its low byte and byte hi[h] as its high byte, where -1 gives a zero byte.
+struct alignas(64) Int16Control {
+  uint8_t bytes[64];
+};
+constexpr Int16Control int16_control(int lo0, int hi0, int lo1, int hi1) {
+  Int16Control c{};
+  const int pick[4] = {lo0, hi0, lo1, hi1};
+  for (int i = 0; i < 64; ++i) {
+    const int p = pick[i % 4];
+    c.bytes[i] = p < 0 ? uint8_t{0x80} : static_cast<uint8_t>(i % 16 - i % 4 + p);
+  }
+  return c;
+}
+// Bytes b and b + 1 of each 32-bit lane zero-extended to its two int16 halves.
+constexpr Int16Control int16_pair_control(int b) {
+  return int16_control(b, -1, b + 1, -1);
+}
+// Byte b of each 32-bit lane, zero-extended, in both int16 halves.
+constexpr Int16Control int16_dup_control(int b) {
+  return int16_control(b, -1, b, -1);
+}
+// Byte b of each 32-bit lane as the high byte of both int16 halves (an arithmetic shift
+// right by 8 then sign-extends it).
+constexpr Int16Control int16_high_dup_control(int b) {
+  return int16_control(-1, b, -1, b);
+}
+inline constexpr Int16Control kPairControls[2] = {int16_pair_control(0), int16_pair_control(2)};
+inline constexpr Int16Control kDupControls[4] = {int16_dup_control(0), int16_dup_control(1),
+                                                 int16_dup_control(2), int16_dup_control(3)};
+inline constexpr Int16Control kHighDupControls[4] = {
+    int16_high_dup_control(0), int16_high_dup_control(1), int16_high_dup_control(2),
+    int16_high_dup_control(3)};
+
 // A pass of a repacked gemv over `count` whole groups (group_bytes apart, nb blocks per row),
 // read side by side; Act is the activation block type.
 template <class Act>

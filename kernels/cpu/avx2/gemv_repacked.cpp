@@ -150,41 +150,16 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
-// Byte `byte` and `byte + 1` of each 32-bit lane as that lane's two int16 halves (vpshufb
-// control; 0x80 zeroes a byte).
-inline __m256i int16_pair_control(int byte) {
-  alignas(32) uint8_t c[32];
-  for (int i = 0; i < 32; i += 4) {
-    const int lane_byte = (i % 16) + byte;
-    c[i] = static_cast<uint8_t>(lane_byte);
-    c[i + 1] = 0x80;
-    c[i + 2] = static_cast<uint8_t>(lane_byte + 1);
-    c[i + 3] = 0x80;
-  }
-  return load256(c);
-}
-
-// Byte `byte` of each 32-bit lane in both of its int16 halves.
-inline __m256i int16_dup_control(int byte) {
-  alignas(32) uint8_t c[32];
-  for (int i = 0; i < 32; i += 4) {
-    const int lane_byte = (i % 16) + byte;
-    c[i] = c[i + 2] = static_cast<uint8_t>(lane_byte);
-    c[i + 1] = c[i + 3] = 0x80;
-  }
-  return load256(c);
-}
-
 // One group of 16 Q4_K rows; rows 8h .. 8h + 7 are half h (see the file comment).
 void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
                 const BlockQ8_K* a, float* y) {
   const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f);
   const __m256i low4 = _mm256_set1_epi32(0x0f0f0f0f);
   const __m256i bits45 = _mm256_set1_epi32(0x30303030);
-  const __m256i pair01 = int16_pair_control(0);
-  const __m256i pair23 = int16_pair_control(2);
+  const __m256i pair01 = load256(kPairControls[0].bytes);
+  const __m256i pair23 = load256(kPairControls[1].bytes);
   __m256i dup[4];
-  for (int s = 0; s < 4; ++s) dup[s] = int16_dup_control(s);
+  for (int s = 0; s < 4; ++s) dup[s] = load256(kDupControls[s].bytes);
   constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
   __m256 acc[2][8];
   __m256 acc_m[2][4];
@@ -261,24 +236,13 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   }
 }
 
-// Byte `byte` of each 32-bit lane in the high byte of both int16 halves (an arithmetic
-// shift right by 8 then sign-extends it).
-inline __m256i int16_high_dup_control(int byte) {
-  alignas(32) uint8_t c[32];
-  for (int i = 0; i < 32; i += 4) {
-    c[i] = c[i + 2] = 0x80;
-    c[i + 1] = c[i + 3] = static_cast<uint8_t>((i % 16) + byte);
-  }
-  return load256(c);
-}
-
 // One group of 16 Q6_K rows; rows 8r .. 8r + 7 are half r (see the file comment).
 void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
                 const BlockQ8_K* a, float* y) {
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m256i m32 = _mm256_set1_epi8(32);
   __m256i sc_control[4];
-  for (int i = 0; i < 4; ++i) sc_control[i] = int16_high_dup_control(i);
+  for (int i = 0; i < 4; ++i) sc_control[i] = load256(kHighDupControls[i].bytes);
   const auto* d = reinterpret_cast<const uint16_t*>(group);
   const uint8_t* supers = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
   constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));

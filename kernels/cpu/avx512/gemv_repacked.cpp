@@ -118,31 +118,6 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
-// Byte `byte` and `byte + 1` of each 32-bit lane as that lane's two int16 halves (vpshufb
-// control; 0x80 zeroes a byte).
-inline __m512i int16_pair_control(int byte) {
-  alignas(64) uint8_t c[64];
-  for (int i = 0; i < 64; i += 4) {
-    const int lane_byte = (i % 16) + byte;
-    c[i] = static_cast<uint8_t>(lane_byte);
-    c[i + 1] = 0x80;
-    c[i + 2] = static_cast<uint8_t>(lane_byte + 1);
-    c[i + 3] = 0x80;
-  }
-  return _mm512_load_si512(c);
-}
-
-// Byte `byte` of each 32-bit lane in both of its int16 halves.
-inline __m512i int16_dup_control(int byte) {
-  alignas(64) uint8_t c[64];
-  for (int i = 0; i < 64; i += 4) {
-    const int lane_byte = (i % 16) + byte;
-    c[i] = c[i + 2] = static_cast<uint8_t>(lane_byte);
-    c[i + 1] = c[i + 3] = 0x80;
-  }
-  return _mm512_load_si512(c);
-}
-
 // One group of 16 Q4_K rows. Per row (lane) this is vec_dot_q4_k_q8_k step for step: its 8
 // int32 lanes l become 8 vectors sumi[l] (vector q[8j + l] feeds lane l as vec_dot's 32-byte
 // load j does), each super-block adds d * sumi[l] to acc[l] and dmin * (the mins' pair sums
@@ -153,10 +128,10 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f);
   const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
   const __m512i bits45 = _mm512_set1_epi32(0x30303030);
-  const __m512i pair01 = int16_pair_control(0);
-  const __m512i pair23 = int16_pair_control(2);
+  const __m512i pair01 = _mm512_load_si512(kPairControls[0].bytes);
+  const __m512i pair23 = _mm512_load_si512(kPairControls[1].bytes);
   __m512i dup[4];
-  for (int s = 0; s < 4; ++s) dup[s] = int16_dup_control(s);
+  for (int s = 0; s < 4; ++s) dup[s] = _mm512_load_si512(kDupControls[s].bytes);
   constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
   __m512 acc[8];
   __m512 acc_m[4];
@@ -219,17 +194,6 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   _mm512_storeu_ps(y, _mm512_add_ps(sum8, sum4));
 }
 
-// Byte `byte` of each 32-bit lane in the high byte of both int16 halves (an arithmetic
-// shift right by 8 then sign-extends it).
-inline __m512i int16_high_dup_control(int byte) {
-  alignas(64) uint8_t c[64];
-  for (int i = 0; i < 64; i += 4) {
-    c[i] = c[i + 2] = 0x80;
-    c[i + 1] = c[i + 3] = static_cast<uint8_t>((i % 16) + byte);
-  }
-  return _mm512_load_si512(c);
-}
-
 // One group of 16 Q6_K rows, vec_dot_q6_k_q8_k lane-wise: column c (elements 4c .. 4c + 3)
 // is what that kernel's int32 lane c mod 16 of step (h, k) sums, and fold512 adds lanes i
 // and i + 8, so sumi[i] collects the columns c = i mod 8; per super-block acc[i] gains
@@ -240,7 +204,7 @@ void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   const __m512i m3 = _mm512_set1_epi8(3);
   const __m512i m32 = _mm512_set1_epi8(32);
   __m512i sc_control[4];
-  for (int i = 0; i < 4; ++i) sc_control[i] = int16_high_dup_control(i);
+  for (int i = 0; i < 4; ++i) sc_control[i] = _mm512_load_si512(kHighDupControls[i].bytes);
   const auto* d = reinterpret_cast<const uint16_t*>(group);
   const uint8_t* supers = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
   constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
