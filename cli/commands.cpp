@@ -23,8 +23,7 @@ std::string version_text() {
   std::string s = std::string("qrun ") + QRUN_VERSION + "\n";
   const kernels::CpuFeatures features = kernels::detect_cpu_features();
   std::string isas;
-  for (kernels::Isa isa :
-       {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512, kernels::Isa::kNeon}) {
+  for (kernels::Isa isa : kernels::all_isas()) {
     if (kernels::isa_compiled(isa))
       isas += (isas.empty() ? "" : ", ") + std::string(kernels::isa_name(isa));
   }

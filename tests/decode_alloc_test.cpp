@@ -145,15 +145,12 @@ TEST(DecodeAlloc, CountingNewSeesAllocations) {
 TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
   const char* kModels[] = {"models/stories260K.gguf", "models/stories260K-Q4_0.gguf",
                            "models/TinyLLama-v0-5M-Q4_K_M.gguf"};
-  const kernels::CpuFeatures host = kernels::detect_cpu_features();
   for (const char* name : kModels) {
     Result<gguf::File> f = gguf::File::open(test::data_path(name).string());
     ASSERT_TRUE(f.ok()) << f.error().message;
     Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16});
     ASSERT_TRUE(m.ok()) << m.error().message;
-    for (kernels::Isa isa : {kernels::Isa::kGeneric, kernels::Isa::kAvx2, kernels::Isa::kAvx512,
-                             kernels::Isa::kNeon}) {
-      if (!kernels::isa_runs_on(isa, host)) continue;
+    for (kernels::Isa isa : kernels::host_isas()) {
       kernels::CpuBackend backend(2, isa);
       for (DType cache : {DType::kF16, DType::kF32}) {
         EXPECT_EQ(count_decode_allocations(**m, backend, cache), 0)

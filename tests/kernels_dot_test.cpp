@@ -34,15 +34,6 @@ constexpr double kExactLimit = 16777216.0;  // 2^24: integers below it are exact
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ5_0,
                               DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
-std::vector<Isa> host_isas() {
-  std::vector<Isa> out;
-  const CpuFeatures host = detect_cpu_features();
-  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
-    if (isa_runs_on(isa, host)) out.push_back(isa);
-  }
-  return out;
-}
-
 std::vector<int64_t> row_lengths(DType type) {
   const int64_t block = type_traits(type).block_elems;
   if (block == 1) return {1, 7, 31, 32, 33, 255, 4097};

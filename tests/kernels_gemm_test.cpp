@@ -39,11 +39,8 @@ const DType kWeightTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::k
                               DType::kQ6_K, DType::kF16,  DType::kBF16, DType::kF32};
 
 std::vector<Isa> simd_isas() {
-  std::vector<Isa> out;
-  const CpuFeatures host = detect_cpu_features();
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
-    if (isa_runs_on(isa, host)) out.push_back(isa);
-  }
+  std::vector<Isa> out = host_isas();
+  std::erase(out, Isa::kGeneric);
   return out;
 }
 

@@ -28,15 +28,6 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
 
-std::vector<Isa> host_isas() {
-  std::vector<Isa> out;
-  const CpuFeatures host = detect_cpu_features();
-  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
-    if (isa_runs_on(isa, host)) out.push_back(isa);
-  }
-  return out;
-}
-
 // n_rows random rows of `type` (n columns), rows at varied scales.
 std::vector<uint8_t> random_weights(DType type, int64_t n, int64_t n_rows, uint32_t seed) {
   std::mt19937 rng(seed);

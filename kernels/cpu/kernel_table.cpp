@@ -28,6 +28,19 @@ CpuKernels build_table(Isa isa) {
 
 }  // namespace
 
+std::span<const Isa> all_isas() {
+  return kAllIsas;
+}
+
+std::vector<Isa> host_isas() {
+  const CpuFeatures features = detect_cpu_features();
+  std::vector<Isa> out;
+  for (Isa isa : kAllIsas) {
+    if (isa_runs_on(isa, features)) out.push_back(isa);
+  }
+  return out;
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kGeneric:

@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "ggml-like/dtype.h"
 #include "ggml-like/result.h"
@@ -20,6 +22,11 @@ namespace qrun::kernels {
 
 enum class Isa { kGeneric, kAvx2, kAvx512, kNeon };
 
+// Every ISA, in enum order: `qrun info` walks it.
+std::span<const Isa> all_isas();
+// The ISAs this binary carries and this CPU runs (detect_cpu_features), in all_isas()
+// order, so generic first: the kernel tests run each of them against generic.
+std::vector<Isa> host_isas();
 const char* isa_name(Isa isa);  // "generic", "avx2", "avx512", "neon"
 std::optional<Isa> isa_from_name(std::string_view name);
 // Whether this binary carries the ISA's kernels (x86-64 builds carry AVX2 and AVX-512,
