@@ -197,12 +197,17 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
 // One group of 16 Q6_K rows, vec_dot_q6_k_q8_k lane-wise: column c (elements 4c .. 4c + 3)
 // is what that kernel's int32 lane c mod 16 of step (h, k) sums, and fold512 adds lanes i
 // and i + 8, so sumi[i] collects the columns c = i mod 8; per super-block acc[i] gains
-// d * sumi[i], and the end sums them in hsum_f32x8's order.
+// d * sumi[i], and the end sums them in hsum_f32x8's order. The integer products are
+// vec_dot's, formed with less work: the offset term maddubs(32, a) of each column depends
+// on the activation alone, so it is made once per super-block for all 64 columns; the 16
+// sub-block scale pairs are decoded once per super-block; and each 6-bit level is the low
+// nibble merged with its two qh bits by one vpternlogd.
 void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
                 const BlockQ8_K* a, float* y) {
   const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
   const __m512i m32 = _mm512_set1_epi8(32);
+  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
   __m512i sc_control[4];
   for (int i = 0; i < 4; ++i) sc_control[i] = _mm512_load_si512(kHighDupControls[i].bytes);
   const auto* d = reinterpret_cast<const uint16_t*>(group);
@@ -217,12 +222,17 @@ void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
     const uint8_t* sc = qh + kRepackRows * kQKK / 4;
     const __m512 dd =
         _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(d + b * kRepackRows)));
-    __m512i scales[4];
-    for (int v = 0; v < 4; ++v) scales[v] = load512(sc + 64 * v);
-    // (sc[s], sc[s]) as sign-extended int16 pairs, for the 16-element sub-block s.
-    auto scale_pair = [&](int s) {
-      return _mm512_srai_epi16(_mm512_shuffle_epi8(scales[s / 4], sc_control[s % 4]), 8);
-    };
+    // offset[c]: maddubs(32, a) of column c, the int16 pair (32 (a0 + a1), 32 (a2 + a3)).
+    alignas(64) int32_t offset[kQKK / 4];
+    for (int v = 0; v < 4; ++v) {
+      _mm512_store_si512(offset + 16 * v, _mm512_maddubs_epi16(m32, load512(ab.qs + 64 * v)));
+    }
+    // scale[s]: (sc[s], sc[s]) as sign-extended int16 pairs, for the 16-element sub-block s.
+    __m512i scale[16];
+    for (int s = 0; s < 16; ++s) {
+      scale[s] =
+          _mm512_srai_epi16(_mm512_shuffle_epi8(load512(sc + 64 * (s / 4)), sc_control[s % 4]), 8);
+    }
     __m512i sumi[8];
     for (auto& v : sumi) v = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
@@ -233,23 +243,22 @@ void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
         _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchBytes), _MM_HINT_T0);
         const __m512i w = load512(wp);
         const __m512i t = load512(qh + static_cast<size_t>(8 * h + m % 8) * 64);
-        const unsigned shift = 2 * static_cast<unsigned>(m / 8);
-        const __m512i lev_lo = _mm512_or_si512(
-            _mm512_and_si512(w, m4),
-            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(t, shift), m3), 4));
-        const __m512i lev_hi = _mm512_or_si512(
-            _mm512_and_si512(_mm512_srli_epi16(w, 4), m4),
-            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(t, shift + 4), m3), 4));
+        // Within each byte: bit pair m / 8 of t moved to bits 4-5 for the low level, bit pair
+        // 2 + m / 8 for the high one (16-bit shifts: what crosses bytes is masked off).
+        const __m512i t_lo = m < 8 ? _mm512_slli_epi16(t, 4) : _mm512_slli_epi16(t, 2);
+        const __m512i t_hi = m < 8 ? t : _mm512_srli_epi16(t, 2);
+        const __m512i lev_lo =
+            _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), t_lo, bits45, kOrAnd);
+        const __m512i lev_hi = _mm512_ternarylogic_epi32(
+            _mm512_and_si512(_mm512_srli_epi16(w, 4), m4), t_hi, bits45, kOrAnd);
         const int c_lo = 32 * h + m;
         const int c_hi = c_lo + 16;
-        const __m512i a_lo = bcast32(ab.qs + 4 * c_lo);
-        const __m512i a_hi = bcast32(ab.qs + 4 * c_hi);
-        const __m512i p_lo =
-            _mm512_sub_epi16(_mm512_maddubs_epi16(lev_lo, a_lo), _mm512_maddubs_epi16(m32, a_lo));
-        const __m512i p_hi =
-            _mm512_sub_epi16(_mm512_maddubs_epi16(lev_hi, a_hi), _mm512_maddubs_epi16(m32, a_hi));
-        sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_lo, scale_pair(c_lo / 4));
-        sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_hi, scale_pair(c_hi / 4));
+        const __m512i p_lo = _mm512_sub_epi16(
+            _mm512_maddubs_epi16(lev_lo, bcast32(ab.qs + 4 * c_lo)), bcast32(offset + c_lo));
+        const __m512i p_hi = _mm512_sub_epi16(
+            _mm512_maddubs_epi16(lev_hi, bcast32(ab.qs + 4 * c_hi)), bcast32(offset + c_hi));
+        sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_lo, scale[c_lo / 4]);
+        sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_hi, scale[c_hi / 4]);
       }
     }
     for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sumi[i]), acc[i]);
