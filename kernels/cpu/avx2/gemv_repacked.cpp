@@ -239,7 +239,7 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
 // One group of 16 Q6_K rows; rows 8r .. 8r + 7 are half r (see the file comment).
 void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
                 const BlockQ8_K* a, float* y) {
-  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
   const __m256i m32 = _mm256_set1_epi8(32);
   __m256i sc_control[4];
   for (int i = 0; i < 4; ++i) sc_control[i] = load256(kHighDupControls[i].bytes);
@@ -288,13 +288,13 @@ void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
             }
             const __m256i w = load256(wp + 32 * r);
             const __m256i t = load256(tp + 32 * r);
-            const int shift = 2 * (m / 8);
-            const __m256i lev_lo = _mm256_or_si256(
-                low_nibbles(w),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(t, shift), m3), 4));
-            const __m256i lev_hi = _mm256_or_si256(
-                high_nibbles(w),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(t, shift + 4), m3), 4));
+            // Within each byte, bit pair m / 8 of t moved to bits 4-5 for the low level and
+            // bit pair 2 + m / 8 for the high one (16-bit shifts: what crosses bytes is
+            // masked off).
+            const __m256i t_lo = m < 8 ? _mm256_slli_epi16(t, 4) : _mm256_slli_epi16(t, 2);
+            const __m256i t_hi = m < 8 ? t : _mm256_srli_epi16(t, 2);
+            const __m256i lev_lo = _mm256_or_si256(low_nibbles(w), _mm256_and_si256(t_lo, bits45));
+            const __m256i lev_hi = _mm256_or_si256(high_nibbles(w), _mm256_and_si256(t_hi, bits45));
             const int c_lo = 32 * h + m;
             const int c_hi = c_lo + 16;
             const __m256i p_lo = _mm256_sub_epi16(pairs_u8s8(lev_lo, bcast32(ab.qs + 4 * c_lo)),
