@@ -240,7 +240,11 @@ void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
         // ql column 16h + m: low nibbles are column 32h + m, high ones column 32h + m + 16;
         // their bits 4-5 are bit pairs m / 8 and 2 + m / 8 of qh column 8h + m % 8.
         const uint8_t* wp = ql + static_cast<size_t>(16 * h + m) * 64;
-        _mm_prefetch(reinterpret_cast<const char*>(wp + kPrefetchBytes), _MM_HINT_T0);
+        // Two lines per column of the next super-block (52 lines: ql, qh and scales; the
+        // last columns reach into the one after).
+        const size_t ahead = kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
+        _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T0);
         const __m512i w = load512(wp);
         const __m512i t = load512(qh + static_cast<size_t>(8 * h + m % 8) * 64);
         // Within each byte: bit pair m / 8 of t moved to bits 4-5 for the low level, bit pair
