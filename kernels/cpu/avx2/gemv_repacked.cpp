@@ -283,8 +283,11 @@ void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
             const uint8_t* wp = ql + static_cast<size_t>(16 * h + m) * 64;
             const uint8_t* tp = qh + static_cast<size_t>(8 * h + m % 8) * 64;
             if (r == 0) {
-              prefetch_ahead(wp, 1);
-              if (m < 8) prefetch_ahead(tp, 1);
+              // Two lines per column of the next super-block (52 lines: ql, qh and scales;
+              // the last columns reach into the one after).
+              const uint8_t* ahead = ql + kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
+              _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+              _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T0);
             }
             const __m256i w = load256(wp + 32 * r);
             const __m256i t = load256(tp + 32 * r);
