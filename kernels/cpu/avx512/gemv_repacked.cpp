@@ -1,6 +1,6 @@
 // AVX-512 VNNI decode gemv over the x16 layouts of kernels/cpu/repack.h: row j of a group in
 // int32 / float lane j, so nothing is summed across lanes until the end. Several groups
-// are read side by side (4 for Q4_0, 2 for Q8_0), each prefetching its quants 2 KiB ahead:
+// are read side by side (4 for Q4_0, 2 for the others), each prefetching its quants 2 KiB ahead:
 // a single stream leaves the memory system idle between the hardware's prefetches. Over an
 // 800 MB matrix on the 2-core Xeon, one thread streams Q4_0 about 1.5x as fast as the
 // row-wise gemv that way, and Q8_0 about 1.1x.
@@ -11,8 +11,8 @@
 //     activation, seeded with -128 * (that group's sum), is the exact group dot that
 //     vec_dot_q8_0_q8_0 forms in its 8 lanes; the 8 group accumulators per row are then
 //     reduced in hsum_f32x8's order, so every output is vec_dot's, bit for bit.
-//   Q4_K and Q6_K: one group at a time, each reproducing its vec_dot lane by lane (see
-//     q4_k_group and q6_k_group).
+//   Q4_K and Q6_K: two groups side by side, each reproducing its vec_dot lane by lane (see
+//     q4_k_super and q6_k_super).
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx512/dot_kernels.h"
 #include "kernels/cpu/repack.h"
@@ -118,173 +118,218 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
-// One group of 16 Q4_K rows. Per row (lane) this is vec_dot_q4_k_q8_k step for step: its 8
-// int32 lanes l become 8 vectors sumi[l] (vector q[8j + l] feeds lane l as vec_dot's 32-byte
-// load j does), each super-block adds d * sumi[l] to acc[l] and dmin * (the mins' pair sums
-// p) to acc_m[p], and the end sums them in hsum_f32x8 + hsum_f32x4 order.
-void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
-                const BlockQ8_K* a, float* y) {
-  const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f);
-  const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
-  const __m512i bits45 = _mm512_set1_epi32(0x30303030);
-  const __m512i pair01 = _mm512_load_si512(kPairControls[0].bytes);
-  const __m512i pair23 = _mm512_load_si512(kPairControls[1].bytes);
-  __m512i dup[4];
-  for (int s = 0; s < 4; ++s) dup[s] = _mm512_load_si512(kDupControls[s].bytes);
+// The constants of the Q4_K kernel: byte masks and the vpshufb controls of repack.h.
+struct Q4KConstants {
+  __m512i m4 = _mm512_set1_epi8(15);
+  __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f);
+  __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
+  __m512i bits45 = _mm512_set1_epi32(0x30303030);
+  __m512i pair01 = _mm512_load_si512(kPairControls[0].bytes);
+  __m512i pair23 = _mm512_load_si512(kPairControls[1].bytes);
+  __m512i dup[4] = {
+      _mm512_load_si512(kDupControls[0].bytes), _mm512_load_si512(kDupControls[1].bytes),
+      _mm512_load_si512(kDupControls[2].bytes), _mm512_load_si512(kDupControls[3].bytes)};
+};
+
+// One super-block of one group of 16 Q4_K rows (at blk) against ab. Per row (lane) this is
+// vec_dot_q4_k_q8_k step for step: its 8 int32 lanes l become 8 vectors sumi[l] (vector
+// q[8j + l] feeds lane l as vec_dot's 32-byte load j does); the super-block adds d *
+// sumi[l] to acc[l] and dmin * (the mins' pair sums p) to acc_m[p]; q4_k_groups sums them
+// at the end in hsum_f32x8 + hsum_f32x4 order.
+inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
+                       __m512 acc[8], __m512 acc_m[4]) {
   constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
-  __m512 acc[8];
-  __m512 acc_m[4];
-  for (auto& v : acc) v = _mm512_setzero_ps();
-  for (auto& v : acc_m) v = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ8_K& ab = a[b];
-    const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
-    const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(blk)));
-    const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), _mm512_cvtph_ps(load256(blk + 32)));
-    // unpack_scales_mins, lane-wise: sc[0..3], sc[4..7], m[0..3], m[4..7] as bytes.
-    const __m512i w0 = load512(blk + 64);
-    const __m512i w1 = load512(blk + 128);
-    const __m512i w2 = load512(blk + 192);
-    const __m512i sc03 = _mm512_and_si512(w0, low6);
-    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(w2, low4),
-                                         _mm512_and_si512(_mm512_srli_epi32(w0, 2), bits45));
-    const __m512i m03 = _mm512_and_si512(w1, low6);
-    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
-                                        _mm512_and_si512(_mm512_srli_epi32(w1, 2), bits45));
-    // Mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s] the activation's sub-block sums.
-    const __m512i m_pairs[4] = {_mm512_shuffle_epi8(m03, pair01), _mm512_shuffle_epi8(m03, pair23),
-                                _mm512_shuffle_epi8(m47, pair01), _mm512_shuffle_epi8(m47, pair23)};
-    for (int p = 0; p < 4; ++p) {
-      const auto s0 = static_cast<int16_t>(ab.bsums[4 * p] + ab.bsums[4 * p + 1]);
-      const auto s1 = static_cast<int16_t>(ab.bsums[4 * p + 2] + ab.bsums[4 * p + 3]);
-      const __m512i sums = _mm512_set1_epi32(static_cast<int32_t>(
-          static_cast<uint16_t>(s0) | static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16));
-      acc_m[p] =
-          _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(_mm512_madd_epi16(m_pairs[p], sums)), acc_m[p]);
-    }
-    const uint8_t* q = blk + 64 + 3 * 64;
-    _mm_prefetch(reinterpret_cast<const char*>(q + kSuperBytes), _MM_HINT_T0);
-    __m512i sumi[8];
-    for (auto& v : sumi) v = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) {
-      // (sc[s], sc[s]) int16 pairs for the low (s = 2j) and high (2j + 1) nibbles.
-      const __m512i sc_lo = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47, dup[(2 * j) % 4]);
-      const __m512i sc_hi = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47, dup[(2 * j + 1) % 4]);
-      const int8_t* aq = ab.qs + 64 * j;
-      for (int l = 0; l < 8; ++l) {
-        const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
-        _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchBytes), _MM_HINT_T0);
-        const __m512i w = load512(v);
-        const __m512i lo = _mm512_maddubs_epi16(_mm512_and_si512(w, m4), bcast32(aq + 4 * l));
-        const __m512i hi = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 4), m4),
-                                                bcast32(aq + 32 + 4 * l));
-        sumi[l] = _mm512_dpwssd_epi32(sumi[l], lo, sc_lo);
-        sumi[l] = _mm512_dpwssd_epi32(sumi[l], hi, sc_hi);
-      }
-    }
-    for (int l = 0; l < 8; ++l) acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[l]), acc[l]);
+  const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(blk)));
+  const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), _mm512_cvtph_ps(load256(blk + 32)));
+  // unpack_scales_mins, lane-wise: sc[0..3], sc[4..7], m[0..3], m[4..7] as bytes.
+  const __m512i w0 = load512(blk + 64);
+  const __m512i w1 = load512(blk + 128);
+  const __m512i w2 = load512(blk + 192);
+  const __m512i sc03 = _mm512_and_si512(w0, k.low6);
+  const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(w2, k.low4),
+                                       _mm512_and_si512(_mm512_srli_epi32(w0, 2), k.bits45));
+  const __m512i m03 = _mm512_and_si512(w1, k.low6);
+  const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k.low4),
+                                      _mm512_and_si512(_mm512_srli_epi32(w1, 2), k.bits45));
+  // Mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s] the activation's sub-block sums.
+  const __m512i m_pairs[4] = {
+      _mm512_shuffle_epi8(m03, k.pair01), _mm512_shuffle_epi8(m03, k.pair23),
+      _mm512_shuffle_epi8(m47, k.pair01), _mm512_shuffle_epi8(m47, k.pair23)};
+  for (int p = 0; p < 4; ++p) {
+    const auto s0 = static_cast<int16_t>(ab.bsums[4 * p] + ab.bsums[4 * p + 1]);
+    const auto s1 = static_cast<int16_t>(ab.bsums[4 * p + 2] + ab.bsums[4 * p + 3]);
+    const __m512i sums = _mm512_set1_epi32(static_cast<int32_t>(
+        static_cast<uint16_t>(s0) | static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16));
+    acc_m[p] =
+        _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(_mm512_madd_epi16(m_pairs[p], sums)), acc_m[p]);
   }
-  // hsum_f32x8(acc) + hsum_f32x4(acc_m).
-  const __m512 sum8 =
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
-                    _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
-  const __m512 sum4 =
-      _mm512_add_ps(_mm512_add_ps(acc_m[0], acc_m[2]), _mm512_add_ps(acc_m[1], acc_m[3]));
-  _mm512_storeu_ps(y, _mm512_add_ps(sum8, sum4));
+  const uint8_t* q = blk + 64 + 3 * 64;
+  _mm_prefetch(reinterpret_cast<const char*>(q + kSuperBytes), _MM_HINT_T0);
+  __m512i sumi[8];
+  for (auto& v : sumi) v = _mm512_setzero_si512();
+  for (int j = 0; j < 4; ++j) {
+    // (sc[s], sc[s]) int16 pairs for the low (s = 2j) and high (2j + 1) nibbles.
+    const __m512i sc_lo = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47, k.dup[(2 * j) % 4]);
+    const __m512i sc_hi = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47, k.dup[(2 * j + 1) % 4]);
+    const int8_t* aq = ab.qs + 64 * j;
+    for (int l = 0; l < 8; ++l) {
+      const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
+      _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchBytes), _MM_HINT_T0);
+      const __m512i w = load512(v);
+      const __m512i lo = _mm512_maddubs_epi16(_mm512_and_si512(w, k.m4), bcast32(aq + 4 * l));
+      const __m512i hi = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4),
+                                              bcast32(aq + 32 + 4 * l));
+      sumi[l] = _mm512_dpwssd_epi32(sumi[l], lo, sc_lo);
+      sumi[l] = _mm512_dpwssd_epi32(sumi[l], hi, sc_hi);
+    }
+  }
+  for (int l = 0; l < 8; ++l) acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[l]), acc[l]);
 }
 
-// One group of 16 Q6_K rows, vec_dot_q6_k_q8_k lane-wise: column c (elements 4c .. 4c + 3)
-// is what that kernel's int32 lane c mod 16 of step (h, k) sums, and fold512 adds lanes i
-// and i + 8, so sumi[i] collects the columns c = i mod 8; per super-block acc[i] gains
-// d * sumi[i], and the end sums them in hsum_f32x8's order. The integer products are
+// kG groups of 16 Q4_K rows side by side, super-block by super-block (kG memory streams).
+template <int kG>
+void q4_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_K* a,
+                 float* y) {
+  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
+  const Q4KConstants k;
+  __m512 acc[kG][8];
+  __m512 acc_m[kG][4];
+  for (int i = 0; i < kG; ++i) {
+    for (auto& v : acc[i]) v = _mm512_setzero_ps();
+    for (auto& v : acc_m[i]) v = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int i = 0; i < kG; ++i) {
+      q4_k_super(base + static_cast<size_t>(i) * group_bytes + static_cast<size_t>(b) * kSuperBytes,
+                 a[b], k, acc[i], acc_m[i]);
+    }
+  }
+  // hsum_f32x8(acc) + hsum_f32x4(acc_m).
+  for (int i = 0; i < kG; ++i) {
+    const __m512* l = acc[i];
+    const __m512 sum8 =
+        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                      _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+    const __m512* m = acc_m[i];
+    const __m512 sum4 = _mm512_add_ps(_mm512_add_ps(m[0], m[2]), _mm512_add_ps(m[1], m[3]));
+    _mm512_storeu_ps(y + i * kRepackRows, _mm512_add_ps(sum8, sum4));
+  }
+}
+
+// The constants of the Q6_K kernel.
+struct Q6KConstants {
+  __m512i m4 = _mm512_set1_epi8(15);
+  __m512i bits45 = _mm512_set1_epi8(0x30);
+  __m512i sc_control[4] = {
+      _mm512_load_si512(kHighDupControls[0].bytes), _mm512_load_si512(kHighDupControls[1].bytes),
+      _mm512_load_si512(kHighDupControls[2].bytes), _mm512_load_si512(kHighDupControls[3].bytes)};
+};
+
+// One super-block of one group of 16 Q6_K rows (quants at ql, the rows' fp16 d at d16)
+// against ab, vec_dot_q6_k_q8_k lane-wise: column c (elements 4c .. 4c + 3) is what that
+// kernel's int32 lane c mod 16 of step (h, k) sums, and fold512 adds lanes i and i + 8, so
+// sumi[i] collects the columns c = i mod 8; the super-block adds d * sumi[i] to acc[i], and
+// q6_k_groups sums them at the end in hsum_f32x8's order. The integer products are
 // vec_dot's, formed with less work: the offset term maddubs(32, a) of each column depends
-// on the activation alone, so it is made once per super-block for all 64 columns; the 16
-// sub-block scale pairs are decoded once per super-block; and each 6-bit level is the low
-// nibble merged with its two qh bits by one vpternlogd.
-void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
-                const BlockQ8_K* a, float* y) {
-  const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i bits45 = _mm512_set1_epi8(0x30);
-  const __m512i m32 = _mm512_set1_epi8(32);
-  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
-  __m512i sc_control[4];
-  for (int i = 0; i < 4; ++i) sc_control[i] = _mm512_load_si512(kHighDupControls[i].bytes);
-  const auto* d = reinterpret_cast<const uint16_t*>(group);
-  const uint8_t* supers = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+// on the activation alone (offset[c], made once per super-block for every group); the 16
+// sub-block scale pairs are decoded once; and each 6-bit level is the low nibble merged
+// with its two qh bits by one vpternlogd.
+inline void q6_k_super(const uint8_t* ql, const uint16_t* d16, const BlockQ8_K& ab,
+                       const int32_t* offset, const Q6KConstants& k, __m512 acc[8]) {
   constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
-  __m512 acc[8];
-  for (auto& v : acc) v = _mm512_setzero_ps();
+  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
+  const __m512i m4 = k.m4;
+  const __m512i bits45 = k.bits45;
+  const uint8_t* qh = ql + kRepackRows * kQKK / 2;
+  const uint8_t* sc = qh + kRepackRows * kQKK / 4;
+  const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(d16)));
+  // scale[s]: (sc[s], sc[s]) as sign-extended int16 pairs, for the 16-element sub-block s.
+  __m512i scale[16];
+  for (int s = 0; s < 16; ++s) {
+    scale[s] =
+        _mm512_srai_epi16(_mm512_shuffle_epi8(load512(sc + 64 * (s / 4)), k.sc_control[s % 4]), 8);
+  }
+  __m512i sumi[8];
+  for (auto& v : sumi) v = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    for (int m = 0; m < 16; ++m) {
+      // ql column 16h + m: low nibbles are column 32h + m, high ones column 32h + m + 16;
+      // their bits 4-5 are bit pairs m / 8 and 2 + m / 8 of qh column 8h + m % 8.
+      const uint8_t* wp = ql + static_cast<size_t>(16 * h + m) * 64;
+      // Two lines per column of the next super-block (52 lines: ql, qh and scales; the
+      // last columns reach into the one after).
+      const size_t ahead = kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
+      _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T0);
+      const __m512i w = load512(wp);
+      const __m512i t = load512(qh + static_cast<size_t>(8 * h + m % 8) * 64);
+      // Within each byte: bit pair m / 8 of t moved to bits 4-5 for the low level, bit pair
+      // 2 + m / 8 for the high one (16-bit shifts: what crosses bytes is masked off).
+      const __m512i t_lo = m < 8 ? _mm512_slli_epi16(t, 4) : _mm512_slli_epi16(t, 2);
+      const __m512i t_hi = m < 8 ? t : _mm512_srli_epi16(t, 2);
+      const __m512i lev_lo =
+          _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), t_lo, bits45, kOrAnd);
+      const __m512i lev_hi = _mm512_ternarylogic_epi32(
+          _mm512_and_si512(_mm512_srli_epi16(w, 4), m4), t_hi, bits45, kOrAnd);
+      const int c_lo = 32 * h + m;
+      const int c_hi = c_lo + 16;
+      const __m512i p_lo = _mm512_sub_epi16(_mm512_maddubs_epi16(lev_lo, bcast32(ab.qs + 4 * c_lo)),
+                                            bcast32(offset + c_lo));
+      const __m512i p_hi = _mm512_sub_epi16(_mm512_maddubs_epi16(lev_hi, bcast32(ab.qs + 4 * c_hi)),
+                                            bcast32(offset + c_hi));
+      sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_lo, scale[c_lo / 4]);
+      sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_hi, scale[c_hi / 4]);
+    }
+  }
+  for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sumi[i]), acc[i]);
+}
+
+// kG groups of 16 Q6_K rows side by side, super-block by super-block (kG memory streams).
+template <int kG>
+void q6_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_K* a,
+                 float* y) {
+  constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
+  const Q6KConstants k;
+  const __m512i m32 = _mm512_set1_epi8(32);
+  const size_t q_offset = static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  __m512 acc[kG][8];
+  for (auto& g : acc) {
+    for (auto& v : g) v = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ8_K& ab = a[b];
-    const uint8_t* ql = supers + static_cast<size_t>(b) * kSuperBytes;
-    const uint8_t* qh = ql + kRepackRows * kQKK / 2;
-    const uint8_t* sc = qh + kRepackRows * kQKK / 4;
-    const __m512 dd =
-        _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(d + b * kRepackRows)));
     // offset[c]: maddubs(32, a) of column c, the int16 pair (32 (a0 + a1), 32 (a2 + a3)).
     alignas(64) int32_t offset[kQKK / 4];
     for (int v = 0; v < 4; ++v) {
       _mm512_store_si512(offset + 16 * v, _mm512_maddubs_epi16(m32, load512(ab.qs + 64 * v)));
     }
-    // scale[s]: (sc[s], sc[s]) as sign-extended int16 pairs, for the 16-element sub-block s.
-    __m512i scale[16];
-    for (int s = 0; s < 16; ++s) {
-      scale[s] =
-          _mm512_srai_epi16(_mm512_shuffle_epi8(load512(sc + 64 * (s / 4)), sc_control[s % 4]), 8);
+    for (int i = 0; i < kG; ++i) {
+      const uint8_t* group = base + static_cast<size_t>(i) * group_bytes;
+      q6_k_super(group + q_offset + static_cast<size_t>(b) * kSuperBytes,
+                 reinterpret_cast<const uint16_t*>(group) + b * kRepackRows, ab, offset, k, acc[i]);
     }
-    __m512i sumi[8];
-    for (auto& v : sumi) v = _mm512_setzero_si512();
-    for (int h = 0; h < 2; ++h) {
-      for (int m = 0; m < 16; ++m) {
-        // ql column 16h + m: low nibbles are column 32h + m, high ones column 32h + m + 16;
-        // their bits 4-5 are bit pairs m / 8 and 2 + m / 8 of qh column 8h + m % 8.
-        const uint8_t* wp = ql + static_cast<size_t>(16 * h + m) * 64;
-        // Two lines per column of the next super-block (52 lines: ql, qh and scales; the
-        // last columns reach into the one after).
-        const size_t ahead = kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
-        _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T0);
-        const __m512i w = load512(wp);
-        const __m512i t = load512(qh + static_cast<size_t>(8 * h + m % 8) * 64);
-        // Within each byte: bit pair m / 8 of t moved to bits 4-5 for the low level, bit pair
-        // 2 + m / 8 for the high one (16-bit shifts: what crosses bytes is masked off).
-        const __m512i t_lo = m < 8 ? _mm512_slli_epi16(t, 4) : _mm512_slli_epi16(t, 2);
-        const __m512i t_hi = m < 8 ? t : _mm512_srli_epi16(t, 2);
-        const __m512i lev_lo =
-            _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), t_lo, bits45, kOrAnd);
-        const __m512i lev_hi = _mm512_ternarylogic_epi32(
-            _mm512_and_si512(_mm512_srli_epi16(w, 4), m4), t_hi, bits45, kOrAnd);
-        const int c_lo = 32 * h + m;
-        const int c_hi = c_lo + 16;
-        const __m512i p_lo = _mm512_sub_epi16(
-            _mm512_maddubs_epi16(lev_lo, bcast32(ab.qs + 4 * c_lo)), bcast32(offset + c_lo));
-        const __m512i p_hi = _mm512_sub_epi16(
-            _mm512_maddubs_epi16(lev_hi, bcast32(ab.qs + 4 * c_hi)), bcast32(offset + c_hi));
-        sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_lo, scale[c_lo / 4]);
-        sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_hi, scale[c_hi / 4]);
-      }
-    }
-    for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sumi[i]), acc[i]);
   }
-  _mm512_storeu_ps(
-      y,
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
-                    _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]))));
+  for (int i = 0; i < kG; ++i) {
+    const __m512* l = acc[i];
+    _mm512_storeu_ps(
+        y + i * kRepackRows,
+        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                      _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7]))));
+  }
 }
 
 }  // namespace
 
 void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  run_group_passes<BlockQ6_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1, q6_k_group,
-                                         q6_k_group);
+  run_group_passes<BlockQ6_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 2, q6_k_groups<2>,
+                                         q6_k_groups<1>);
 }
 
 void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  run_group_passes<BlockQ4_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1, q4_k_group,
-                                         q4_k_group);
+  run_group_passes<BlockQ4_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 2, q4_k_groups<2>,
+                                         q4_k_groups<1>);
 }
 
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
