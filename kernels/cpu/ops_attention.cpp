@@ -4,6 +4,7 @@
 // attend kernel, so each K/V row is read once per group, and no n_tokens x n_ctx matrix
 // is ever formed (the kernels use an online softmax; see ref_attention.cpp).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "ggml-like/result.h"
@@ -67,8 +68,14 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
   while (n_slices < group && n_tokens * n_head_kv * n_slices < pool_.n_threads()) n_slices *= 2;
   n_slices = std::min(n_slices, group);
   const int64_t slice = (group + n_slices - 1) / n_slices;
-  pool_.parallel_for(n_tokens * n_head_kv * n_slices, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
+  // Threads take items in turn, the latest tokens first: a causal token attends over as many
+  // rows as its position, so a split into equal ranges would leave the thread with the first
+  // tokens a third of the work; taken longest first, the short items even out the end.
+  const int64_t n_items = n_tokens * n_head_kv * n_slices;
+  std::atomic<int64_t> next{0};
+  pool_.parallel_for(std::min<int64_t>(pool_.n_threads(), n_items), [&](int64_t, int64_t) {
+    for (int64_t taken = next.fetch_add(1); taken < n_items; taken = next.fetch_add(1)) {
+      const int64_t item = n_items - 1 - taken;
       const int64_t t = item / (n_head_kv * n_slices);
       const int64_t hk = item / n_slices % n_head_kv;
       const int64_t first = item % n_slices * slice;
