@@ -1,9 +1,9 @@
 // AVX-512 VNNI decode gemv over the x16 layouts of kernels/cpu/repack.h: row j of a group in
 // int32 / float lane j, so nothing is summed across lanes until the end. Several groups
-// are read side by side (4 for Q4_0, 2 for the others), each prefetching its quants 2 KiB ahead:
-// a single stream leaves the memory system idle between the hardware's prefetches. Over an
-// 800 MB matrix on the 2-core Xeon, one thread streams Q4_0 about 1.5x as fast as the
-// row-wise gemv that way, and Q8_0 about 1.1x.
+// are read side by side (4 for Q4_0, 2 for the others), each prefetching its quants ahead
+// (2 KiB; Q6_K the next super-block): a single stream leaves the memory system idle
+// between the hardware's prefetches. Over an 800 MB matrix on the 2-core Xeon, one thread
+// streams Q4_0 about 1.5x as fast as the row-wise gemv that way, and Q8_0 about 1.1x.
 //   Q4_0: per block, 4 vectors of nibbles give 8 vpdpbusd against broadcast 4-byte groups
 //     of the activation, seeded with -8 * sum(a) (exact: (q - 8) . a); one fp16 load
 //     gives the 16 row scales. Each row's float chain is vec_dot_q4_0_q8_0's.
