@@ -5,21 +5,25 @@
 // like run: every logits row (prompt positions from one batched prefill, then 4 decode
 // steps) within normalized MSE 1e-6 (F32 weights) or 1e-3 (quantized); the same in chunks
 // of 7 tokens; our F32 cache within the same bounds overall; 48 greedy tokens equal to
-// llama.cpp's up to a near-tie. Prints a table of the figures.
+// llama.cpp's up to a near-tie. All of it on every kernel ISA this host runs (generic, AVX2,
+// AVX-512: what QRUN_FORCE_ISA can choose). Prints a table of the figures.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/gguf.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/kernel_table.h"
 #include "models/registry.h"
 #include "tests/support/test_data.h"
 
@@ -104,6 +108,7 @@ std::vector<float> run_rows(Model& model, Backend& backend, const Golden& g, DTy
 
 struct Row {
   std::string model;
+  std::string isa;
   std::string prompt;
   int64_t n_prompt = 0;
   double nmse_f16 = 0;   // F16 cache, one batch: llama.cpp's configuration
@@ -124,14 +129,14 @@ class PrintTable : public ::testing::Environment {
   void TearDown() override {
     if (results().empty()) return;
     std::ostringstream out;
-    out << "\nmodel                          prompt n_prompt nmse(f16 kv) nmse(batch 7)"
+    out << "\nmodel                          isa     prompt n_prompt nmse(f16 kv) nmse(batch 7)"
            " nmse(f32 kv)  worst row  greedy  gap at divergence\n";
     for (const Row& r : results()) {
-      out << std::left << std::setw(31) << r.model << std::setw(7) << r.prompt << std::right
-          << std::setw(8) << r.n_prompt << std::scientific << std::setprecision(2) << std::setw(13)
-          << r.nmse_f16 << std::setw(14) << r.nmse_b7 << std::setw(13) << r.nmse_f32
-          << std::setw(11) << r.worst_row << std::setw(5) << r.greedy_match << "/48" << std::fixed
-          << std::setprecision(4) << std::setw(19);
+      out << std::left << std::setw(31) << r.model << std::setw(8) << r.isa << std::setw(7)
+          << r.prompt << std::right << std::setw(8) << r.n_prompt << std::scientific
+          << std::setprecision(2) << std::setw(13) << r.nmse_f16 << std::setw(14) << r.nmse_b7
+          << std::setw(13) << r.nmse_f32 << std::setw(11) << r.worst_row << std::setw(5)
+          << r.greedy_match << "/48" << std::fixed << std::setprecision(4) << std::setw(19);
       if (r.divergence_gap >= 0) {
         out << r.divergence_gap << "\n";
       } else {
@@ -144,10 +149,11 @@ class PrintTable : public ::testing::Environment {
 };
 const auto* const kPrintTable = ::testing::AddGlobalTestEnvironment(new PrintTable);
 
-class ForwardGolden : public ::testing::TestWithParam<std::string> {};
+class ForwardGolden : public ::testing::TestWithParam<std::tuple<std::string, kernels::Isa>> {};
 
 TEST_P(ForwardGolden, MatchesLlamaCpp) {
-  const std::string name = GetParam();
+  const std::string name = std::get<0>(GetParam());
+  const kernels::Isa isa = std::get<1>(GetParam());
   const bool is_f32 = name == "stories260K";
   const double bound = is_f32 ? 1e-6 : 1e-3;
   Result<gguf::File> file = gguf::File::open(test::data_path("models/" + name + ".gguf").string());
@@ -156,18 +162,18 @@ TEST_P(ForwardGolden, MatchesLlamaCpp) {
   ASSERT_TRUE(model.ok()) << model.error().message;
   Result<std::unique_ptr<Model>> model7 = models::load_model(*file, ModelOptions{7});
   ASSERT_TRUE(model7.ok()) << model7.error().message;
-  kernels::CpuBackend backend(2);
+  kernels::CpuBackend backend(2, isa);
   ASSERT_TRUE((*model)->check_backend(backend).ok());
 
   for (const std::string prompt : {"once", "park", "long"}) {
-    SCOPED_TRACE(name + "." + prompt);
+    SCOPED_TRACE(name + "." + prompt + " on " + kernels::isa_name(isa));
     const Golden g = load_golden(name, prompt);
     const int64_t n_vocab = g.n_vocab;
     const int64_t n_prompt = static_cast<int64_t>(g.prompt.size());
     ASSERT_EQ((*model)->hparams().n_vocab, n_vocab);
     ASSERT_EQ(static_cast<int64_t>(g.logits.size()), (n_prompt + kDecodeRows) * n_vocab);
     ASSERT_EQ(g.greedy.size(), static_cast<size_t>(kGreedySteps));
-    Row row{name, prompt, n_prompt};
+    Row row{name, kernels::isa_name(isa), prompt, n_prompt};
 
     // One batched prefill and 4 decode steps, F16 cache: every row within the bound.
     const std::vector<float> f16 = run_rows(**model, backend, g, DType::kF16);
@@ -217,18 +223,19 @@ TEST_P(ForwardGolden, MatchesLlamaCpp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SharedModels, ForwardGolden,
-                         ::testing::Values("stories260K", "stories260K-Q8_0", "stories260K-Q4_0",
-                                           "TinyLLama-v0-5M-Q4_0", "TinyLLama-v0-5M-Q8_0",
-                                           "TinyLLama-v0-5M-Q4_K-Q6_K-mix",
-                                           "TinyLLama-v0-5M-Q4_K_M"),
-                         [](const ::testing::TestParamInfo<std::string>& param) {
-                           std::string s = param.param;
-                           for (char& c : s) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    SharedModels, ForwardGolden,
+    ::testing::Combine(::testing::Values("stories260K", "stories260K-Q8_0", "stories260K-Q4_0",
+                                         "TinyLLama-v0-5M-Q4_0", "TinyLLama-v0-5M-Q8_0",
+                                         "TinyLLama-v0-5M-Q4_K-Q6_K-mix", "TinyLLama-v0-5M-Q4_K_M"),
+                       ::testing::ValuesIn(kernels::host_isas())),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, kernels::Isa>>& param) {
+      std::string s = std::get<0>(param.param) + "_" + kernels::isa_name(std::get<1>(param.param));
+      for (char& c : s) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return s;
+    });
 
 }  // namespace
 }  // namespace qrun
