@@ -35,6 +35,17 @@ inline __m512i neg_sum(__m256i v) {
   return _mm512_set1_epi32(-_mm_cvtsi128_si32(s));
 }
 
+// 16 fp16 values, and 16 int32 values, as floats. GCC 12 builds the plain intrinsics on an
+// "undefined" vector that -Werror=uninitialized rejects once they are inlined into the
+// k-quant kernels (the sanitizer build); the all-ones zero-masking forms are the same
+// instructions.
+inline __m512 widen_f16x16(__m256i h) {
+  return _mm512_maskz_cvtph_ps(0xffff, h);
+}
+inline __m512 to_float(__m512i v) {
+  return _mm512_maskz_cvtepi32_ps(0xffff, v);
+}
+
 // How far ahead of the block being read each group prefetches its quants.
 constexpr size_t kPrefetchBytes = 2048;
 
@@ -139,8 +150,8 @@ struct Q4KConstants {
 inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
                        __m512 acc[8], __m512 acc_m[4]) {
   constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
-  const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(blk)));
-  const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), _mm512_cvtph_ps(load256(blk + 32)));
+  const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
+  const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
   // unpack_scales_mins, lane-wise: sc[0..3], sc[4..7], m[0..3], m[4..7] as bytes.
   const __m512i w0 = load512(blk + 64);
   const __m512i w1 = load512(blk + 128);
@@ -160,8 +171,7 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
     const auto s1 = static_cast<int16_t>(ab.bsums[4 * p + 2] + ab.bsums[4 * p + 3]);
     const __m512i sums = _mm512_set1_epi32(static_cast<int32_t>(
         static_cast<uint16_t>(s0) | static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16));
-    acc_m[p] =
-        _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(_mm512_madd_epi16(m_pairs[p], sums)), acc_m[p]);
+    acc_m[p] = _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(m_pairs[p], sums)), acc_m[p]);
   }
   const uint8_t* q = blk + 64 + 3 * 64;
   _mm_prefetch(reinterpret_cast<const char*>(q + kSuperBytes), _MM_HINT_T0);
@@ -183,7 +193,7 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
       sumi[l] = _mm512_dpwssd_epi32(sumi[l], hi, sc_hi);
     }
   }
-  for (int l = 0; l < 8; ++l) acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[l]), acc[l]);
+  for (int l = 0; l < 8; ++l) acc[l] = _mm512_fmadd_ps(d, to_float(sumi[l]), acc[l]);
 }
 
 // kG groups of 16 Q4_K rows side by side, super-block by super-block (kG memory streams).
@@ -242,7 +252,7 @@ inline void q6_k_super(const uint8_t* ql, const uint16_t* d16, const BlockQ8_K& 
   const __m512i bits45 = k.bits45;
   const uint8_t* qh = ql + kRepackRows * kQKK / 2;
   const uint8_t* sc = qh + kRepackRows * kQKK / 4;
-  const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(ab.d), _mm512_cvtph_ps(load256(d16)));
+  const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(d16)));
   // scale[s]: (sc[s], sc[s]) as sign-extended int16 pairs, for the 16-element sub-block s.
   __m512i scale[16];
   for (int s = 0; s < 16; ++s) {
@@ -281,7 +291,7 @@ inline void q6_k_super(const uint8_t* ql, const uint16_t* d16, const BlockQ8_K& 
       sumi[m % 8] = _mm512_dpwssd_epi32(sumi[m % 8], p_hi, scale[c_hi / 4]);
     }
   }
-  for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sumi[i]), acc[i]);
+  for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(dd, to_float(sumi[i]), acc[i]);
 }
 
 // kG groups of 16 Q6_K rows side by side, super-block by super-block (kG memory streams).
