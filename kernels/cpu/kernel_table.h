@@ -22,7 +22,7 @@ namespace qrun::kernels {
 
 enum class Isa { kGeneric, kAvx2, kAvx512, kNeon };
 
-// Every ISA, in enum order: `qrun info` walks it.
+// Every ISA, in enum order: `qrun --version` walks it.
 std::span<const Isa> all_isas();
 // The ISAs this binary carries and this CPU runs (detect_cpu_features), in all_isas()
 // order, so generic first: the kernel tests run each of them against generic.
