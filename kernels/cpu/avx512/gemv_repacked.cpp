@@ -46,6 +46,13 @@ inline __m512 to_float(__m512i v) {
   return _mm512_maskz_cvtepi32_ps(0xffff, v);
 }
 
+// Eight per-lane accumulators summed in hsum_f32x8's order: ((l0 + l4) + (l2 + l6)) +
+// ((l1 + l5) + (l3 + l7)).
+inline __m512 sum8_in_hsum_order(const __m512 l[8]) {
+  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                       _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+}
+
 // How far ahead of the block being read each group prefetches its quants.
 constexpr size_t kPrefetchBytes = 2048;
 
@@ -119,14 +126,7 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
       }
     }
   }
-  // hsum_f32x8's order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
-  for (int i = 0; i < kG; ++i) {
-    const __m512 even =
-        _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][4]), _mm512_add_ps(acc[i][2], acc[i][6]));
-    const __m512 odd =
-        _mm512_add_ps(_mm512_add_ps(acc[i][1], acc[i][5]), _mm512_add_ps(acc[i][3], acc[i][7]));
-    _mm512_storeu_ps(y + i * kRepackRows, _mm512_add_ps(even, odd));
-  }
+  for (int i = 0; i < kG; ++i) _mm512_storeu_ps(y + i * kRepackRows, sum8_in_hsum_order(acc[i]));
 }
 
 // The constants of the Q4_K kernel: byte masks and the vpshufb controls of repack.h.
@@ -216,10 +216,7 @@ void q4_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
   // hsum_f32x8(acc) + hsum_f32x4(acc_m).
   for (int i = 0; i < kG; ++i) {
-    const __m512* l = acc[i];
-    const __m512 sum8 =
-        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
-                      _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+    const __m512 sum8 = sum8_in_hsum_order(acc[i]);
     const __m512* m = acc_m[i];
     const __m512 sum4 = _mm512_add_ps(_mm512_add_ps(m[0], m[2]), _mm512_add_ps(m[1], m[3]));
     _mm512_storeu_ps(y + i * kRepackRows, _mm512_add_ps(sum8, sum4));
@@ -319,13 +316,7 @@ void q6_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
                  reinterpret_cast<const uint16_t*>(group) + b * kRepackRows, ab, offset, k, acc[i]);
     }
   }
-  for (int i = 0; i < kG; ++i) {
-    const __m512* l = acc[i];
-    _mm512_storeu_ps(
-        y + i * kRepackRows,
-        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
-                      _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7]))));
-  }
+  for (int i = 0; i < kG; ++i) _mm512_storeu_ps(y + i * kRepackRows, sum8_in_hsum_order(acc[i]));
 }
 
 }  // namespace
