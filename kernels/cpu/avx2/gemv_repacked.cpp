@@ -63,6 +63,13 @@ inline __m256 row_scales(const uint8_t* group, int64_t b, int h, __m256 da) {
   return _mm256_mul_ps(_mm256_cvtph_ps(load128(d)), da);
 }
 
+// Eight per-lane accumulators summed in hsum_f32x8's order: ((l0 + l4) + (l2 + l6)) +
+// ((l1 + l5) + (l3 + l7)).
+inline __m256 sum8_in_hsum_order(const __m256 l[8]) {
+  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
+                       _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
+}
+
 // How far ahead of the block being read each group prefetches its quants.
 constexpr size_t kPrefetchBytes = 2048;
 
@@ -139,13 +146,9 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
       }
     }
   }
-  // hsum_f32x8's order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
   for (int i = 0; i < kG; ++i) {
     for (int h = 0; h < 2; ++h) {
-      const __m256* l = acc[i][h];
-      const __m256 even = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
-      const __m256 odd = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
-      _mm256_storeu_ps(y + i * kRepackRows + 8 * h, _mm256_add_ps(even, odd));
+      _mm256_storeu_ps(y + i * kRepackRows + 8 * h, sum8_in_hsum_order(acc[i][h]));
     }
   }
 }
@@ -227,12 +230,9 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   }
   // hsum_f32x8(acc) + hsum_f32x4(acc_m), per row.
   for (int h = 0; h < 2; ++h) {
-    const __m256* l = acc[h];
     const __m256* m = acc_m[h];
-    const __m256 even = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
-    const __m256 odd = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
     const __m256 sum4 = _mm256_add_ps(_mm256_add_ps(m[0], m[2]), _mm256_add_ps(m[1], m[3]));
-    _mm256_storeu_ps(y + 8 * h, _mm256_add_ps(_mm256_add_ps(even, odd), sum4));
+    _mm256_storeu_ps(y + 8 * h, _mm256_add_ps(sum8_in_hsum_order(acc[h]), sum4));
   }
 }
 
@@ -316,12 +316,7 @@ void q6_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
     }
   }
   // hsum_f32x8(acc), per row.
-  for (int r = 0; r < 2; ++r) {
-    const __m256* l = acc[r];
-    const __m256 even = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
-    const __m256 odd = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
-    _mm256_storeu_ps(y + 8 * r, _mm256_add_ps(even, odd));
-  }
+  for (int r = 0; r < 2; ++r) _mm256_storeu_ps(y + 8 * r, sum8_in_hsum_order(acc[r]));
 }
 
 }  // namespace
