@@ -245,8 +245,6 @@ inline void q6_k_super(const uint8_t* ql, const uint16_t* d16, const BlockQ8_K& 
                        const int32_t* offset, const Q6KConstants& k, __m512 acc[8]) {
   constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
   constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
-  const __m512i m4 = k.m4;
-  const __m512i bits45 = k.bits45;
   const uint8_t* qh = ql + kRepackRows * kQKK / 2;
   const uint8_t* sc = qh + kRepackRows * kQKK / 4;
   const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(d16)));
@@ -275,9 +273,9 @@ inline void q6_k_super(const uint8_t* ql, const uint16_t* d16, const BlockQ8_K& 
       const __m512i t_lo = m < 8 ? _mm512_slli_epi16(t, 4) : _mm512_slli_epi16(t, 2);
       const __m512i t_hi = m < 8 ? t : _mm512_srli_epi16(t, 2);
       const __m512i lev_lo =
-          _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), t_lo, bits45, kOrAnd);
+          _mm512_ternarylogic_epi32(_mm512_and_si512(w, k.m4), t_lo, k.bits45, kOrAnd);
       const __m512i lev_hi = _mm512_ternarylogic_epi32(
-          _mm512_and_si512(_mm512_srli_epi16(w, 4), m4), t_hi, bits45, kOrAnd);
+          _mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4), t_hi, k.bits45, kOrAnd);
       const int c_lo = 32 * h + m;
       const int c_hi = c_lo + 16;
       const __m512i p_lo = _mm512_sub_epi16(_mm512_maddubs_epi16(lev_lo, bcast32(ab.qs + 4 * c_lo)),
