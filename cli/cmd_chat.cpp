@@ -14,8 +14,8 @@
 #include "cli/repl_input.h"
 #include "cli/session.h"
 #include "cli/text_file.h"
-#include "core/chat_template.h"
 #include "core/conversation.h"
+#include "core/jinja/chat_template.h"
 
 namespace qrun::cli {
 namespace {

@@ -18,7 +18,7 @@
 #include "cli/text_file.h"
 #include "cli/timings_report.h"
 #include "core/generate.h"
-#include "core/sampling.h"
+#include "core/sampling/sampling.h"
 #include "core/stop_strings.h"
 
 namespace qrun::cli {

@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/text_file.h"
-#include "core/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace qrun::cli {
 namespace {

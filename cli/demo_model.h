@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 namespace qrun::cli {
 

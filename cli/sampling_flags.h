@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "core/sampling.h"
-#include "core/tokenizer.h"
+#include "core/sampling/sampling.h"
+#include "core/tokenizer/tokenizer.h"
 #include "ggml-like/result.h"
 
 namespace qrun::cli {

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "ggml-like/backend.h"
 
 namespace qrun::cli {

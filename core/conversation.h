@@ -14,12 +14,12 @@
 #include <string_view>
 #include <vector>
 
-#include "core/chat_template.h"
 #include "core/generate.h"
+#include "core/jinja/chat_template.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
-#include "core/sampling.h"
-#include "core/tokenizer.h"
+#include "core/sampling/sampling.h"
+#include "core/tokenizer/tokenizer.h"
 #include "ggml-like/backend.h"
 #include "ggml-like/result.h"
 

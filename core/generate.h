@@ -12,7 +12,7 @@
 
 #include "core/kv_cache.h"
 #include "core/model.h"
-#include "core/sampling.h"
+#include "core/sampling/sampling.h"
 #include "ggml-like/backend.h"
 #include "ggml-like/result.h"
 

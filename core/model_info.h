@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 namespace qrun {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace qrun {
 

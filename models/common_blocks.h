@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/kv_cache.h"
 #include "ggml-like/backend.h"
 #include "ggml-like/result.h"

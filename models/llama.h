@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/model.h"
 #include "ggml-like/result.h"
 

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "ggml-like/thread_pool.h"
 
 namespace qrun::models {

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/model.h"
 #include "ggml-like/result.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 namespace qrun::models {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/chat_template.h"
+#include "core/jinja/chat_template.h"
 #include "tests/support/test_data.h"
 
 namespace qrun {

@@ -8,7 +8,7 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::test {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "support/test_data.h"
 
 namespace qrun {

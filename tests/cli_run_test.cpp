@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/sampling_flags.h"
-#include "core/gguf.h"
-#include "core/tokenizer.h"
+#include "core/gguf/gguf.h"
+#include "core/tokenizer/tokenizer.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::test {

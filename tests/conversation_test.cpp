@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "core/conversation.h"
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/registry.h"
 #include "tests/support/test_data.h"

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
-#include "core/sampling.h"
+#include "core/sampling/sampling.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/registry.h"
 #include "tests/support/test_data.h"

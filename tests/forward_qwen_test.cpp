@@ -14,7 +14,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "kernels/cpu/cpu_backend.h"

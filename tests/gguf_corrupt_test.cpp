@@ -7,7 +7,7 @@
 #include <functional>
 #include <limits>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 namespace qrun::gguf {
 namespace {

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <map>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::gguf {

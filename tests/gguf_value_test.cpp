@@ -2,7 +2,7 @@
 // that stay one printable line whatever a file puts in them.
 #include <gtest/gtest.h>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 namespace qrun::gguf {
 namespace {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::gguf {

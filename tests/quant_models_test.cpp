@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "ggml-like/dtype.h"
 #include "ggml-like/quants.h"
 #include "tests/support/test_data.h"

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "core/sampling.h"
+#include "core/sampling/sampling.h"
 #include "ggml-like/result.h"
 
 namespace qrun {

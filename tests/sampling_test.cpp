@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "core/sampling.h"
+#include "core/sampling/sampling.h"
 
 namespace qrun {
 namespace {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 #include "core/stop_strings.h"
-#include "core/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "tests/support/test_data.h"
 
 namespace qrun {

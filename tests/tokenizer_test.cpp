@@ -3,9 +3,9 @@
 // parsing, decoding, the streaming decoder, and the load errors.
 #include <gtest/gtest.h>
 
-#include "core/tokenizer.h"
-#include "core/tokenizer_vocab.h"
-#include "core/unicode.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/tokenizer_vocab.h"
+#include "core/unicode/unicode.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::test {

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/tokenizer.h"
-#include "core/unicode.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/unicode/unicode.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::test {

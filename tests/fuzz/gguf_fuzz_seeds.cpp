@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "core/gguf.h"
+#include "core/gguf/gguf.h"
 
 namespace {
 
