@@ -55,7 +55,7 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   if (n_ctx <= 0)
     n_ctx = hp.n_ctx_train > 0 ? std::min(hp.n_ctx_train, kDefaultMaxCtx) : kDefaultMaxCtx;
   const DType cache_type = flags.cache_type == "f32" ? DType::kF32 : DType::kF16;
-  Result<KvCache> kv = KvCache::create(hp.n_layer, n_ctx, hp.n_head_kv, hp.head_dim, cache_type);
+  Result<KvCache> kv = make_kv_cache(**model, n_ctx, cache_type);
   if (!kv.ok()) return kv.error();
 
   auto s =
@@ -67,12 +67,12 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   if (log) {
     std::fprintf(
         stderr,
-        "qrun: %s: %s, %lld layers, n_embd %lld, vocab %d; context %lld (%s cache); %d threads, "
-        "%s kernels\n",
+        "qrun: %s: %s, %lld layers, n_embd %lld, vocab %d; context %lld (%s cache, %s); %d "
+        "threads, %s kernels\n",
         s->model_name.c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_layer),
         static_cast<long long>(hp.n_embd), s->tokenizer->n_vocab(), static_cast<long long>(n_ctx),
-        flags.cache_type.c_str(), static_cast<kernels::CpuBackend&>(*s->backend).n_threads(),
-        kernels::isa_name(*isa));
+        flags.cache_type.c_str(), kv_memory_summary(s->kv).c_str(),
+        static_cast<kernels::CpuBackend&>(*s->backend).n_threads(), kernels::isa_name(*isa));
   }
   return s;
 }

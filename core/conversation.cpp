@@ -183,7 +183,9 @@ Result<TurnResult> Conversation::respond(Model& model, Backend& backend, KvCache
   const auto t0 = Clock::now();
   Result<TurnPlan> planned = plan_turn(kv.n_ctx(), options.policy, options.n_reserve);
   if (!planned.ok()) return planned.error();
-  const TurnPlan& plan = *planned;
+  TurnPlan& plan = *planned;
+  // A sliding-window layer may no longer hold what the reused prefix needs: start over.
+  plan.n_reused = kv.keepable(plan.n_reused);
 
   TurnResult turn;
   turn.n_prompt = static_cast<int64_t>(plan.tokens.size());
@@ -247,7 +249,7 @@ Result<int64_t> Conversation::prefill(Model& model, Backend& backend, KvCache& k
                              "restart with a larger -c",
                              tokens.size(), static_cast<long long>(kv.n_ctx())));
   }
-  const int64_t n_keep = common_prefix(kv_tokens_, tokens);
+  const int64_t n_keep = kv.keepable(common_prefix(kv_tokens_, tokens));
   kv.truncate(n_keep);
   kv_tokens_.resize(static_cast<size_t>(n_keep));
   std::vector<float> logits(static_cast<size_t>(model.hparams().n_vocab));

@@ -2,13 +2,16 @@
 // (new[] of bytes), so a large context costs address space, not resident memory, until used.
 #include "core/kv_cache.h"
 
+#include <algorithm>
 #include <limits>
 #include <new>
+
+#include "core/model_info.h"
 
 namespace qrun {
 
 Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim,
-                                DType type) {
+                                DType type, std::span<const int64_t> windows, int64_t n_batch) {
   if (type != DType::kF16 && type != DType::kF32) {
     return make_error(
         ErrorCode::kUnsupported,
@@ -21,23 +24,40 @@ Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t n_head_k
                              static_cast<long long>(n_layer), static_cast<long long>(n_ctx),
                              static_cast<long long>(n_head_kv), static_cast<long long>(head_dim)));
   }
-  const size_t elem = type == DType::kF16 ? 2 : 4;
-  const double total = 2.0 * static_cast<double>(elem) * static_cast<double>(n_layer) *
-                       static_cast<double>(n_ctx) * static_cast<double>(n_head_kv * head_dim);
-  if (total > static_cast<double>(std::numeric_limits<int64_t>::max() / 2)) {
-    return make_error(ErrorCode::kUsage, format("KV cache of %lld tokens is too large",
-                                                static_cast<long long>(n_ctx)));
-  }
+  QRUN_CHECK(windows.empty() || static_cast<int64_t>(windows.size()) == n_layer,
+             "KV cache: %zu windows for %lld layers", windows.size(),
+             static_cast<long long>(n_layer));
   KvCache c;
   c.n_layer_ = n_layer;
   c.n_ctx_ = n_ctx;
   c.n_head_kv_ = n_head_kv;
   c.head_dim_ = head_dim;
   c.type_ = type;
-  c.layer_bytes_ = elem * static_cast<size_t>(n_ctx) * static_cast<size_t>(n_head_kv * head_dim);
-  const size_t bytes = c.layer_bytes_ * static_cast<size_t>(n_layer);
-  c.k_.reset(new (std::nothrow) uint8_t[bytes]);
-  c.v_.reset(new (std::nothrow) uint8_t[bytes]);
+  c.row_bytes_ = (type == DType::kF16 ? 2 : 4) * static_cast<size_t>(n_head_kv * head_dim);
+  c.layers_.resize(static_cast<size_t>(n_layer));
+  for (int64_t il = 0; il < n_layer; ++il) {
+    Layer& l = c.layers_[static_cast<size_t>(il)];
+    l.window = windows.empty() ? 0 : windows[static_cast<size_t>(il)];
+    QRUN_CHECK(l.window >= 0 && (l.window == 0 || n_batch > 0),
+               "KV cache: layer %lld has window %lld with batches of %lld tokens",
+               static_cast<long long>(il), static_cast<long long>(l.window),
+               static_cast<long long>(n_batch));
+    // A window's ring holds the window - 1 positions before a batch, and the batch.
+    l.rows = l.window > 0 && l.window - 1 + n_batch < n_ctx ? l.window - 1 + n_batch : n_ctx;
+    c.total_rows_ += l.rows;
+  }
+  const double total = 2.0 * static_cast<double>(c.row_bytes_) * static_cast<double>(c.total_rows_);
+  if (total > static_cast<double>(std::numeric_limits<int64_t>::max() / 2)) {
+    return make_error(ErrorCode::kUsage, format("KV cache of %lld tokens is too large",
+                                                static_cast<long long>(n_ctx)));
+  }
+  size_t offset = 0;
+  for (Layer& l : c.layers_) {
+    l.offset = offset;
+    offset += c.row_bytes_ * static_cast<size_t>(l.rows);
+  }
+  c.k_.reset(new (std::nothrow) uint8_t[offset]);
+  c.v_.reset(new (std::nothrow) uint8_t[offset]);
   if (!c.k_ || !c.v_) {
     return make_error(ErrorCode::kRuntime,
                       format("cannot allocate a KV cache of %.1f MiB for %lld tokens",
@@ -49,20 +69,43 @@ Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t n_head_k
 KvLayerView KvCache::layer(int64_t il) {
   QRUN_CHECK(il >= 0 && il < n_layer_, "KV cache layer %lld of %lld", static_cast<long long>(il),
              static_cast<long long>(n_layer_));
-  const size_t off = layer_bytes_ * static_cast<size_t>(il);
-  return KvLayerView{type_, k_.get() + off, v_.get() + off, n_ctx_, n_head_kv_, head_dim_};
+  const Layer& l = layers_[static_cast<size_t>(il)];
+  return KvLayerView{type_,  k_.get() + l.offset, v_.get() + l.offset,
+                     l.rows, n_head_kv_,          head_dim_};
 }
 
 void KvCache::set_n_tokens(int64_t n) {
   QRUN_CHECK(n >= 0 && n <= n_ctx_, "KV cache: %lld tokens in a context of %lld",
              static_cast<long long>(n), static_cast<long long>(n_ctx_));
   n_tokens_ = n;
+  n_written_ = std::max(n_written_, n);
+}
+
+int64_t KvCache::keepable(int64_t n) const {
+  if (n <= 0 || n >= n_tokens_) return n;
+  for (const Layer& l : layers_) {
+    // The ring holds positions n_written - rows and later; the token at n reads from
+    // n - window + 1.
+    if (l.rows < n_ctx_ && std::max<int64_t>(0, n - l.window + 1) < n_written_ - l.rows) return 0;
+  }
+  return n;
 }
 
 void KvCache::truncate(int64_t n) {
-  QRUN_CHECK(n >= 0 && n <= n_tokens_, "KV cache: truncate to %lld of %lld tokens",
-             static_cast<long long>(n), static_cast<long long>(n_tokens_));
+  QRUN_CHECK(n >= 0 && n <= n_tokens_ && keepable(n) == n,
+             "KV cache: truncate to %lld of %lld tokens", static_cast<long long>(n),
+             static_cast<long long>(n_tokens_));
   n_tokens_ = n;
+  if (n == 0) n_written_ = 0;
+}
+
+std::string kv_memory_summary(const KvCache& kv) {
+  std::string s = human_bytes(static_cast<double>(kv.n_bytes())) + " KV";
+  if (kv.n_bytes() < kv.n_bytes_full()) {
+    s += ", " + human_bytes(static_cast<double>(kv.n_bytes_full() - kv.n_bytes())) +
+         " less than full layers";
+  }
+  return s;
 }
 
 }  // namespace qrun

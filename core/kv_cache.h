@@ -1,11 +1,18 @@
-// The KV cache of one sequence: per layer, K and V rows for positions 0 .. n_ctx - 1,
-// allocated once (F16 by default, F32 on request). n_tokens() positions hold valid rows;
-// models append at n_tokens() (or overwrite from an earlier position) and advance it, and
-// truncate() drops a tail so a chat can rewind. Memory is not touched until written.
+// The KV cache of one sequence: per layer, K and V rows for the positions a model reads,
+// allocated once (F16 by default, F32 on request). A layer attends either every position
+// (n_ctx rows, row p for position p) or a sliding window of the last `window` positions,
+// kept as a ring of window - 1 + n_batch rows (position p in row p % rows), so a long context
+// costs O(window) there. n_tokens() positions hold valid rows; models append at n_tokens()
+// (or overwrite from an earlier position) and advance it, and truncate() drops a tail so a
+// chat can rewind, as far as the rings still hold what the next token reads. Memory is not
+// touched until written.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "ggml-like/backend.h"
 #include "ggml-like/dtype.h"
@@ -15,10 +22,14 @@ namespace qrun {
 
 class KvCache {
  public:
-  // n_layer layers of n_ctx rows of n_head_kv * head_dim elements. type: kF16 or kF32
+  // n_layer layers of n_head_kv * head_dim elements per row, for n_ctx positions. windows:
+  // empty, or one entry per layer, 0 for a layer that reads every position, w > 0 for a
+  // sliding window of w positions; n_batch (> 0 when any window is set) is the most tokens a
+  // model writes in one pass, which a ring must hold beside the window. type: kF16 or kF32
   // (anything else is ErrorCode::kUnsupported); sizes must be positive (kUsage).
   static Result<KvCache> create(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim,
-                                DType type = DType::kF16);
+                                DType type = DType::kF16, std::span<const int64_t> windows = {},
+                                int64_t n_batch = 0);
 
   KvCache(KvCache&&) noexcept = default;
   KvCache& operator=(KvCache&&) noexcept = default;
@@ -31,18 +42,33 @@ class KvCache {
   // Positions that hold valid K/V rows.
   int64_t n_tokens() const { return n_tokens_; }
   int64_t n_free() const { return n_ctx_ - n_tokens_; }
-  // Bytes of K and V storage together.
-  size_t n_bytes() const { return 2 * layer_bytes_ * static_cast<size_t>(n_layer_); }
+  // Rows of layer il (n_ctx, or fewer for a sliding-window ring).
+  int64_t layer_rows(int64_t il) const { return layers_[static_cast<size_t>(il)].rows; }
+  // Bytes of K and V storage together, and what they would be with every layer holding the
+  // whole context (the two differ only with sliding windows).
+  size_t n_bytes() const { return 2 * row_bytes_ * static_cast<size_t>(total_rows_); }
+  size_t n_bytes_full() const {
+    return 2 * row_bytes_ * static_cast<size_t>(n_ctx_) * static_cast<size_t>(n_layer_);
+  }
 
   // The storage of layer il, for the backend's kv_store and attention.
   KvLayerView layer(int64_t il);
   // Marks positions 0 .. n - 1 valid (after a model wrote rows up to n). n <= n_ctx.
   void set_n_tokens(int64_t n);
-  // Forgets positions n and beyond (n <= n_tokens()).
+  // The longest prefix of at most n cached tokens that truncate() can keep: n, or 0 when a
+  // sliding-window ring has already overwritten a row that the token at position n reads.
+  int64_t keepable(int64_t n) const;
+  // Forgets positions n and beyond. n <= n_tokens() and keepable(n) == n.
   void truncate(int64_t n);
-  void clear() { n_tokens_ = 0; }
+  void clear() { truncate(0); }
 
  private:
+  struct Layer {
+    int64_t window = 0;  // 0: every position
+    int64_t rows = 0;
+    size_t offset = 0;  // bytes into k_ and v_
+  };
+
   KvCache() = default;
   int64_t n_layer_ = 0;
   int64_t n_ctx_ = 0;
@@ -50,9 +76,15 @@ class KvCache {
   int64_t head_dim_ = 0;
   DType type_ = DType::kF16;
   int64_t n_tokens_ = 0;
-  size_t layer_bytes_ = 0;        // bytes of K (or V) of one layer
-  std::unique_ptr<uint8_t[]> k_;  // [n_layer][n_ctx][n_head_kv * head_dim]
+  int64_t n_written_ = 0;  // the furthest position written since the cache was empty, plus one
+  size_t row_bytes_ = 0;   // bytes of one K (or V) row
+  int64_t total_rows_ = 0;
+  std::vector<Layer> layers_;
+  std::unique_ptr<uint8_t[]> k_;  // each layer's rows, one layer after the other
   std::unique_ptr<uint8_t[]> v_;
 };
+
+// "9.0 MiB KV", and with sliding-window rings "9.0 MiB KV, 81.0 MiB less than full layers".
+std::string kv_memory_summary(const KvCache& kv);
 
 }  // namespace qrun

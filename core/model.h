@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/kv_cache.h"
 #include "ggml-like/backend.h"
@@ -29,6 +30,9 @@ struct ModelHparams {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
   bool has_rope_freqs = false;  // per-pair frequency factors (Llama 3.1 rope_freqs)
+  // Per layer: the sliding attention window in positions, 0 for a layer that attends the
+  // whole context; empty when no layer has a window.
+  std::vector<int64_t> attn_window;
 };
 
 // Options fixed at load time.
@@ -56,11 +60,12 @@ class Model {
   virtual Result<void> check_backend(const Backend& backend) const = 0;
 };
 
-// A KV cache shaped for `model`. n_ctx <= 0 means the training context length.
+// A KV cache shaped for `model`, sliding-window layers as rings. n_ctx <= 0 means the
+// training context length.
 inline Result<KvCache> make_kv_cache(const Model& model, int64_t n_ctx, DType type = DType::kF16) {
   const ModelHparams& hp = model.hparams();
   return KvCache::create(hp.n_layer, n_ctx > 0 ? n_ctx : hp.n_ctx_train, hp.n_head_kv, hp.head_dim,
-                         type);
+                         type, hp.attn_window, model.n_batch());
 }
 
 }  // namespace qrun

@@ -22,7 +22,10 @@ enum class Op {
   kKvStore,    // dtype: the KV cache type
   kAttention,  // dtype: the KV cache type
   kSwiglu,     // dtype: kF32
+  kGeglu,      // dtype: kF32
   kAdd,        // dtype: kF32
+  kScale,      // dtype: kF32
+  kSoftcap,    // dtype: kF32
 };
 inline const char* op_name(Op op) {
   switch (op) {
@@ -40,8 +43,14 @@ inline const char* op_name(Op op) {
       return "attention";
     case Op::kSwiglu:
       return "swiglu";
+    case Op::kGeglu:
+      return "geglu";
     case Op::kAdd:
       return "add";
+    case Op::kScale:
+      return "scale";
+    case Op::kSoftcap:
+      return "softcap";
   }
   return "?";
 }
@@ -63,24 +72,30 @@ struct RopeParams {
   RopeMode mode = RopeMode::kNormal;
 };
 
-// One layer of a KV cache: k and v hold n_ctx rows of n_head_kv * head_dim elements of
-// `type` (kF16 or kF32), row p being position p. Owned by the caller (core/kv_cache).
+// One layer of a KV cache: k and v hold n_rows rows of n_head_kv * head_dim elements of
+// `type` (kF16 or kF32). Row p % n_rows holds position p: a cache as long as the context
+// is never wrapped, and a sliding-window layer keeps a ring of fewer rows, which must hold
+// every position a token attends to (window - 1 before the first token of a batch, then
+// the batch). Owned by the caller (core/kv_cache).
 struct KvLayerView {
   DType type = DType::kF16;
   void* k = nullptr;
   void* v = nullptr;
-  int64_t n_ctx = 0;
+  int64_t n_rows = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   int64_t row_elems() const { return n_head_kv * head_dim; }
 };
 
 // Causal self-attention, grouped-query: query head h reads KV head h / (n_head / n_head_kv).
+// With a sliding window, the token at position p attends positions p - window + 1 .. p
+// only (llama.cpp's standard SWA mask: p - p0 >= window is masked).
 struct AttentionParams {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;  // divides n_head
   int64_t head_dim = 0;
   float scale = 1.0f;  // applied to q.k before the softmax, usually 1/sqrt(head_dim)
+  int64_t window = 0;  // sliding window in positions; 0: the whole context
 };
 
 class Backend {
@@ -116,7 +131,8 @@ class Backend {
   virtual void kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
                         const float* v) = 0;
 
-  // out[t] = softmax(scale * q[t] K^T) V over cache positions 0 .. pos0 + t for each head;
+  // out[t] = softmax(scale * q[t] K^T) V over cache positions 0 .. pos0 + t for each head
+  // (the last `window` of them with a sliding window), in position order;
   // q, out: [n_tokens, n_head, head_dim]. Online softmax: no n_tokens x n_ctx matrix.
   virtual void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                          const AttentionParams& params, float* out) = 0;
@@ -124,8 +140,20 @@ class Backend {
   // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
 
+  // out[i] = gelu(gate[i]) * up[i], GELU in its tanh approximation
+  // 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) evaluated as llama.cpp's CPU backend
+  // does: gate rounded to F16 and GELU's result rounded to F16 for |gate| < 10, gate itself
+  // at or above 10 and 0 at or below -10. out may alias gate or up.
+  virtual void geglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+
   // out[i] = a[i] + b[i]. out may alias a or b.
   virtual void add(const float* a, const float* b, int64_t n, float* out) = 0;
+
+  // out[i] = x[i] * s. out may alias x.
+  virtual void scale(const float* x, int64_t n, float s, float* out) = 0;
+
+  // out[i] = cap * tanh(x[i] * (1 / cap)) (Gemma's logit soft-capping). out may alias x.
+  virtual void softcap(const float* x, int64_t n, float cap, float* out) = 0;
 };
 
 }  // namespace qrun

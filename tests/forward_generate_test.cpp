@@ -253,7 +253,7 @@ TEST(KvCacheTest, CreateTruncateClear) {
   EXPECT_EQ(kv->n_free(), 12);
   const KvLayerView l0 = kv->layer(0);
   const KvLayerView l2 = kv->layer(2);
-  EXPECT_EQ(l0.n_ctx, 16);
+  EXPECT_EQ(l0.n_rows, 16);
   EXPECT_EQ(l0.row_elems(), 8);
   EXPECT_EQ(static_cast<uint8_t*>(l2.k) - static_cast<uint8_t*>(l0.k), 2 * 16 * 8 * 4);
   kv->clear();

@@ -93,6 +93,73 @@ TEST(KernelsOps, SwigluMatchesGeneric) {
   }
 }
 
+// GELU-gated: gelu(gate) * up through llama.cpp's F16 table: the tanh formula in double at
+// the gate rounded to F16, within the F16 rounding of GELU's value (relative 2^-11, so
+// 1e-3 with the float evaluation) plus 6e-7 absolute: in GELU's negative tail llama.cpp's
+// float formula cancels in 1 + tanh, an error of 0.5 |x| 2^-23 <= 6e-7 for |x| < 10;
+// x past +-10 as documented; the same on every ISA, in place too.
+TEST(KernelsOps, GegluFollowsTheTanhFormula) {
+  const int64_t n = 4097;
+  std::vector<float> gate = random_floats(static_cast<size_t>(n), 91, 3.0f);
+  const std::vector<float> up = random_floats(static_cast<size_t>(n), 92, 1.0f);
+  gate[0] = 10.0f;
+  gate[1] = 250.0f;
+  gate[2] = -10.0f;
+  gate[3] = -300.0f;
+  gate[4] = 0.0f;
+  std::vector<float> want(static_cast<size_t>(n) + 1, kNaN);
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    const double x = fp16_to_fp32(fp32_to_fp16(gate[i]));
+    const double gelu =
+        gate[i] >= 10.0f
+            ? gate[i]
+            : (gate[i] <= -10.0f
+                   ? 0.0
+                   : 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
+    want[i] = static_cast<float>(gelu * up[i]);
+  }
+  for (Isa isa : host_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    CpuBackend backend(2, isa);
+    std::vector<float> got(static_cast<size_t>(n) + 1, kNaN);
+    backend.geglu(gate.data(), up.data(), n, got.data());
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      EXPECT_TRUE(close_rel(got[i], want[i], 1e-3, 6e-7 * std::fabs(up[i])))
+          << i << ": gelu(" << gate[i] << ") * " << up[i] << " = " << got[i] << ", want "
+          << want[i];
+    }
+    EXPECT_TRUE(std::isnan(got[static_cast<size_t>(n)])) << "wrote past the end";
+    std::vector<float> in_place(gate.begin(), gate.end());
+    backend.geglu(in_place.data(), up.data(), n, in_place.data());
+    EXPECT_EQ(std::memcmp(in_place.data(), got.data(), static_cast<size_t>(n) * sizeof(float)), 0);
+  }
+}
+
+// scale is one multiply (exact against x * s); softcap is cap * tanh(x / cap) to float
+// rounding (relative 1e-6), saturating at +-cap for large x.
+TEST(KernelsOps, ScaleAndSoftcap) {
+  const int64_t n = 255;
+  std::vector<float> x = random_floats(static_cast<size_t>(n), 93, 20.0f);
+  x[0] = 1e6f;
+  x[1] = -1e6f;
+  const float cap = 30.0f;
+  for (Isa isa : host_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    CpuBackend backend(2, isa);
+    std::vector<float> scaled(x.size());
+    std::vector<float> capped(x.size());
+    backend.scale(x.data(), n, 0.125f, scaled.data());
+    backend.softcap(x.data(), n, cap, capped.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(scaled[i], x[i] * 0.125f) << i;
+      const double want = cap * std::tanh(double{x[i]} / cap);
+      EXPECT_TRUE(close_rel(capped[i], static_cast<float>(want), 1e-6, 0.0)) << i;
+    }
+    EXPECT_EQ(capped[0], cap);
+    EXPECT_EQ(capped[1], -cap);
+  }
+}
+
 TEST(KernelsOps, AddIsExactAndMayAlias) {
   for (Isa isa : simd_isas()) {
     for (int64_t n : kLengths) {
@@ -209,14 +276,107 @@ TEST(KernelsOps, AttentionMatchesGeneric) {
             const AttendFn ref_fn =
                 f16 ? cpu_kernels(Isa::kGeneric).attend_f16 : cpu_kernels(Isa::kGeneric).attend_f32;
             const AttendFn fn = f16 ? cpu_kernels(isa).attend_f16 : cpu_kernels(isa).attend_f32;
-            ref_fn(q.data(), q_stride, n_q, k, v, c.stride, n_kv, head_dim, scale, ref.data(),
-                   out_stride);
-            fn(q.data(), q_stride, n_q, k, v, c.stride, n_kv, head_dim, scale, got.data(),
-               out_stride);
-            expect_heads_close(got, ref, n_q, head_dim, out_stride, f16 ? 1e-6 : 1e-10);
+            // Read as a ring too: from the middle row, wrapping past the last.
+            for (int64_t first : {int64_t{0}, n_kv / 2}) {
+              const KvRows rows{k, v, c.stride, first, n_kv, n_kv};
+              ref_fn(q.data(), q_stride, n_q, rows, head_dim, scale, ref.data(), out_stride);
+              fn(q.data(), q_stride, n_q, rows, head_dim, scale, got.data(), out_stride);
+              expect_heads_close(got, ref, n_q, head_dim, out_stride, f16 ? 1e-6 : 1e-10);
+            }
           }
         }
       }
+    }
+  }
+}
+
+// A ring read from row `first` gives the same bits as the same rows laid out in order.
+TEST(KernelsOps, RingRowsReadInPositionOrder) {
+  const int64_t head_dim = 37, n_kv = 33, n_read = 20, first = 25;
+  const Cache c = make_cache(n_kv, head_dim, 77);
+  Cache flat;
+  flat.stride = c.stride;
+  const KvRows ring{c.k32.data(), c.v32.data(), c.stride, first, n_read, n_kv};
+  for (int64_t j = 0; j < n_read; ++j) {
+    const auto row = c.k32.begin() + ring.row(j) * c.stride;
+    flat.k32.insert(flat.k32.end(), row, row + c.stride);
+    const auto vrow = c.v32.begin() + ring.row(j) * c.stride;
+    flat.v32.insert(flat.v32.end(), vrow, vrow + c.stride);
+  }
+  EXPECT_EQ(ring.row(n_kv - first), 0);  // the read wraps
+  const KvRows in_order{flat.k32.data(), flat.v32.data(), flat.stride, 0, n_read, n_read};
+  const std::vector<float> q = random_floats(static_cast<size_t>(3 * head_dim), 78, 1.0f);
+  for (Isa isa : host_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<float> a(q.size()), b(q.size());
+    cpu_kernels(isa).attend_f32(q.data(), head_dim, 3, ring, head_dim, 0.2f, a.data(), head_dim);
+    cpu_kernels(isa).attend_f32(q.data(), head_dim, 3, in_order, head_dim, 0.2f, b.data(),
+                                head_dim);
+    EXPECT_EQ(a, b);
+  }
+}
+
+// Sliding-window attention through CpuBackend, against a direct softmax over each token's
+// window in double: the cache a full-context buffer, and a ring of window - 1 + batch rows
+// (what KvCache allocates for a local layer), fed batch after batch across several wraps.
+// F32 cache, so the only difference is float against double (normalized MSE 1e-10).
+TEST(KernelsOps, SlidingWindowAttentionMatchesDirectSoftmax) {
+  const int64_t n_head = 4, n_head_kv = 2, head_dim = 40, window = 7, n_pos = 61;
+  const int64_t batches[] = {5, 1, 9, 1, 1, 9, 2, 9, 3, 9, 1, 9, 2};  // sums to 61
+  const int64_t max_batch = 9;
+  const int64_t n_kv_row = n_head_kv * head_dim;
+  const float scale = 0.3f;
+  const std::vector<float> kin = random_floats(static_cast<size_t>(n_pos * n_kv_row), 81, 1.0f);
+  const std::vector<float> vin = random_floats(static_cast<size_t>(n_pos * n_kv_row), 82, 1.0f);
+  const std::vector<float> q =
+      random_floats(static_cast<size_t>(n_pos * n_head * head_dim), 83, 1.0f);
+  // want: [n_pos, n_head, head_dim]
+  std::vector<float> want(q.size());
+  for (int64_t p = 0; p < n_pos; ++p) {
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t hk = h / (n_head / n_head_kv);
+      const float* qh = q.data() + (p * n_head + h) * head_dim;
+      const int64_t lo = std::max<int64_t>(0, p - window + 1);
+      std::vector<double> w;
+      double max = -1e300;
+      for (int64_t j = lo; j <= p; ++j) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < head_dim; ++d) {
+          dot += double{qh[d]} * kin[static_cast<size_t>(j * n_kv_row + hk * head_dim + d)];
+        }
+        w.push_back(dot * scale);
+        max = std::max(max, w.back());
+      }
+      double sum = 0.0;
+      for (double& x : w) sum += (x = std::exp(x - max));
+      for (int64_t d = 0; d < head_dim; ++d) {
+        double acc = 0.0;
+        for (int64_t j = lo; j <= p; ++j) {
+          acc += w[static_cast<size_t>(j - lo)] *
+                 vin[static_cast<size_t>(j * n_kv_row + hk * head_dim + d)];
+        }
+        want[static_cast<size_t>((p * n_head + h) * head_dim + d)] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+  const AttentionParams params{n_head, n_head_kv, head_dim, scale, window};
+  for (Isa isa : host_isas()) {
+    for (int64_t n_rows : {n_pos, window - 1 + max_batch}) {
+      SCOPED_TRACE(testing::Message() << isa_name(isa) << " rows " << n_rows);
+      std::vector<float> kbuf(static_cast<size_t>(n_rows * n_kv_row));
+      std::vector<float> vbuf(kbuf.size());
+      const KvLayerView cache{DType::kF32, kbuf.data(), vbuf.data(), n_rows, n_head_kv, head_dim};
+      CpuBackend backend(2, isa);
+      std::vector<float> got(q.size(), kNaN);
+      int64_t pos = 0;
+      for (const int64_t n : batches) {
+        backend.kv_store(cache, pos, n, kin.data() + pos * n_kv_row, vin.data() + pos * n_kv_row);
+        backend.attention(q.data() + pos * n_head * head_dim, n, pos, cache, params,
+                          got.data() + pos * n_head * head_dim);
+        pos += n;
+      }
+      ASSERT_EQ(pos, n_pos);
+      expect_heads_close(got, want, n_pos * n_head, head_dim, head_dim, 1e-10);
     }
   }
 }

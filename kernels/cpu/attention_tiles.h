@@ -48,12 +48,12 @@ inline bool softmax_weights(const float* s, int64_t n, float& m, float& l, float
   return rescale;
 }
 
-// kNq heads over all n_kv rows, tile by tile: the scores of every head and row of the
+// kNq heads over all rows of kv, tile by tile: the scores of every head and row of the
 // tile, then each head's softmax weights, then the V rows into the accumulators. Elem is
 // float (F32 cache) or uint16_t (F16 cache, rows widened to float once per tile).
 template <class Ops, class Elem, int kNq>
-void attend_group(const float* q, int64_t q_stride, const Elem* k, const Elem* v, int64_t kv_stride,
-                  int64_t n_kv, int64_t head_dim, float scale, float* out, int64_t out_stride) {
+void attend_group(const float* q, int64_t q_stride, const KvRows& kv, int64_t head_dim, float scale,
+                  float* out, int64_t out_stride) {
   constexpr bool kF16 = sizeof(Elem) == 2;
   alignas(Ops::kAlign) float qs[kNq][ref::kMaxHeadDim];
   alignas(Ops::kAlign) float acc[kNq][ref::kMaxHeadDim];
@@ -73,20 +73,21 @@ void attend_group(const float* q, int64_t q_stride, const Elem* k, const Elem* v
     m[h] = -std::numeric_limits<float>::infinity();
     l[h] = 0.0f;
   }
-  // Points rp at rows j0 .. j0 + n - 1 of `src` as floats.
-  const auto load_rows = [&](const Elem* src, int64_t j0, int64_t n) {
+  // Points rp at rows j0 .. j0 + n - 1 of `src` (in reading order) as floats.
+  const auto load_rows = [&](const void* src, int64_t j0, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
+      const Elem* row = static_cast<const Elem*>(src) + kv.row(j0 + j) * kv.stride;
       if constexpr (kF16) {
-        Ops::widen_f16(src + (j0 + j) * kv_stride, rows + j * head_dim, head_dim);
+        Ops::widen_f16(row, rows + j * head_dim, head_dim);
         rp[j] = rows + j * head_dim;
       } else {
-        rp[j] = src + (j0 + j) * kv_stride;
+        rp[j] = row;
       }
     }
   };
-  for (int64_t j0 = 0; j0 < n_kv; j0 += kTile) {
-    const int64_t n = n_kv - j0 < kTile ? n_kv - j0 : kTile;
-    load_rows(k, j0, n);
+  for (int64_t j0 = 0; j0 < kv.n; j0 += kTile) {
+    const int64_t n = kv.n - j0 < kTile ? kv.n - j0 : kTile;
+    load_rows(kv.k, j0, n);
     for (int h = 0; h < kNq; ++h) {
       for (int64_t j = 0; j < n; ++j) s[h][j] = Ops::dot_f32(qs[h], rp[j], head_dim) * scale;
     }
@@ -94,7 +95,7 @@ void attend_group(const float* q, int64_t q_stride, const Elem* k, const Elem* v
     for (int h = 0; h < kNq; ++h) {
       rescale |= softmax_weights<Ops, kF16>(s[h], n, m[h], l[h], ms[h], vs[h]);
     }
-    load_rows(v, j0, n);
+    load_rows(kv.v, j0, n);
     if (rescale) {
       Ops::template accumulate_tile<kF16, true, kNq>(acc, rp, n, head_dim, ms, vs);
     } else {
@@ -109,12 +110,10 @@ void attend_group(const float* q, int64_t q_stride, const Elem* k, const Elem* v
 
 // Groups of up to kGroup heads, each with its register count fixed at compile time.
 template <class Ops, class Elem>
-void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const Elem* k, const Elem* v,
-                  int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                  int64_t out_stride) {
+void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                  float scale, float* out, int64_t out_stride) {
   const auto run = [&]<int kNq>() {
-    attend_group<Ops, Elem, kNq>(q, q_stride, k, v, kv_stride, n_kv, head_dim, scale, out,
-                                 out_stride);
+    attend_group<Ops, Elem, kNq>(q, q_stride, kv, head_dim, scale, out, out_stride);
   };
   switch (n_q) {
     case 1:
@@ -138,14 +137,12 @@ void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const Elem* k, 
 
 // The entry point behind attend_f32 / attend_f16: n_q heads in groups of kGroup.
 template <class Ops, class Elem>
-void attend(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-            int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-            int64_t out_stride) {
+void attend(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+            float scale, float* out, int64_t out_stride) {
   for (int64_t h0 = 0; h0 < n_q; h0 += kGroup) {
     const int64_t n = n_q - h0 < kGroup ? n_q - h0 : kGroup;
-    attend_heads<Ops>(q + h0 * q_stride, q_stride, n, static_cast<const Elem*>(k),
-                      static_cast<const Elem*>(v), kv_stride, n_kv, head_dim, scale,
-                      out + h0 * out_stride, out_stride);
+    attend_heads<Ops, Elem>(q + h0 * q_stride, q_stride, n, kv, head_dim, scale,
+                            out + h0 * out_stride, out_stride);
   }
 }
 

@@ -97,7 +97,10 @@ bool CpuBackend::supports(Op op, DType type) const {
     case Op::kRmsNorm:
     case Op::kRope:
     case Op::kSwiglu:
+    case Op::kGeglu:
     case Op::kAdd:
+    case Op::kScale:
+    case Op::kSoftcap:
       return type == DType::kF32;
   }
   return false;

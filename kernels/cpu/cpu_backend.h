@@ -55,7 +55,10 @@ class CpuBackend final : public Backend {
   void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                  const AttentionParams& params, float* out) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
+  void geglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* a, const float* b, int64_t n, float* out) override;
+  void scale(const float* x, int64_t n, float s, float* out) override;
+  void softcap(const float* x, int64_t n, float cap, float* out) override;
 
  private:
   ThreadPool pool_;

@@ -98,12 +98,28 @@ struct MatmulKernels {
   GemmKernels gemm;                        // optional: batches on packed activations
 };
 
+// The cache rows one attention call reads, oldest position first: rows first, first + 1,
+// ... (n of them), wrapping from row n_ring - 1 to row 0 (a sliding-window ring; a cache
+// that is not a ring has first + n <= n_ring). k and v point at the KV head's first
+// element of row 0; rows are `stride` elements apart, of the cache type.
+struct KvRows {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t stride = 0;
+  int64_t first = 0;  // < n_ring
+  int64_t n = 0;      // <= n_ring
+  int64_t n_ring = 0;
+  // The row index of the j-th row read, j < n.
+  int64_t row(int64_t j) const {
+    const int64_t r = first + j;
+    return r < n_ring ? r : r - n_ring;
+  }
+};
+
 // Attention for one token: n_q query heads (rows q_stride floats apart) that share one KV
-// head, over cache rows 0 .. n_kv - 1 (k and v point at the head's first element; rows
-// kv_stride elements apart, of the cache type). out rows are out_stride floats apart.
-using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const void* k,
-                          const void* v, int64_t kv_stride, int64_t n_kv, int64_t head_dim,
-                          float scale, float* out, int64_t out_stride);
+// head, over the rows `kv`. out rows are out_stride floats apart.
+using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
+                          int64_t head_dim, float scale, float* out, int64_t out_stride);
 // One row of RMS norm with an F32 weight (sum of squares in double): see Backend::rms_norm.
 using RmsNormRowFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* y);
 // out[i] = f(a[i], b[i]) for n elements; out may alias a or b.
@@ -120,6 +136,7 @@ struct CpuKernels {
   AttendFn attend_f16 = nullptr;
   RmsNormRowFn rms_norm_row = nullptr;
   BinaryFn swiglu = nullptr;
+  BinaryFn geglu = nullptr;
   BinaryFn add = nullptr;
   ToF16Fn to_f16 = nullptr;
 

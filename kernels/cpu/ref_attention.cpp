@@ -1,5 +1,5 @@
 // Scalar reference attention for one token and the KV heads it reads. Each query head is
-// one pass over cache positions 0 .. n_kv - 1 with an online softmax (running max m,
+// one pass over the rows it attends, oldest position first, with an online softmax (running max m,
 // running sum l, output accumulator rescaled by exp(m_old - m_new) whenever the max
 // grows), so memory stays O(head_dim) whatever the context length. An F16 cache follows
 // llama.cpp's CPU flash-attention rounding step for step (see attend_one_f16); an F32
@@ -18,15 +18,14 @@ inline float round_to_f16(float x) {
 }
 
 // F32 cache: float scores (q.k summed in double), float accumulator.
-void attend_one_f32(const float* q, const float* k, const float* v, int64_t stride, int64_t n_kv,
-                    int64_t head_dim, float scale, float* out) {
+void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, float scale, float* out) {
   float acc[kMaxHeadDim];
   for (int64_t d = 0; d < head_dim; ++d) acc[d] = 0.0f;
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.0f;
-  for (int64_t j = 0; j < n_kv; ++j) {
-    const float* kr = k + j * stride;
-    const float* vr = v + j * stride;
+  for (int64_t j = 0; j < kv.n; ++j) {
+    const float* kr = static_cast<const float*>(kv.k) + kv.row(j) * kv.stride;
+    const float* vr = static_cast<const float*>(kv.v) + kv.row(j) * kv.stride;
     double dot = 0.0;
     for (int64_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q[d] * kr[d]);
     const float s = static_cast<float>(dot) * scale;
@@ -51,8 +50,7 @@ void attend_one_f32(const float* q, const float* k, const float* v, int64_t stri
 // is held in F16 (rounded after every rescale and every multiply-add); the softmax sum is
 // float, updated with a fused multiply-add. (llama.cpp casts an F32 cache to F16 before its
 // flash attention, so this is also what its "F32 cache" computes.)
-void attend_one_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride,
-                    int64_t n_kv, int64_t head_dim, float scale, float* out) {
+void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float scale, float* out) {
   float qh[kMaxHeadDim];
   float acc[kMaxHeadDim];  // values representable in F16
   for (int64_t d = 0; d < head_dim; ++d) {
@@ -61,9 +59,9 @@ void attend_one_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_
   }
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.0f;
-  for (int64_t j = 0; j < n_kv; ++j) {
-    const uint16_t* kr = k + j * stride;
-    const uint16_t* vr = v + j * stride;
+  for (int64_t j = 0; j < kv.n; ++j) {
+    const uint16_t* kr = static_cast<const uint16_t*>(kv.k) + kv.row(j) * kv.stride;
+    const uint16_t* vr = static_cast<const uint16_t*>(kv.v) + kv.row(j) * kv.stride;
     double dot = 0.0;
     for (int64_t d = 0; d < head_dim; ++d) {
       dot += static_cast<double>(qh[d] * fp16_to_fp32(kr[d]));
@@ -87,22 +85,17 @@ void attend_one_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_
 
 }  // namespace
 
-void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride) {
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride) {
   for (int64_t h = 0; h < n_q; ++h) {
-    attend_one_f32(q + h * q_stride, static_cast<const float*>(k), static_cast<const float*>(v),
-                   kv_stride, n_kv, head_dim, scale, out + h * out_stride);
+    attend_one_f32(q + h * q_stride, kv, head_dim, scale, out + h * out_stride);
   }
 }
 
-void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride) {
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride) {
   for (int64_t h = 0; h < n_q; ++h) {
-    attend_one_f16(q + h * q_stride, static_cast<const uint16_t*>(k),
-                   static_cast<const uint16_t*>(v), kv_stride, n_kv, head_dim, scale,
-                   out + h * out_stride);
+    attend_one_f16(q + h * q_stride, kv, head_dim, scale, out + h * out_stride);
   }
 }
 

@@ -3,6 +3,7 @@
 #include "kernels/cpu/ref_kernels.h"
 
 #include <cmath>
+#include <vector>
 
 #include "ggml-like/fp16.h"
 
@@ -21,6 +22,36 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+const uint16_t* gelu_f16_table() {
+  static const std::vector<uint16_t> table = [] {
+    // The tanh approximation in float, as llama.cpp's ggml_gelu_f32 evaluates it.
+    constexpr float kCoefA = 0.044715f;
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    std::vector<uint16_t> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float x = fp16_to_fp32(static_cast<uint16_t>(h));
+      t[h] =
+          fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))));
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+void geglu(const float* gate, const float* up, int64_t n, float* out) {
+  const uint16_t* table = gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    float gelu = g;  // GELU(x) = x to float precision for x >= 10
+    if (g <= -10.0f) {
+      gelu = 0.0f;
+    } else if (g < 10.0f || std::isnan(g)) {
+      gelu = fp16_to_fp32(table[fp32_to_fp16(g)]);
+    }
+    out[i] = gelu * up[i];
   }
 }
 
@@ -48,6 +79,7 @@ void fill_generic_kernels(CpuKernels& k) {
   k.attend_f16 = ref::attend_f16;
   k.rms_norm_row = ref::rms_norm_row;
   k.swiglu = ref::swiglu;
+  k.geglu = ref::geglu;
   k.add = ref::add;
   k.to_f16 = ref::to_f16;
 }

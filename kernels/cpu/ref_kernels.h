@@ -11,15 +11,18 @@ namespace qrun::kernels::ref {
 inline constexpr int64_t kMaxHeadDim = 1024;
 
 // F32 cache: float scores (q.k summed in double), float accumulator.
-void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride);
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride);
 // F16 cache: the numerics of llama.cpp's CPU flash attention (see ref_attention.cpp).
-void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride);
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride);
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
+// gelu(gate) * up with llama.cpp's F16 GELU table: see Backend::geglu.
+void geglu(const float* gate, const float* up, int64_t n, float* out);
+// GELU (tanh approximation) of the F16 value with bits h, rounded to F16: the table behind
+// geglu, one entry per F16 bit pattern, built on first use.
+const uint16_t* gelu_f16_table();
 void add(const float* a, const float* b, int64_t n, float* out);
 void to_f16(const float* src, uint16_t* dst, int64_t n);
 

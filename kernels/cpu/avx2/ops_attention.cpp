@@ -121,18 +121,14 @@ struct Ops {
 
 }  // namespace
 
-void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride) {
-  attention_tiles::attend<Ops, float>(q, q_stride, n_q, k, v, kv_stride, n_kv, head_dim, scale, out,
-                                      out_stride);
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride) {
+  attention_tiles::attend<Ops, float>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride);
 }
 
-void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride) {
-  attention_tiles::attend<Ops, uint16_t>(q, q_stride, n_q, k, v, kv_stride, n_kv, head_dim, scale,
-                                         out, out_stride);
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride) {
+  attention_tiles::attend<Ops, uint16_t>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride);
 }
 
 }  // namespace qrun::kernels::avx2

@@ -5,15 +5,15 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/kernel_table.h"
+
 namespace qrun::kernels::avx2 {
 
 // ops_attention.cpp
-void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride);
-void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride);
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride);
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride);
 
 // ops_elementwise.cpp
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);

@@ -73,12 +73,10 @@ void from_float_f16(const float* src, void* dst, int64_t n);
 void from_float_bf16(const float* src, void* dst, int64_t n);
 
 // ops_attention.cpp: attention over F32 and F16 caches (attention_tiles.h with NEON ops).
-void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride);
-void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const void* k, const void* v,
-                int64_t kv_stride, int64_t n_kv, int64_t head_dim, float scale, float* out,
-                int64_t out_stride);
+void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride);
+void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                float scale, float* out, int64_t out_stride);
 
 // ops.cpp: row kernels.
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);
