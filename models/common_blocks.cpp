@@ -1,5 +1,10 @@
-// Weight binding, hyper-parameter reading and the shared attention / FFN blocks.
+// Weight binding, hyper-parameter reading, forward()'s argument checks and the shared
+// attention / FFN blocks.
 #include "models/common_blocks.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "ggml-like/dtype.h"
 
@@ -94,6 +99,129 @@ Result<int64_t> read_positive(const gguf::File& file, const std::string& arch,
   return *v;
 }
 
+Result<ModelHparams> read_decoder_hparams(const gguf::File& file) {
+  ModelHparams hp;
+  Result<std::string> arch = file.get_string("general.architecture");
+  if (!arch.ok()) return arch.error();
+  hp.arch = *arch;
+  const std::string& a = hp.arch;
+
+  const auto positive = [&](const char* suffix, std::optional<int64_t> fallback,
+                            int64_t* out) -> Result<void> {
+    Result<int64_t> v = read_positive(file, a, suffix, fallback);
+    if (!v.ok()) return v.error();
+    *out = *v;
+    return {};
+  };
+  QRUN_TRY(positive("embedding_length", std::nullopt, &hp.n_embd));
+  QRUN_TRY(positive("block_count", std::nullopt, &hp.n_layer));
+  QRUN_TRY(positive("feed_forward_length", std::nullopt, &hp.n_ff));
+  QRUN_TRY(positive("attention.head_count", std::nullopt, &hp.n_head));
+  QRUN_TRY(positive("attention.head_count_kv", hp.n_head, &hp.n_head_kv));
+  QRUN_TRY(positive("context_length", std::nullopt, &hp.n_ctx_train));
+  // Without attention.key_length the head size is n_embd / n_head (Qwen3 sets it apart).
+  const bool has_key_length = file.find(a + ".attention.key_length") != nullptr;
+  if (!has_key_length && hp.n_embd % hp.n_head != 0) {
+    return file.error(ErrorCode::kFormat,
+                      format("embedding length %lld is not a multiple of the head count %lld",
+                             static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_head)));
+  }
+  QRUN_TRY(positive("attention.key_length", hp.n_embd / hp.n_head, &hp.head_dim));
+  int64_t value_length = 0;
+  QRUN_TRY(positive("attention.value_length", hp.head_dim, &value_length));
+  if (value_length != hp.head_dim) {
+    return file.error(
+        ErrorCode::kUnsupported,
+        format("key length %lld differs from value length %lld",
+               static_cast<long long>(hp.head_dim), static_cast<long long>(value_length)));
+  }
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return file.error(
+        ErrorCode::kFormat,
+        format("head count %lld is not a multiple of the KV head count %lld",
+               static_cast<long long>(hp.n_head), static_cast<long long>(hp.n_head_kv)));
+  }
+  QRUN_TRY(positive("rope.dimension_count", hp.head_dim, &hp.n_rot));
+  if (hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim) {
+    return file.error(
+        ErrorCode::kFormat,
+        format("key '%s.rope.dimension_count' is %lld; it must be even and at most "
+               "the head size %lld",
+               a.c_str(), static_cast<long long>(hp.n_rot), static_cast<long long>(hp.head_dim)));
+  }
+
+  Result<double> eps = file.get_float(a + ".attention.layer_norm_rms_epsilon");
+  if (!eps.ok()) return eps.error();
+  Result<double> base = file.get_float_or(a + ".rope.freq_base", 10000.0);
+  if (!base.ok()) return base.error();
+  if (!(*eps >= 0.0 && *eps < 1.0) || !(*base > 0.0 && std::isfinite(*base))) {
+    return file.error(ErrorCode::kFormat,
+                      format("bad rms epsilon %g or rope base %g", *eps, *base));
+  }
+  hp.norm_eps = static_cast<float>(*eps);
+  hp.rope_freq_base = static_cast<float>(*base);
+
+  // Rope scaling: none or linear (positions divided by the factor); others are not built.
+  Result<std::string> scaling = file.get_string_or(a + ".rope.scaling.type", "none");
+  if (!scaling.ok()) return scaling.error();
+  Result<double> factor = file.get_float_or(a + ".rope.scaling.factor", 0.0);
+  if (!factor.ok()) return factor.error();
+  if (*factor == 0.0) {
+    factor = file.get_float_or(a + ".rope.scale_linear", 0.0);
+    if (!factor.ok()) return factor.error();
+  }
+  if (*scaling != "none" && *scaling != "linear") {
+    return file.error(
+        ErrorCode::kUnsupported,
+        format("rope scaling type '%s' is not supported (none, linear)", scaling->c_str()));
+  }
+  if (*factor < 0.0 || !std::isfinite(*factor)) {
+    return file.error(ErrorCode::kFormat, format("bad rope scaling factor %g", *factor));
+  }
+  hp.rope_freq_scale = *factor == 0.0 ? 1.0f : static_cast<float>(1.0 / *factor);
+  return hp;
+}
+
+Result<void> check_op(const Backend& backend, Op op, const Tensor& t) {
+  if (backend.supports(op, t.type)) return {};
+  return make_error(
+      ErrorCode::kUnsupported,
+      format("the %.*s backend cannot run %s on tensor '%.*s' (%s)",
+             static_cast<int>(backend.name().size()), backend.name().data(), op_name(op),
+             static_cast<int>(t.name.size()), t.name.data(), dtype_name(t.type)));
+}
+
+Result<void> check_forward_args(const ModelHparams& hp, std::span<const int32_t> tokens,
+                                int64_t pos, const KvCache& kv) {
+  const auto n_tokens = static_cast<int64_t>(tokens.size());
+  if (n_tokens == 0) return make_error(ErrorCode::kUsage, "forward: no tokens");
+  if (pos < 0 || pos > kv.n_tokens()) {
+    return make_error(ErrorCode::kUsage,
+                      format("forward: position %lld is past the %lld cached tokens",
+                             static_cast<long long>(pos), static_cast<long long>(kv.n_tokens())));
+  }
+  if (pos + n_tokens > kv.n_ctx()) {
+    return make_error(ErrorCode::kContextOverflow,
+                      format("%lld tokens at position %lld do not fit in a context of %lld",
+                             static_cast<long long>(n_tokens), static_cast<long long>(pos),
+                             static_cast<long long>(kv.n_ctx())));
+  }
+  for (const int32_t t : tokens) {
+    if (t < 0 || t >= hp.n_vocab) {
+      return make_error(ErrorCode::kUsage,
+                        format("token id %d is outside the vocabulary of %lld tokens", t,
+                               static_cast<long long>(hp.n_vocab)));
+    }
+  }
+  QRUN_CHECK(
+      kv.n_layer() == hp.n_layer && kv.n_head_kv() == hp.n_head_kv && kv.head_dim() == hp.head_dim,
+      "KV cache shaped [%lld layers, %lld x %lld] for a model of [%lld, %lld x %lld]",
+      static_cast<long long>(kv.n_layer()), static_cast<long long>(kv.n_head_kv()),
+      static_cast<long long>(kv.head_dim()), static_cast<long long>(hp.n_layer),
+      static_cast<long long>(hp.n_head_kv), static_cast<long long>(hp.head_dim));
+  return {};
+}
+
 namespace {
 
 // y[t] += bias for each of n rows of y: [n, bias.ne[0]]; nothing when bias is absent.
@@ -106,10 +234,10 @@ void add_bias(Backend& backend, const Tensor& bias, int64_t n, float* y) {
 
 }  // namespace
 
-void self_attention(Backend& backend, const AttentionWeights& w, const AttentionParams& shape,
-                    const RopeParams& rope, float norm_eps, const KvLayerView& cache,
-                    const float* xn, int64_t n, int64_t pos, std::span<const int32_t> positions,
-                    const BlockScratch& s, float* out) {
+void self_attention(Backend& backend, const AttentionWeights& w, const AttentionConfig& c,
+                    const KvLayerView& cache, const float* xn, int64_t n, int64_t pos,
+                    std::span<const int32_t> positions, const BlockScratch& s, float* out) {
+  const AttentionParams& shape = c.attn;
   // q: [n, n_head, head_dim]; k, v: [n, n_head_kv, head_dim]
   backend.matmul(w.wq, xn, n, s.q);
   add_bias(backend, w.bq, n, s.q);
@@ -119,25 +247,30 @@ void self_attention(Backend& backend, const AttentionWeights& w, const Attention
   add_bias(backend, w.bv, n, s.v);
   // Per-head RMS norm: each head_dim row of q and k on its own.
   if (w.q_norm.data != nullptr)
-    backend.rms_norm(s.q, w.q_norm, n * shape.n_head, shape.head_dim, norm_eps, s.q);
+    backend.rms_norm(s.q, w.q_norm, n * shape.n_head, shape.head_dim, c.norm_eps, s.q);
   if (w.k_norm.data != nullptr)
-    backend.rms_norm(s.k, w.k_norm, n * shape.n_head_kv, shape.head_dim, norm_eps, s.k);
-  backend.rope(s.q, n, shape.n_head, shape.head_dim, positions, rope);
-  backend.rope(s.k, n, shape.n_head_kv, shape.head_dim, positions, rope);
+    backend.rms_norm(s.k, w.k_norm, n * shape.n_head_kv, shape.head_dim, c.norm_eps, s.k);
+  backend.rope(s.q, n, shape.n_head, shape.head_dim, positions, c.rope);
+  backend.rope(s.k, n, shape.n_head_kv, shape.head_dim, positions, c.rope);
+  if (c.q_scale != 1.0f) backend.scale(s.q, n * shape.n_head * shape.head_dim, c.q_scale, s.q);
   backend.kv_store(cache, pos, n, s.k, s.v);
-  // attn: [n, n_head * head_dim], each token over cache positions 0 .. its own
+  // attn: [n, n_head * head_dim], each token over cache positions 0 .. its own (its window)
   backend.attention(s.q, n, pos, cache, shape, s.attn);
   // out: [n, n_embd]
   backend.matmul(w.wo, s.attn, n, out);
 }
 
-void swiglu_ffn(Backend& backend, const FfnWeights& w, const float* xn, int64_t n,
-                const BlockScratch& s, float* out) {
+void gated_ffn(Backend& backend, const FfnWeights& w, FfnActivation act, const float* xn, int64_t n,
+               const BlockScratch& s, float* out) {
   const int64_t n_ff = w.gate.ne[1];
   // gate, up: [n, n_ff]
   backend.matmul(w.gate, xn, n, s.gate);
   backend.matmul(w.up, xn, n, s.up);
-  backend.swiglu(s.gate, s.up, n * n_ff, s.gate);
+  if (act == FfnActivation::kSilu) {
+    backend.swiglu(s.gate, s.up, n * n_ff, s.gate);
+  } else {
+    backend.geglu(s.gate, s.up, n * n_ff, s.gate);
+  }
   // out: [n, n_embd]
   backend.matmul(w.down, s.gate, n, out);
 }

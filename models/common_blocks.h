@@ -1,16 +1,20 @@
 // Pieces shared by decoder-only architectures: binding weights by name with shape and
 // type checks (errors name the file, tensor, expected and actual shape), reading
-// "<arch>.<key>" hyper-parameters, and the two blocks every llama-like layer has, causal
-// self-attention with RoPE and the SwiGLU feed-forward network, written against Backend.
+// "<arch>.<key>" hyper-parameters, checking forward()'s arguments, and the two blocks every
+// llama-like layer has, causal self-attention with RoPE and a gated feed-forward network
+// (SwiGLU or GELU), written against Backend.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/gguf/gguf.h"
 #include "core/kv_cache.h"
+#include "core/model.h"
 #include "ggml-like/backend.h"
 #include "ggml-like/result.h"
 #include "ggml-like/tensor.h"
@@ -45,6 +49,41 @@ class WeightBinder {
 Result<int64_t> read_positive(const gguf::File& file, const std::string& arch,
                               const std::string& suffix, std::optional<int64_t> fallback);
 
+// The hyper-parameters every decoder reads the same way: general.architecture, then
+// "<arch>." embedding_length, block_count, feed_forward_length, attention.head_count(_kv),
+// context_length, attention.key_length / value_length (default n_embd / n_head; they must be
+// equal), rope.dimension_count, attention.layer_norm_rms_epsilon, rope.freq_base and linear
+// rope scaling (rope.scaling.type none or linear, rope.scaling.factor). n_vocab is left to
+// the weights.
+Result<ModelHparams> read_decoder_hparams(const gguf::File& file);
+
+// kUnsupported naming `t` when `backend` cannot run `op` on it (see Model::check_backend).
+Result<void> check_op(const Backend& backend, Op op, const Tensor& t);
+
+// The argument checks of Model::forward, with their errors: tokens non-empty and in the
+// vocabulary, pos <= kv.n_tokens(), pos + n within the context; and (a QRUN_CHECK) a cache
+// shaped for hp.
+Result<void> check_forward_args(const ModelHparams& hp, std::span<const int32_t> tokens,
+                                int64_t pos, const KvCache& kv);
+
+// Runs tokens through `chunk(tokens, pos, logits)` in pieces of at most n_batch, advancing
+// kv after each, with logits pointing where each piece's rows go (every row when all_logits,
+// else only the last piece gets the last row; null for the other pieces).
+template <class Chunk>
+void forward_in_chunks(const ModelHparams& hp, int64_t n_batch, std::span<const int32_t> tokens,
+                       int64_t pos, KvCache& kv, bool all_logits, float* logits_out,
+                       Chunk&& chunk) {
+  const auto n_tokens = static_cast<int64_t>(tokens.size());
+  for (int64_t done = 0; done < n_tokens; done += n_batch) {
+    const int64_t n = std::min(n_batch, n_tokens - done);
+    const bool last_chunk = done + n == n_tokens;
+    float* logits =
+        all_logits ? logits_out + done * hp.n_vocab : (last_chunk ? logits_out : nullptr);
+    chunk(tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)), pos + done, logits);
+    kv.set_n_tokens(pos + done + n);
+  }
+}
+
 // The weights of one attention block; shapes in GGML order, rows = output features.
 // Optional tensors have data == nullptr when the architecture has none.
 struct AttentionWeights {
@@ -59,11 +98,24 @@ struct AttentionWeights {
   Tensor k_norm;  // [head_dim], F32, optional: RMS norm of each K head before RoPE (qwen3)
 };
 
-// The weights of a SwiGLU feed-forward block.
+// The weights of a gated feed-forward block.
 struct FfnWeights {
   Tensor gate;  // [n_embd, n_ff]
   Tensor up;    // [n_embd, n_ff]
   Tensor down;  // [n_ff, n_embd]
+};
+
+// The gate's activation: SiLU (SwiGLU: llama, qwen) or GELU, tanh approximation (GeGLU: gemma).
+enum class FfnActivation { kSilu, kGelu };
+
+// How one layer attends: the attention's shape, scale and window, its RoPE, the epsilon of
+// the per-head Q/K norms, and a scale of q after RoPE (Gemma's graph scales q there and
+// attends with scale 1; 1 leaves q as it is).
+struct AttentionConfig {
+  AttentionParams attn;
+  RopeParams rope;
+  float norm_eps = 1e-5f;
+  float q_scale = 1.0f;
 };
 
 // Float buffers one block may overwrite, each sized for the model's n_batch tokens.
@@ -76,17 +128,16 @@ struct BlockScratch {
   float* up = nullptr;    // [n_batch, n_ff]
 };
 
-// out = wo * attention(rope(q), rope(k), v) for n tokens at positions pos .. pos + n - 1,
-// after storing their K and V in `cache`, where q = wq xn + bq, k = wk xn + bk, v = wv xn + bv
-// (biases where present), and q and k are RMS-normed per head (eps `norm_eps`) where w has
-// q_norm / k_norm. out may alias xn.
-void self_attention(Backend& backend, const AttentionWeights& w, const AttentionParams& shape,
-                    const RopeParams& rope, float norm_eps, const KvLayerView& cache,
-                    const float* xn, int64_t n, int64_t pos, std::span<const int32_t> positions,
-                    const BlockScratch& s, float* out);
+// out = wo * attention(q_scale * rope(q), rope(k), v) for n tokens at positions
+// pos .. pos + n - 1, after storing their K and V in `cache`, where q = wq xn + bq,
+// k = wk xn + bk, v = wv xn + bv (biases where present), and q and k are RMS-normed per head
+// (eps c.norm_eps) where w has q_norm / k_norm. out may alias xn.
+void self_attention(Backend& backend, const AttentionWeights& w, const AttentionConfig& c,
+                    const KvLayerView& cache, const float* xn, int64_t n, int64_t pos,
+                    std::span<const int32_t> positions, const BlockScratch& s, float* out);
 
-// out = down * (silu(gate * xn) * (up * xn)) for n tokens. out may alias xn.
-void swiglu_ffn(Backend& backend, const FfnWeights& w, const float* xn, int64_t n,
-                const BlockScratch& s, float* out);
+// out = down * (act(gate * xn) * (up * xn)) for n tokens. out may alias xn.
+void gated_ffn(Backend& backend, const FfnWeights& w, FfnActivation act, const float* xn, int64_t n,
+               const BlockScratch& s, float* out);
 
 }  // namespace qrun::models

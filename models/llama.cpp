@@ -43,7 +43,6 @@ class LlamaModel final : public Model {
   Result<void> check_backend(const Backend& backend) const override;
 
  private:
-  Result<void> read_hparams(const gguf::File& file);
   Result<void> bind_weights(const gguf::File& file);
   void allocate_scratch();
   // One chunk of at most n_batch tokens; logits (may be null) gets the requested rows.
@@ -53,8 +52,7 @@ class LlamaModel final : public Model {
   LlamaVariant variant_;
   ModelHparams hp_;
   int64_t n_batch_ = 0;
-  RopeParams rope_;
-  AttentionParams attn_shape_;
+  AttentionConfig attn_config_;
 
   Tensor tok_embd_;  // [n_embd, n_vocab]
   std::vector<LlamaLayer> layers_;
@@ -72,89 +70,6 @@ class LlamaModel final : public Model {
   std::vector<float> up_;           // [n_batch, n_ff]
   std::vector<int32_t> positions_;  // [n_batch]
 };
-
-Result<void> LlamaModel::read_hparams(const gguf::File& file) {
-  Result<std::string> arch = file.get_string("general.architecture");
-  if (!arch.ok()) return arch.error();
-  hp_.arch = *arch;
-  const std::string& a = hp_.arch;
-
-  const auto positive = [&](const char* suffix, std::optional<int64_t> fallback,
-                            int64_t* out) -> Result<void> {
-    Result<int64_t> v = read_positive(file, a, suffix, fallback);
-    if (!v.ok()) return v.error();
-    *out = *v;
-    return {};
-  };
-  QRUN_TRY(positive("embedding_length", std::nullopt, &hp_.n_embd));
-  QRUN_TRY(positive("block_count", std::nullopt, &hp_.n_layer));
-  QRUN_TRY(positive("feed_forward_length", std::nullopt, &hp_.n_ff));
-  QRUN_TRY(positive("attention.head_count", std::nullopt, &hp_.n_head));
-  QRUN_TRY(positive("attention.head_count_kv", hp_.n_head, &hp_.n_head_kv));
-  QRUN_TRY(positive("context_length", std::nullopt, &hp_.n_ctx_train));
-  // Without attention.key_length the head size is n_embd / n_head (Qwen3 sets it apart).
-  const bool has_key_length = file.find(a + ".attention.key_length") != nullptr;
-  if (!has_key_length && hp_.n_embd % hp_.n_head != 0) {
-    return file.error(
-        ErrorCode::kFormat,
-        format("embedding length %lld is not a multiple of the head count %lld",
-               static_cast<long long>(hp_.n_embd), static_cast<long long>(hp_.n_head)));
-  }
-  QRUN_TRY(positive("attention.key_length", hp_.n_embd / hp_.n_head, &hp_.head_dim));
-  int64_t value_length = 0;
-  QRUN_TRY(positive("attention.value_length", hp_.head_dim, &value_length));
-  if (value_length != hp_.head_dim) {
-    return file.error(
-        ErrorCode::kUnsupported,
-        format("key length %lld differs from value length %lld",
-               static_cast<long long>(hp_.head_dim), static_cast<long long>(value_length)));
-  }
-  if (hp_.n_head % hp_.n_head_kv != 0) {
-    return file.error(
-        ErrorCode::kFormat,
-        format("head count %lld is not a multiple of the KV head count %lld",
-               static_cast<long long>(hp_.n_head), static_cast<long long>(hp_.n_head_kv)));
-  }
-  QRUN_TRY(positive("rope.dimension_count", hp_.head_dim, &hp_.n_rot));
-  if (hp_.n_rot % 2 != 0 || hp_.n_rot > hp_.head_dim) {
-    return file.error(
-        ErrorCode::kFormat,
-        format("key '%s.rope.dimension_count' is %lld; it must be even and at most "
-               "the head size %lld",
-               a.c_str(), static_cast<long long>(hp_.n_rot), static_cast<long long>(hp_.head_dim)));
-  }
-
-  Result<double> eps = file.get_float(a + ".attention.layer_norm_rms_epsilon");
-  if (!eps.ok()) return eps.error();
-  Result<double> base = file.get_float_or(a + ".rope.freq_base", 10000.0);
-  if (!base.ok()) return base.error();
-  if (!(*eps >= 0.0 && *eps < 1.0) || !(*base > 0.0 && std::isfinite(*base))) {
-    return file.error(ErrorCode::kFormat,
-                      format("bad rms epsilon %g or rope base %g", *eps, *base));
-  }
-  hp_.norm_eps = static_cast<float>(*eps);
-  hp_.rope_freq_base = static_cast<float>(*base);
-
-  // Rope scaling: none or linear (positions divided by the factor); others are not built.
-  Result<std::string> scaling = file.get_string_or(a + ".rope.scaling.type", "none");
-  if (!scaling.ok()) return scaling.error();
-  Result<double> factor = file.get_float_or(a + ".rope.scaling.factor", 0.0);
-  if (!factor.ok()) return factor.error();
-  if (*factor == 0.0) {
-    factor = file.get_float_or(a + ".rope.scale_linear", 0.0);
-    if (!factor.ok()) return factor.error();
-  }
-  if (*scaling != "none" && *scaling != "linear") {
-    return file.error(
-        ErrorCode::kUnsupported,
-        format("rope scaling type '%s' is not supported (none, linear)", scaling->c_str()));
-  }
-  if (*factor < 0.0 || !std::isfinite(*factor)) {
-    return file.error(ErrorCode::kFormat, format("bad rope scaling factor %g", *factor));
-  }
-  hp_.rope_freq_scale = *factor == 0.0 ? 1.0f : static_cast<float>(1.0 / *factor);
-  return {};
-}
 
 Result<void> LlamaModel::bind_weights(const gguf::File& file) {
   const WeightBinder b(file);
@@ -188,7 +103,7 @@ Result<void> LlamaModel::bind_weights(const gguf::File& file) {
   if (!freqs.ok()) return freqs.error();
   if (freqs->has_value()) {
     hp_.has_rope_freqs = true;
-    rope_.freq_factors = static_cast<const float*>((*freqs)->data);
+    attn_config_.rope.freq_factors = static_cast<const float*>((*freqs)->data);
   }
 
   layers_.resize(static_cast<size_t>(hp_.n_layer));
@@ -249,39 +164,35 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   auto m = std::make_unique<LlamaModel>();
   m->n_batch_ = options.n_batch;
   m->variant_ = variant;
-  QRUN_TRY(m->read_hparams(file));
+  Result<ModelHparams> hp = read_decoder_hparams(file);
+  if (!hp.ok()) return hp.error();
+  m->hp_ = std::move(*hp);
   QRUN_TRY(m->bind_weights(file));
-  m->rope_.n_rot = m->hp_.n_rot;
-  m->rope_.freq_base = m->hp_.rope_freq_base;
-  m->rope_.freq_scale = m->hp_.rope_freq_scale;
-  m->rope_.mode = variant.rope_mode;
-  m->attn_shape_ = AttentionParams{m->hp_.n_head, m->hp_.n_head_kv, m->hp_.head_dim,
-                                   1.0f / std::sqrt(static_cast<float>(m->hp_.head_dim))};
+  AttentionConfig& a = m->attn_config_;
+  a.attn = AttentionParams{m->hp_.n_head, m->hp_.n_head_kv, m->hp_.head_dim,
+                           1.0f / std::sqrt(static_cast<float>(m->hp_.head_dim))};
+  a.rope.n_rot = m->hp_.n_rot;
+  a.rope.freq_base = m->hp_.rope_freq_base;
+  a.rope.freq_scale = m->hp_.rope_freq_scale;
+  a.rope.mode = variant.rope_mode;
+  a.norm_eps = m->hp_.norm_eps;
   m->allocate_scratch();
   return std::unique_ptr<Model>(std::move(m));
 }
 
 Result<void> LlamaModel::check_backend(const Backend& backend) const {
-  const auto need = [&](Op op, const Tensor& t) -> Result<void> {
-    if (backend.supports(op, t.type)) return {};
-    return make_error(
-        ErrorCode::kUnsupported,
-        format("the %.*s backend cannot run %s on tensor '%.*s' (%s)",
-               static_cast<int>(backend.name().size()), backend.name().data(), op_name(op),
-               static_cast<int>(t.name.size()), t.name.data(), dtype_name(t.type)));
-  };
-  QRUN_TRY(need(Op::kGetRows, tok_embd_));
-  QRUN_TRY(need(Op::kRmsNorm, output_norm_));
-  QRUN_TRY(need(Op::kMatMul, output_));
+  QRUN_TRY(check_op(backend, Op::kGetRows, tok_embd_));
+  QRUN_TRY(check_op(backend, Op::kRmsNorm, output_norm_));
+  QRUN_TRY(check_op(backend, Op::kMatMul, output_));
   for (const LlamaLayer& l : layers_) {
     for (const Tensor* t :
          {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down}) {
-      QRUN_TRY(need(Op::kMatMul, *t));
+      QRUN_TRY(check_op(backend, Op::kMatMul, *t));
     }
-    QRUN_TRY(need(Op::kRmsNorm, l.attn_norm));
-    QRUN_TRY(need(Op::kRmsNorm, l.ffn_norm));
+    QRUN_TRY(check_op(backend, Op::kRmsNorm, l.attn_norm));
+    QRUN_TRY(check_op(backend, Op::kRmsNorm, l.ffn_norm));
     for (const Tensor* t : {&l.attn.q_norm, &l.attn.k_norm}) {
-      if (t->data != nullptr) QRUN_TRY(need(Op::kRmsNorm, *t));
+      if (t->data != nullptr) QRUN_TRY(check_op(backend, Op::kRmsNorm, *t));
     }
   }
   return {};
@@ -289,42 +200,11 @@ Result<void> LlamaModel::check_backend(const Backend& backend) const {
 
 Result<void> LlamaModel::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                  KvCache& kv, bool all_logits, float* logits_out) {
-  const auto n_tokens = static_cast<int64_t>(tokens.size());
-  if (n_tokens == 0) return make_error(ErrorCode::kUsage, "forward: no tokens");
-  if (pos < 0 || pos > kv.n_tokens()) {
-    return make_error(ErrorCode::kUsage,
-                      format("forward: position %lld is past the %lld cached tokens",
-                             static_cast<long long>(pos), static_cast<long long>(kv.n_tokens())));
-  }
-  if (pos + n_tokens > kv.n_ctx()) {
-    return make_error(ErrorCode::kContextOverflow,
-                      format("%lld tokens at position %lld do not fit in a context of %lld",
-                             static_cast<long long>(n_tokens), static_cast<long long>(pos),
-                             static_cast<long long>(kv.n_ctx())));
-  }
-  for (const int32_t t : tokens) {
-    if (t < 0 || t >= hp_.n_vocab) {
-      return make_error(ErrorCode::kUsage,
-                        format("token id %d is outside the vocabulary of %lld tokens", t,
-                               static_cast<long long>(hp_.n_vocab)));
-    }
-  }
-  QRUN_CHECK(kv.n_layer() == hp_.n_layer && kv.n_head_kv() == hp_.n_head_kv &&
-                 kv.head_dim() == hp_.head_dim,
-             "KV cache shaped [%lld layers, %lld x %lld] for a model of [%lld, %lld x %lld]",
-             static_cast<long long>(kv.n_layer()), static_cast<long long>(kv.n_head_kv()),
-             static_cast<long long>(kv.head_dim()), static_cast<long long>(hp_.n_layer),
-             static_cast<long long>(hp_.n_head_kv), static_cast<long long>(hp_.head_dim));
-
-  for (int64_t done = 0; done < n_tokens; done += n_batch_) {
-    const int64_t n = std::min(n_batch_, n_tokens - done);
-    const bool last_chunk = done + n == n_tokens;
-    float* logits =
-        all_logits ? logits_out + done * hp_.n_vocab : (last_chunk ? logits_out : nullptr);
-    forward_chunk(backend, tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)),
-                  pos + done, kv, all_logits, logits);
-    kv.set_n_tokens(pos + done + n);
-  }
+  QRUN_TRY(check_forward_args(hp_, tokens, pos, kv));
+  forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
+                    [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
+                      forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
+                    });
   return {};
 }
 
@@ -346,12 +226,11 @@ void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens
     const LlamaLayer& l = layers_[static_cast<size_t>(il)];
     // Attention. xn: [n, n_embd] normed, then the attention output; x += xn
     backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
-    self_attention(backend, l.attn, attn_shape_, rope_, hp_.norm_eps, kv.layer(il), xn, n, pos,
-                   positions, s, xn);
+    self_attention(backend, l.attn, attn_config_, kv.layer(il), xn, n, pos, positions, s, xn);
     backend.add(x, xn, n * n_embd, x);
     // Feed-forward. xn: [n, n_embd] normed, then the FFN output; x += xn
     backend.rms_norm(x, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
-    swiglu_ffn(backend, l.ffn, xn, n, s, xn);
+    gated_ffn(backend, l.ffn, FfnActivation::kSilu, xn, n, s, xn);
     backend.add(x, xn, n * n_embd, x);
   }
   if (logits == nullptr) return;

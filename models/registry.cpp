@@ -4,6 +4,7 @@
 #include <array>
 #include <string>
 
+#include "models/gemma3.h"
 #include "models/llama.h"
 
 namespace qrun::models {
@@ -13,6 +14,7 @@ constexpr std::array kArchitectures = {
     Architecture{"llama", load_llama},
     Architecture{"qwen2", load_qwen2},
     Architecture{"qwen3", load_qwen3},
+    Architecture{"gemma3", load_gemma3},
 };
 
 }  // namespace

@@ -1,0 +1,294 @@
+// Gemma3Model: Google's Gemma 3 text decoder, as llama.cpp's gemma3 graph computes it.
+// Against llama: the embeddings are scaled by sqrt(n_embd); each block is RMS-normed before
+// and after both attention and the feed-forward network; Q and K get a per-head RMS norm;
+// q is scaled after RoPE (1/sqrt(key length), or 1/sqrt(n_embd / n_head) for the 27B) and
+// attends with scale 1; the FFN is GELU-gated; local layers attend a sliding window with
+// their own RoPE base (10000 unless the file says) and no RoPE scaling, every
+// sliding_window_pattern-th layer (default 6) attends the whole context; the output is
+// tied to the embedding when absent and soft-capped when the file asks.
+#include "models/gemma3.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/common_blocks.h"
+
+namespace qrun::models {
+namespace {
+
+struct Gemma3Layer {
+  Tensor attn_norm;  // [n_embd]
+  AttentionWeights attn;
+  Tensor attn_post_norm;  // [n_embd]
+  Tensor ffn_norm;        // [n_embd]
+  FfnWeights ffn;
+  Tensor ffn_post_norm;    // [n_embd]
+  AttentionConfig config;  // window and RoPE differ between local and global layers
+};
+
+class Gemma3Model final : public Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const gguf::File& file, const ModelOptions& options);
+
+  const ModelHparams& hparams() const override { return hp_; }
+  int64_t n_batch() const override { return n_batch_; }
+  Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
+                       bool all_logits, float* logits_out) override;
+  Result<void> check_backend(const Backend& backend) const override;
+
+ private:
+  Result<void> read_gemma_hparams(const gguf::File& file);
+  Result<void> bind_weights(const gguf::File& file);
+  void forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
+                     bool all_logits, float* logits);
+
+  ModelHparams hp_;
+  int64_t n_batch_ = 0;
+  float embd_scale_ = 1.0f;    // sqrt(n_embd)
+  float softcap_ = 0.0f;       // final logit soft-capping; 0: none
+  float rope_base_local_ = 0;  // RoPE base of the sliding-window layers
+
+  Tensor tok_embd_;  // [n_embd, n_vocab]
+  std::vector<Gemma3Layer> layers_;
+  Tensor output_norm_;  // [n_embd]
+  Tensor output_;       // [n_embd, n_vocab]; token_embd when the file has no output.weight
+
+  // Scratch, [n_batch, ...] each.
+  std::vector<float> x_;            // [n_batch, n_embd] residual stream
+  std::vector<float> xn_;           // [n_batch, n_embd] normed input / block output
+  std::vector<float> q_;            // [n_batch, n_head * head_dim]
+  std::vector<float> k_;            // [n_batch, n_head_kv * head_dim]
+  std::vector<float> v_;            // [n_batch, n_head_kv * head_dim]
+  std::vector<float> attn_;         // [n_batch, n_head * head_dim]
+  std::vector<float> gate_;         // [n_batch, n_ff]
+  std::vector<float> up_;           // [n_batch, n_ff]
+  std::vector<int32_t> positions_;  // [n_batch]
+};
+
+// Which layers attend a sliding window: "<arch>.attention.sliding_window_pattern" is either
+// a period p (layers il with il % p < p - 1 are local, so every p-th is global; default 6)
+// or one boolean per layer (true: local).
+Result<std::vector<bool>> read_swa_layers(const gguf::File& file, const std::string& arch,
+                                          int64_t n_layer) {
+  const std::string key = arch + ".attention.sliding_window_pattern";
+  std::vector<bool> local(static_cast<size_t>(n_layer));
+  const gguf::Value* v = file.find(key);
+  if (v != nullptr && v->type() == gguf::ValueType::kArray) {
+    const gguf::Array& a = v->as_array();
+    if (static_cast<int64_t>(a.items.size()) != n_layer ||
+        !(a.elem_type == gguf::ValueType::kBool || gguf::is_integer_type(a.elem_type))) {
+      return file.error(ErrorCode::kFormat, format("key '%s' must be %lld booleans, one per layer",
+                                                   key.c_str(), static_cast<long long>(n_layer)));
+    }
+    for (size_t il = 0; il < local.size(); ++il) local[il] = a.items[il].as_int() != 0;
+    return local;
+  }
+  Result<int64_t> period = read_positive(file, arch, "attention.sliding_window_pattern", 6);
+  if (!period.ok()) return period.error();
+  for (int64_t il = 0; il < n_layer; ++il) {
+    local[static_cast<size_t>(il)] = il % *period < *period - 1;
+  }
+  return local;
+}
+
+Result<void> Gemma3Model::read_gemma_hparams(const gguf::File& file) {
+  const std::string& a = hp_.arch;
+  embd_scale_ = std::sqrt(static_cast<float>(hp_.n_embd));
+
+  Result<int64_t> window = file.get_int_or(a + ".attention.sliding_window", 0);
+  if (!window.ok()) return window.error();
+  if (*window < 0 || *window > (int64_t{1} << 24)) {
+    return file.error(ErrorCode::kFormat, format("key '%s.attention.sliding_window' is %lld",
+                                                 a.c_str(), static_cast<long long>(*window)));
+  }
+  hp_.attn_window.assign(static_cast<size_t>(hp_.n_layer), 0);
+  if (*window > 0) {
+    Result<std::vector<bool>> local = read_swa_layers(file, a, hp_.n_layer);
+    if (!local.ok()) return local.error();
+    for (size_t il = 0; il < local->size(); ++il) {
+      if ((*local)[il]) hp_.attn_window[il] = *window;
+    }
+  }
+
+  Result<double> base_local = file.get_float_or(a + ".rope.freq_base_swa", 10000.0);
+  if (!base_local.ok()) return base_local.error();
+  Result<double> softcap = file.get_float_or(a + ".final_logit_softcapping", 0.0);
+  if (!softcap.ok()) return softcap.error();
+  if (!(*base_local > 0.0 && std::isfinite(*base_local)) ||
+      !(*softcap >= 0.0 && std::isfinite(*softcap))) {
+    return file.error(ErrorCode::kFormat,
+                      format("bad local rope base %g or logit soft-cap %g", *base_local, *softcap));
+  }
+  rope_base_local_ = static_cast<float>(*base_local);
+  softcap_ = static_cast<float>(*softcap);
+  return {};
+}
+
+Result<void> Gemma3Model::bind_weights(const gguf::File& file) {
+  const WeightBinder b(file);
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_q = hp_.n_head * hp_.head_dim;
+  const int64_t n_kv = hp_.n_head_kv * hp_.head_dim;
+
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (embd == nullptr)
+    return file.error(ErrorCode::kFormat, "tensor 'token_embd.weight' is missing");
+  hp_.n_vocab = embd->ne[1];
+  const auto bind = [&](const std::string& name, std::vector<int64_t> shape, WeightUse use,
+                        Tensor* out) -> Result<void> {
+    Result<Tensor> t = b.bind(name, std::move(shape), use);
+    if (!t.ok()) return t.error();
+    *out = *t;
+    return {};
+  };
+  QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kGetRows, &tok_embd_));
+  QRUN_TRY(bind("output_norm.weight", {n_embd}, WeightUse::kF32, &output_norm_));
+  Result<std::optional<Tensor>> output =
+      b.bind_optional("output.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul);
+  if (!output.ok()) return output.error();
+  if (output->has_value()) {
+    output_ = **output;
+  } else {
+    QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul, &output_));
+  }
+
+  layers_.resize(static_cast<size_t>(hp_.n_layer));
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    Gemma3Layer& l = layers_[static_cast<size_t>(il)];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    QRUN_TRY(bind(p + "attn_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_norm));
+    QRUN_TRY(bind(p + "attn_q.weight", {n_embd, n_q}, WeightUse::kMatMul, &l.attn.wq));
+    QRUN_TRY(bind(p + "attn_k.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wk));
+    QRUN_TRY(bind(p + "attn_v.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wv));
+    QRUN_TRY(bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
+    QRUN_TRY(bind(p + "attn_q_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.q_norm));
+    QRUN_TRY(bind(p + "attn_k_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.k_norm));
+    QRUN_TRY(bind(p + "post_attention_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_post_norm));
+    QRUN_TRY(bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
+    QRUN_TRY(bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
+    QRUN_TRY(bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
+    QRUN_TRY(bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
+    QRUN_TRY(bind(p + "post_ffw_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_post_norm));
+    for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"})
+      QRUN_TRY(b.reject_if_present(p + bias, "attention biases"));
+  }
+  return {};
+}
+
+Result<std::unique_ptr<Model>> Gemma3Model::load(const gguf::File& file,
+                                                 const ModelOptions& options) {
+  if (options.n_batch <= 0 || options.n_batch > (int64_t{1} << 20)) {
+    return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
+                                                static_cast<long long>(options.n_batch)));
+  }
+  auto m = std::make_unique<Gemma3Model>();
+  m->n_batch_ = options.n_batch;
+  Result<ModelHparams> hp = read_decoder_hparams(file);
+  if (!hp.ok()) return hp.error();
+  m->hp_ = std::move(*hp);
+  QRUN_TRY(m->read_gemma_hparams(file));
+  QRUN_TRY(m->bind_weights(file));
+
+  const ModelHparams& h = m->hp_;
+  // llama.cpp follows gemma_pytorch: the 27B (62 layers) scales by its query_pre_attn_scalar,
+  // n_embd / n_head, every other size by the key length.
+  const float q_scale = h.n_layer == 62 ? 1.0f / std::sqrt(static_cast<float>(h.n_embd / h.n_head))
+                                        : 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+  for (size_t il = 0; il < m->layers_.size(); ++il) {
+    AttentionConfig& c = m->layers_[il].config;
+    const int64_t window = h.attn_window[il];
+    c.attn = AttentionParams{h.n_head, h.n_head_kv, h.head_dim, 1.0f, window};
+    c.rope.n_rot = h.n_rot;
+    c.rope.mode = RopeMode::kNeox;
+    c.rope.freq_base = window > 0 ? m->rope_base_local_ : h.rope_freq_base;
+    c.rope.freq_scale = window > 0 ? 1.0f : h.rope_freq_scale;
+    c.norm_eps = h.norm_eps;
+    c.q_scale = q_scale;
+  }
+
+  const auto n = static_cast<size_t>(m->n_batch_);
+  m->x_.resize(n * static_cast<size_t>(h.n_embd));
+  m->xn_.resize(n * static_cast<size_t>(h.n_embd));
+  m->q_.resize(n * static_cast<size_t>(h.n_head * h.head_dim));
+  m->k_.resize(n * static_cast<size_t>(h.n_head_kv * h.head_dim));
+  m->v_.resize(n * static_cast<size_t>(h.n_head_kv * h.head_dim));
+  m->attn_.resize(n * static_cast<size_t>(h.n_head * h.head_dim));
+  m->gate_.resize(n * static_cast<size_t>(h.n_ff));
+  m->up_.resize(n * static_cast<size_t>(h.n_ff));
+  m->positions_.resize(n);
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+Result<void> Gemma3Model::check_backend(const Backend& backend) const {
+  QRUN_TRY(check_op(backend, Op::kGetRows, tok_embd_));
+  QRUN_TRY(check_op(backend, Op::kRmsNorm, output_norm_));
+  QRUN_TRY(check_op(backend, Op::kMatMul, output_));
+  for (const Gemma3Layer& l : layers_) {
+    for (const Tensor* t :
+         {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down}) {
+      QRUN_TRY(check_op(backend, Op::kMatMul, *t));
+    }
+    for (const Tensor* t : {&l.attn_norm, &l.attn.q_norm, &l.attn.k_norm, &l.attn_post_norm,
+                            &l.ffn_norm, &l.ffn_post_norm}) {
+      QRUN_TRY(check_op(backend, Op::kRmsNorm, *t));
+    }
+  }
+  return {};
+}
+
+Result<void> Gemma3Model::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
+                                  KvCache& kv, bool all_logits, float* logits_out) {
+  QRUN_TRY(check_forward_args(hp_, tokens, pos, kv));
+  forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
+                    [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
+                      forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
+                    });
+  return {};
+}
+
+void Gemma3Model::forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
+                                KvCache& kv, bool all_logits, float* logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t n_embd = hp_.n_embd;
+  const BlockScratch s{q_.data(), k_.data(), v_.data(), attn_.data(), gate_.data(), up_.data()};
+  for (int64_t t = 0; t < n; ++t)
+    positions_[static_cast<size_t>(t)] = static_cast<int32_t>(pos + t);
+  const std::span<const int32_t> positions(positions_.data(), static_cast<size_t>(n));
+  float* x = x_.data();
+  float* xn = xn_.data();
+
+  // x: [n, n_embd] token embeddings, scaled by sqrt(n_embd)
+  backend.get_rows(tok_embd_, tokens, x);
+  backend.scale(x, n * n_embd, embd_scale_, x);
+
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const Gemma3Layer& l = layers_[static_cast<size_t>(il)];
+    // Attention. xn: [n, n_embd] normed, the attention output, normed again; x += xn
+    backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+    self_attention(backend, l.attn, l.config, kv.layer(il), xn, n, pos, positions, s, xn);
+    backend.rms_norm(xn, l.attn_post_norm, n, n_embd, hp_.norm_eps, xn);
+    backend.add(x, xn, n * n_embd, x);
+    // Feed-forward. xn: [n, n_embd] normed, the FFN output, normed again; x += xn
+    backend.rms_norm(x, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
+    gated_ffn(backend, l.ffn, FfnActivation::kGelu, xn, n, s, xn);
+    backend.rms_norm(xn, l.ffn_post_norm, n, n_embd, hp_.norm_eps, xn);
+    backend.add(x, xn, n * n_embd, x);
+  }
+  if (logits == nullptr) return;
+
+  // Output: the rows asked for (every token, or the last), normed, projected, soft-capped.
+  // xn: [rows, n_embd]; logits: [rows, n_vocab]
+  const int64_t rows = all_logits ? n : 1;
+  backend.rms_norm(x + (n - rows) * n_embd, output_norm_, rows, n_embd, hp_.norm_eps, xn);
+  backend.matmul(output_, xn, rows, logits);
+  if (softcap_ > 0.0f) backend.softcap(logits, rows * hp_.n_vocab, softcap_, logits);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> load_gemma3(const gguf::File& file, const ModelOptions& options) {
+  return Gemma3Model::load(file, options);
+}
+
+}  // namespace qrun::models
