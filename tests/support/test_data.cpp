@@ -26,6 +26,22 @@ std::filesystem::path data_path(const std::string& relative) {
   return p;
 }
 
+std::filesystem::path real_model(const std::string& file) {
+  std::filesystem::path dir;
+  if (const char* env = std::getenv("QRUN_MODELS"); env && *env) {
+    dir = env;
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    dir = std::filesystem::path(home) / ".cache/qrun/models";
+  }
+  const std::filesystem::path p = dir / file;
+  return !dir.empty() && std::filesystem::is_regular_file(p) ? p : std::filesystem::path();
+}
+
+bool real_models_required() {
+  const char* env = std::getenv("QRUN_REQUIRE_REAL_MODELS");
+  return env != nullptr && *env != '\0' && std::string(env) != "0";
+}
+
 std::filesystem::path temp_dir() {
   static std::atomic<int> counter{0};
   const char* base = std::getenv("TMPDIR");
