@@ -49,6 +49,10 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
   std::printf("rope           freq_base %s, dims %s, scaling %s\n",
               m.rope_freq_base ? format("%g", *m.rope_freq_base).c_str() : "-",
               opt_int(m.rope_dims).c_str(), m.rope_scaling.c_str());
+  if (m.sliding_window > 0) {
+    std::printf("attention      sliding window of %lld positions on the local layers\n",
+                static_cast<long long>(m.sliding_window));
+  }
   if (m.rms_eps) std::printf("rms norm eps   %g\n", *m.rms_eps);
   std::printf("tokenizer      %s%s%s, %s tokens",
               m.tokenizer_model.empty() ? "-" : m.tokenizer_model.c_str(),
@@ -107,6 +111,7 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors)
       {"rope_freq_base", m.rope_freq_base ? json(*m.rope_freq_base) : json(nullptr)},
       {"rope_dims", opt(m.rope_dims)},
       {"rope_scaling", m.rope_scaling},
+      {"sliding_window", m.sliding_window > 0 ? json(m.sliding_window) : json(nullptr)},
       {"rms_norm_eps", m.rms_eps ? json(*m.rms_eps) : json(nullptr)},
       {"tokenizer_model", m.tokenizer_model},
       {"tokenizer_pre", m.tokenizer_pre},

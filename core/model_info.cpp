@@ -82,6 +82,7 @@ ModelInfo describe_model(const gguf::File& f) {
   m.rms_eps = float_opt(f, a + "attention.layer_norm_rms_epsilon");
   m.rope_freq_base = float_opt(f, a + "rope.freq_base");
   m.rope_dims = int_or(f, a + "rope.dimension_count", m.head_dim);
+  m.sliding_window = int_or(f, a + "attention.sliding_window", -1);
   const std::string scaling = string_or(f, a + "rope.scaling.type");
   const std::optional<double> factor = float_opt(f, a + "rope.scaling.factor");
   if (scaling.empty() || scaling == "none") {

@@ -35,6 +35,7 @@ struct ModelInfo {
   std::optional<double> rope_freq_base;
   int64_t rope_dims = -1;
   std::string rope_scaling;     // "none", "linear x4", ...
+  int64_t sliding_window = -1;  // positions a local layer attends; -1: no sliding window
   std::string tokenizer_model;  // "llama", "gpt2", ...
   std::string tokenizer_pre;
   std::vector<SpecialToken> special_tokens;

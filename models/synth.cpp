@@ -1,4 +1,4 @@
-// write_synthetic_model: a llama, qwen2 or qwen3 GGUF with random weights.
+// write_synthetic_model: a llama, qwen2, qwen3 or gemma3 GGUF with random weights.
 // Speed matters (a 1B model should take seconds), so each distinct (type, row length)
 // gets a pool of randomly generated, reference-quantized rows, and every tensor row is
 // a pool row rotated by a random whole number of blocks: a valid, varied row of the
@@ -90,7 +90,7 @@ std::vector<std::string> synth_preset_names() {
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama", "qwen2", "qwen3"};
+  return {"llama", "qwen2", "qwen3", "gemma3"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -104,10 +104,16 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   if (!recipe.ok()) return recipe.error();
   const bool qwen2 = o.arch == "qwen2";
   const bool qwen3 = o.arch == "qwen3";
-  if (o.arch != "llama" && !qwen2 && !qwen3) {
+  const bool gemma3 = o.arch == "gemma3";
+  if (o.arch != "llama" && !qwen2 && !qwen3 && !gemma3) {
     return make_error(
         ErrorCode::kUsage,
-        format("synth: unknown architecture '%s' (llama, qwen2, qwen3)", o.arch.c_str()));
+        format("synth: unknown architecture '%s' (llama, qwen2, qwen3, gemma3)", o.arch.c_str()));
+  }
+  if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma3)) {
+    return make_error(ErrorCode::kUsage,
+                      format("synth: a sliding window (%lld) needs --arch gemma3 and must be > 0",
+                             static_cast<long long>(s.sliding_window)));
   }
   if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
       s.head_dim < 0 || (s.head_dim == 0 && s.n_embd % s.n_head != 0) ||
@@ -145,7 +151,11 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(n_vocab));
-  if (qwen3 || head_dim * s.n_head != s.n_embd) {
+  if (gemma3) {
+    w.set_u32(a + ".attention.sliding_window",
+              static_cast<uint32_t>(s.sliding_window > 0 ? s.sliding_window : 512));
+  }
+  if (qwen3 || gemma3 || head_dim * s.n_head != s.n_embd) {
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
     w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
   }
@@ -157,7 +167,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   std::map<std::pair<DType, int64_t>, std::unique_ptr<RowPool>> pools;  // outlives w.write()
   uint64_t tensor_seed = o.seed * 1000003u;
   // Types in write order, as llama-quantize would choose them for this recipe.
-  QuantPlanner planner(*recipe, s.n_layer, s.n_layer, !s.tied_output);
+  QuantPlanner planner(*recipe, s.n_layer, s.n_layer, !s.tied_output && !gemma3);
   auto add_matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
     const DType type = planner.next(name, cols);
     std::unique_ptr<RowPool>& pool = pools[{type, cols}];
@@ -204,18 +214,20 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       add_random(b + "attn_k.bias", n_embd_kv, 0.0f, bias_amplitude);
       add_random(b + "attn_v.bias", n_embd_kv, 0.0f, bias_amplitude);
     }
-    if (qwen3) {
+    if (qwen3 || gemma3) {
       add_random(b + "attn_q_norm.weight", head_dim, 1.0f, 0.5f);
       add_random(b + "attn_k_norm.weight", head_dim, 1.0f, 0.5f);
     }
     add_matrix(b + "attn_output.weight", n_embd_q, s.n_embd);
+    if (gemma3) add_random(b + "post_attention_norm.weight", s.n_embd, 1.0f, 0.5f);
     add_ones(b + "ffn_norm.weight", s.n_embd);
     add_matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff);
     add_matrix(b + "ffn_up.weight", s.n_embd, s.n_ff);
     add_matrix(b + "ffn_down.weight", s.n_ff, s.n_embd);
+    if (gemma3) add_random(b + "post_ffw_norm.weight", s.n_embd, 1.0f, 0.5f);
   }
   add_ones("output_norm.weight", s.n_embd);
-  if (!s.tied_output) add_matrix("output.weight", s.n_embd, n_vocab);
+  if (!s.tied_output && !gemma3) add_matrix("output.weight", s.n_embd, n_vocab);
   return w.write(path);
 }
 

@@ -1,4 +1,4 @@
-// Synthetic llama-shaped models (llama, qwen2 or qwen3) with random weights, for benchmarks
+// Synthetic decoder models (llama, qwen2, qwen3 or gemma3) with random weights, for benchmarks
 // and tests: any shape, any weight recipe, and the tokenizer copied from a vocab-only GGUF
 // file. The same options and vocabulary always give the same bytes.
 // Memory traffic and arithmetic do not depend on the values, so these stand in for
@@ -18,8 +18,9 @@ struct SynthShape {
   int64_t n_ctx = 2048;
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
-  bool tied_output = false;  // no output.weight: the token embedding is reused
-  int64_t head_dim = 0;      // 0: n_embd / n_head
+  bool tied_output = false;    // no output.weight: the token embedding is reused
+  int64_t head_dim = 0;        // 0: n_embd / n_head
+  int64_t sliding_window = 0;  // gemma3: the local layers' window (0: 512)
 };
 
 // Named shapes: "tinyllama-1.1b", "llama-3.2-1b", "llama-3-8b", ...
@@ -30,7 +31,9 @@ std::vector<std::string> synth_preset_names();
 std::vector<std::string> synth_arch_names();
 
 struct SynthOptions {
-  std::string arch = "llama";  // llama, qwen2 (random Q/K/V biases), qwen3 (random Q/K norms)
+  // llama, qwen2 (random Q/K/V biases), qwen3 (random Q/K norms), gemma3 (random Q/K norms,
+  // post-attention and post-FFN norms, a sliding window on 5 of every 6 layers, tied output)
+  std::string arch = "llama";
   SynthShape shape;
   std::string recipe = "q4_0";  // a weight type name, or "q4_k_m" / "q4_k_s" / "q5_k_m"
   uint64_t seed = 42;

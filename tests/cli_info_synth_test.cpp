@@ -96,6 +96,21 @@ TEST(CliSynth, EveryRecipeWritesADescribableModel) {
   }
 }
 
+TEST(CliSynth, Gemma3WithItsWindowIsDescribed) {
+  const std::string out = (temp_dir() / "g.gguf").string();
+  CommandResult r = run_command(qrun() + " synth -o '" + out +
+                                "' --arch gemma3 --like tiny --sliding-window 16 --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = info_json(out);
+  EXPECT_EQ(j["architecture"], "gemma3");
+  EXPECT_EQ(j["sliding_window"], 16);
+  EXPECT_EQ(info_json(data_path("models/stories260K.gguf").string())["sliding_window"], nullptr);
+  CommandResult text = run_command(qrun() + " info '" + out + "'");
+  EXPECT_NE(text.out.find("sliding window of 16 positions"), std::string::npos) << text.out;
+  CommandResult gen = run_command(qrun() + " run -q -m '" + out + "' -p hello -n 4 --temp 0");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+}
+
 TEST(CliSynth, SameSeedSameFile) {
   const std::filesystem::path dir = temp_dir();
   for (const char* name : {"a.gguf", "b.gguf"}) {
@@ -116,6 +131,10 @@ TEST(CliSynth, BadArgumentsAreUsageErrors) {
   EXPECT_EQ(bad_like.exit_code, 2);
   CommandResult bad_shape = run_command(qrun() + " synth -o '" + out + "' --n-embd 65 --n-head 4");
   EXPECT_EQ(bad_shape.exit_code, 2);
+  CommandResult window_on_llama =
+      run_command(qrun() + " synth -o '" + out + "' --sliding-window 8");
+  EXPECT_EQ(window_on_llama.exit_code, 2);
+  EXPECT_NE(window_on_llama.err.find("--arch gemma3"), std::string::npos) << window_on_llama.err;
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

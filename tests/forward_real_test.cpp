@@ -53,6 +53,9 @@ constexpr double kMeanKld = 5e-3;
 constexpr double kMaxKld = 2e-2;
 constexpr double kFlipGap = 0.25;
 constexpr double kTop10Rms = 0.35;
+// Steps (of 48) whose top token must be llama.cpp's: measured 43 .. 48; llama.cpp's own
+// flash-attention switch keeps 94.8 %, 45.5 of 48.
+constexpr int kMinSameTop = 40;
 
 test::Golden golden(const std::string& prompt, bool with_logits) {
   return test::load_golden(std::string("golden/real/") + kModel + "." + prompt, with_logits);
@@ -198,6 +201,7 @@ TEST_P(ForwardReal, MatchesLlamaCpp) {
       EXPECT_LT(row.max_kld, kMaxKld);
     }
     EXPECT_LT(row.top10_rms, kTop10Rms);
+    EXPECT_GE(row.top1_same, kMinSameTop);
     results().push_back(row);
   }
 }
