@@ -27,6 +27,7 @@ namespace {
 struct RunOptions {
   ModelFlags model;
   std::string prompt;
+  bool prompt_given = false;  // -p was given, perhaps as "" (start from BOS alone)
   std::string prompt_file;
   int64_t n_predict = -1;
   SamplingFlags sampling;
@@ -63,12 +64,12 @@ std::string read_stdin() {
 Result<std::string> assemble_prompt(const RunOptions& o) {
   std::string prompt = o.prompt;
   if (!o.prompt_file.empty()) {
-    if (!o.prompt.empty()) return make_error(ErrorCode::kUsage, "give either -p or -f, not both");
+    if (o.prompt_given) return make_error(ErrorCode::kUsage, "give either -p or -f, not both");
     Result<std::string> text = read_text_file("-f", o.prompt_file);
     if (!text.ok()) return text.error();
     prompt = std::move(*text);
   }
-  const bool have_flag_prompt = !o.prompt.empty() || !o.prompt_file.empty();
+  const bool have_flag_prompt = o.prompt_given || !o.prompt_file.empty();
   if (!o.no_stdin && stdin_is_data()) {
     if (!have_flag_prompt) {
       std::string text = read_stdin();
@@ -84,7 +85,7 @@ Result<std::string> assemble_prompt(const RunOptions& o) {
                    kStdinGraceMs);
     }
   }
-  if (prompt.empty()) {
+  if (prompt.empty() && !o.prompt_given) {
     return make_error(ErrorCode::kUsage, "no prompt: give -p TEXT, -f FILE, or pipe text on stdin");
   }
   return prompt;
@@ -194,7 +195,8 @@ void register_run(CLI::App& app, Action* selected) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (one shot)");
   add_model_flags(cmd, o->model);
-  cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  CLI::Option* prompt = cmd->add_option(
+      "-p,--prompt", o->prompt, "Prompt text (\"\" starts from the beginning-of-text token alone)");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", o->n_predict,
                   "Tokens to generate (-1: until end of text or a full context)")
@@ -216,7 +218,10 @@ void register_run(CLI::App& app, Action* selected) {
       "Exit codes: 0 ok (whatever the stop reason, but an interruption), 1 runtime error,\n"
       "2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context overflow, 130 "
       "interrupted.");
-  cmd->callback([o, selected] { *selected = [o] { return run_generation(*o); }; });
+  cmd->callback([o, prompt, selected] {
+    o->prompt_given = prompt->count() > 0;
+    *selected = [o] { return run_generation(*o); };
+  });
 }
 
 }  // namespace qrun::cli

@@ -40,7 +40,11 @@ const char* stop_reason_name(StopReason reason) {
 Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
                                 std::span<const int32_t> prompt, const GenerateParams& params,
                                 Sampler& sampler, const OnToken& on_token, const IsEog& is_eog) {
-  if (prompt.empty()) return make_error(ErrorCode::kUsage, "the prompt is empty");
+  if (prompt.empty()) {
+    return make_error(ErrorCode::kUsage,
+                      "the prompt is empty and this model adds no beginning-of-text token, so "
+                      "there is nothing to start from");
+  }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (n_prompt > kv.n_free()) {
     return make_error(

@@ -82,6 +82,31 @@ TEST(CliRun, PipedStdinIsThePromptOrContext) {
             nlohmann::json::parse(joined.out)["prompt_tokens"]);
 }
 
+// -p "" is an empty prompt, not a missing one: generation starts from BOS alone, as
+// llama.cpp's does; a model that adds no BOS has nothing to start from (exit 2).
+TEST(CliRun, EmptyPromptStartsFromBos) {
+  CommandResult r = run_command(qrun() + " run -q --json --no-stdin --temp 0 -n 4 -m '" +
+                                model_path("stories260K") + "' -p ''");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_tokens"], nlohmann::json::array({1}));
+  EXPECT_EQ(j["n_tokens"], 4);
+
+  const std::string no_bos = (temp_dir() / "no-bos.gguf").string();
+  ASSERT_EQ(run_command(qrun() + " synth --arch qwen2 --like tiny --vocab '" +
+                        data_path("vocab/ggml-vocab-gpt-2.gguf").string() + "' -o '" + no_bos + "'")
+                .exit_code,
+            0);
+  CommandResult none = run_command(qrun() + " run --no-stdin -m '" + no_bos + "' -p ''");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("nothing to start from"), std::string::npos) << none.err;
+
+  // Without -p, -f or stdin there is still no prompt.
+  CommandResult missing = run_command(qrun() + " run --no-stdin -m '" + no_bos + "'");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("no prompt"), std::string::npos) << missing.err;
+}
+
 TEST(CliRun, DemoModelIsTheDefault) {
   CommandResult r = run_command(qrun() + " run --temp 0 -n 48 -p '" + std::string(kOnce) + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
