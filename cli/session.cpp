@@ -1,9 +1,12 @@
 // open_session: file -> tokenizer -> model -> backend -> KV cache.
 #include "cli/session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
+#include <vector>
 
 #include "cli/demo_model.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -22,6 +25,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   cmd->add_option("--cache-type", f.cache_type, "KV cache element type")
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32"}));
+  cmd->add_flag("!--no-warmup", f.warmup,
+                "Skip the warm-up pass at load (the first prompt pays for paging in the weights)");
 }
 
 Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log) {
@@ -57,6 +62,14 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   const DType cache_type = flags.cache_type == "f32" ? DType::kF32 : DType::kF16;
   Result<KvCache> kv = make_kv_cache(**model, n_ctx, cache_type);
   if (!kv.ok()) return kv.error();
+
+  if (flags.warmup) {
+    const int32_t token = std::max((*tokenizer)->bos(), 0);
+    std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
+    QRUN_TRY((*model)->forward(*backend, std::span<const int32_t>(&token, 1), 0, *kv, false,
+                               logits.data()));
+    kv->clear();
+  }
 
   auto s =
       std::make_unique<Session>(Session{std::move(*file), "", std::move(*tokenizer),

@@ -21,11 +21,12 @@ struct ModelFlags {
   int64_t ctx_size = 0;  // <= 0: the model's context length, capped at kDefaultMaxCtx
   int64_t batch_size = 512;
   std::string cache_type = "f16";
+  bool warmup = true;  // one forward pass at load (--no-warmup turns it off)
 };
 
 inline constexpr int64_t kDefaultMaxCtx = 4096;
 
-// Declares -m, -t, -c, -b and --cache-type on `cmd`, bound to `flags`.
+// Declares -m, -t, -c, -b, --cache-type and --no-warmup on `cmd`, bound to `flags`.
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 
 struct Session {
@@ -39,7 +40,9 @@ struct Session {
 };
 
 // Loads everything. `log` says on stderr what was loaded (and that the demo model is used
-// when no -m was given).
+// when no -m was given). With flags.warmup, one token goes through the model before the load
+// time is taken (and the cache is cleared again), as llama.cpp warms up: the weights are
+// paged in and the backend makes its repacked copies then, not in the first prompt.
 Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log);
 
 }  // namespace qrun::cli

@@ -107,6 +107,19 @@ TEST(CliRun, EmptyPromptStartsFromBos) {
   EXPECT_NE(missing.err.find("no prompt"), std::string::npos) << missing.err;
 }
 
+// The warm-up pass at load leaves nothing behind: the same text with and without it.
+TEST(CliRun, WarmupDoesNotChangeTheOutput) {
+  const std::string cmd = qrun() + " run -q --no-stdin --temp 0 -n 24 -m '" +
+                          model_path("stories260K") + "' -p '" + kPark + "'";
+  CommandResult warm = run_command(cmd);
+  CommandResult cold = run_command(cmd + " --no-warmup");
+  ASSERT_EQ(warm.exit_code, 0) << warm.err;
+  ASSERT_EQ(cold.exit_code, 0) << cold.err;
+  EXPECT_EQ(warm.out, cold.out);
+  EXPECT_EQ(warm.out, golden("stories260K", "park")["greedy_text"].get<std::string>().substr(
+                          0, warm.out.size()));
+}
+
 TEST(CliRun, DemoModelIsTheDefault) {
   CommandResult r = run_command(qrun() + " run --temp 0 -n 48 -p '" + std::string(kOnce) + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
