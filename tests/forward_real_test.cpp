@@ -118,6 +118,16 @@ TEST(ForwardReal, PromptTokensMatchLlamaCpp) {
     // As llama.cpp made them: BOS added, special tokens not parsed.
     EXPECT_EQ((*tok)->encode(g.prompt_text, true, false), g.prompt) << prompt;
   }
+  // Gemma's special tokens parsed in a prompt (turn markers, HTML tags, <unusedN>, <pad>),
+  // with accents, CJK, a tab and a double space: llama.cpp's ids, from
+  // llama-completion --verbose-prompt (d8a24cce) on the same text.
+  const std::string special =
+      "<start_of_turn>user\nH\u00e9llo w\u00f6rld! \u65e5\u672c\u8a9e <b>x</b>\t  "
+      "tabs<end_of_turn>\n<start_of_turn>model\n<unused5><pad>";
+  const std::vector<int32_t> want = {2,   105,    2364,  107,    236814, 7869, 844,    515, 4010,
+                                     671, 236888, 33375, 238582, 236743, 200,  236781, 209, 255968,
+                                     138, 39218,  106,   107,    105,    4368, 107,    11,  0};
+  EXPECT_EQ((*tok)->encode(special, true, true), want);
 }
 
 class ForwardReal : public ::testing::TestWithParam<kernels::Isa> {};
