@@ -116,6 +116,11 @@ TEST(PerplexityKld, DamagedBaseFilesAndBadFlagsAreOneLineErrors) {
   EXPECT_NE(r.err.find(base + ": offset "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("truncated in chunk 3 of 3"), std::string::npos) << r.err;
 
+  CommandResult unwritable = perplexity("-m " + model("stories260K.gguf") + " -f '" + kStory +
+                                        "' -c 64 --kl-divergence-base /nonexistent/base.kld");
+  EXPECT_EQ(unwritable.exit_code, 3);
+  EXPECT_NE(unwritable.err.find("/nonexistent/base.kld: cannot create"), std::string::npos)
+      << unwritable.err;
   CommandResult no_base = perplexity("--kl-divergence -m " + model("stories260K.gguf"));
   EXPECT_EQ(no_base.exit_code, 2);
   EXPECT_NE(no_base.err.find("--kl-divergence-base"), std::string::npos) << no_base.err;
