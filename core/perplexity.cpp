@@ -14,6 +14,11 @@ double negative_log_likelihood(std::span<const float> logits, int32_t target) {
   return std::log(sum) - (static_cast<double>(logits[static_cast<size_t>(target)]) - max);
 }
 
+int64_t perplexity_chunk_count(int64_t n_tokens, int64_t n_ctx, int64_t max_chunks) {
+  const int64_t n = n_tokens / n_ctx;
+  return max_chunks > 0 ? std::min(n, max_chunks) : n;
+}
+
 Result<PerplexityResult> evaluate_perplexity(Model& model, Backend& backend, KvCache& kv,
                                              std::span<const int32_t> tokens,
                                              const PerplexityOptions& o) {
@@ -30,8 +35,7 @@ Result<PerplexityResult> evaluate_perplexity(Model& model, Backend& backend, KvC
                              "(use a longer text or a smaller -c)",
                              static_cast<long long>(n_tokens), static_cast<long long>(n_ctx)));
   }
-  int64_t n_chunks = n_tokens / n_ctx;
-  if (o.max_chunks > 0) n_chunks = std::min(n_chunks, o.max_chunks);
+  const int64_t n_chunks = perplexity_chunk_count(n_tokens, n_ctx, o.max_chunks);
 
   const int64_t n_vocab = model.hparams().n_vocab;
   const int64_t first = n_ctx / 2;  // positions before this only give context
@@ -58,6 +62,13 @@ Result<PerplexityResult> evaluate_perplexity(Model& model, Backend& backend, KvC
       sum += nll;
       sum_sq += nll * nll;
       ++r.n_scored;
+    }
+    if (o.on_scored_logits) {
+      QRUN_TRY(o.on_scored_logits(
+          c, tokens.subspan(static_cast<size_t>(c * n_ctx), static_cast<size_t>(n_ctx)),
+          std::span<const float>(logits)
+              .subspan(static_cast<size_t>(first * n_vocab))
+              .first(static_cast<size_t>((n_ctx - 1 - first) * n_vocab))));
     }
     ++r.n_chunks;
     if (o.on_chunk) o.on_chunk(c, n_chunks, std::exp(sum / static_cast<double>(r.n_scored)));

@@ -27,6 +27,12 @@ struct PerplexityOptions {
   const std::atomic<bool>* interrupt = nullptr;  // checked between chunks
   // After each chunk: its index, the chunk count, and the running estimate.
   std::function<void(int64_t, int64_t, double)> on_chunk;
+  // Before on_chunk: the chunk's index, its tokens as in the text (before BOS is written
+  // over the first), and the logits of its scored positions, [n_ctx - 1 - n_ctx/2, n_vocab]
+  // (row r is position n_ctx/2 + r and predicts token n_ctx/2 + r + 1). An error stops the
+  // run and is returned.
+  std::function<Result<void>(int64_t, std::span<const int32_t>, std::span<const float>)>
+      on_scored_logits;
 };
 
 struct PerplexityResult {
@@ -38,6 +44,9 @@ struct PerplexityResult {
   double seconds = 0;        // forward passes and scoring
   bool interrupted = false;  // stopped early; the figures cover the chunks done
 };
+
+// The chunks a run scores: whole chunks of n_ctx, at most max_chunks when that is > 0.
+int64_t perplexity_chunk_count(int64_t n_tokens, int64_t n_ctx, int64_t max_chunks);
 
 // -log p(target) under softmax(logits), in double.
 double negative_log_likelihood(std::span<const float> logits, int32_t target);
