@@ -111,6 +111,27 @@ TEST(CliSynth, Gemma3WithItsWindowIsDescribed) {
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
 }
 
+// phi3: LongRoPE is described, the window key is reported as not applied, and it runs.
+TEST(CliSynth, Phi3WithLongRopeIsDescribedAndRuns) {
+  const std::string out = (temp_dir() / "p.gguf").string();
+  CommandResult r =
+      run_command(qrun() + " synth -o '" + out +
+                  "' --arch phi3 --like tiny --orig-ctx 128 --sliding-window 16 --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = info_json(out);
+  EXPECT_EQ(j["architecture"], "phi3");
+  EXPECT_EQ(j["sliding_window"], nullptr);
+  EXPECT_EQ(j["ignored_sliding_window"], 16);
+  // tiny's context is 512: scale 4, attention factor sqrt(1 + ln 4 / ln 128) = 1.13389
+  EXPECT_EQ(j["rope_scaling"], "longrope from 128 x1.13389");
+  CommandResult text = run_command(qrun() + " info '" + out + "'");
+  EXPECT_NE(text.out.find("sliding window of 16 is not applied"), std::string::npos) << text.out;
+  CommandResult gen = run_command(qrun() + " run -q -m '" + out + "' -p hello -n 4 --temp 0");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  // An original context only means something for phi3.
+  EXPECT_NE(run_command(qrun() + " synth -o '" + out + "' --orig-ctx 128").exit_code, 0);
+}
+
 TEST(CliSynth, SameSeedSameFile) {
   const std::filesystem::path dir = temp_dir();
   for (const char* name : {"a.gguf", "b.gguf"}) {
