@@ -143,6 +143,13 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
   const int64_t n_embd_q = head_dim * s.n_head;
   const int64_t n_embd_kv = head_dim * s.n_head_kv;
+  const int64_t n_rot = s.rope_dims > 0 ? s.rope_dims : head_dim;
+  if (s.rope_dims < 0 || n_rot % 2 != 0 || n_rot > head_dim) {
+    return make_error(ErrorCode::kUsage,
+                      format("synth: rope dimensions %lld must be even and at most the head size "
+                             "%lld",
+                             static_cast<long long>(n_rot), static_cast<long long>(head_dim)));
+  }
   const std::string& a = o.arch;  // key prefix
 
   gguf::Writer w;
@@ -154,7 +161,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
   w.set_u32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
   w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(n_rot));
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
@@ -229,8 +236,8 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   if (longrope) {
     // Per-pair divisors of the RoPE frequency, as in Phi-3.5: short ones near 1, long ones
     // up to ~10, so that using the wrong set shows in every rotated head.
-    add_random("rope_factors_long.weight", head_dim / 2, 5.0f, 4.0f);
-    add_random("rope_factors_short.weight", head_dim / 2, 1.25f, 0.25f);
+    add_random("rope_factors_long.weight", n_rot / 2, 5.0f, 4.0f);
+    add_random("rope_factors_short.weight", n_rot / 2, 1.25f, 0.25f);
   }
   for (int64_t i = 0; i < s.n_layer; ++i) {
     const std::string b = format("blk.%lld.", static_cast<long long>(i));

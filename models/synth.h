@@ -19,6 +19,7 @@ struct SynthShape {
   float rms_eps = 1e-5f;
   bool tied_output = false;    // no output.weight: the token embedding is reused
   int64_t head_dim = 0;        // 0: n_embd / n_head
+  int64_t rope_dims = 0;       // rotated elements per head, even (0: head_dim; Phi-4-mini: 3/4)
   int64_t sliding_window = 0;  // gemma3: the local layers' window (0: 512); phi3: the key only
   // phi3: rope.scaling.original_context_length (0: n_ctx). Below n_ctx, the file also gets
   // random LongRoPE factors (rope_factors_long / _short) and LongRoPE's attention factor.

@@ -2,7 +2,8 @@
 // `qrun synth --arch phi3` writes (Q8_0 weights, fused attn_qkv and gate-up ffn_up, random
 // LongRoPE factors, an original context of 256 in a context of 512, and a 4-token sliding
 // window key that llama.cpp does not apply). References in tests/data (see its README),
-// made with llama.cpp at n_ctx 256 (short factors) and 512 (long factors).
+// made with llama.cpp at n_ctx 256 (short factors) and 512 (long factors); and a second
+// model with Phi-4-mini's partial RoPE, a tied output and F32 weights.
 // Also: separate Q/K/V tensors give the bits of the fused ones, an output bias is added,
 // and missing or misshapen fused tensors are one-line errors naming them.
 #include <gtest/gtest.h>
@@ -25,18 +26,23 @@ namespace {
 
 const std::vector<int32_t> kPrompt = {1, 450, 4996, 338, 263, 1243, 29889, 13};
 
-// The reference model: must be byte for byte the one llama.cpp ran on.
-std::string synth_phi3() {
+// `qrun synth --arch phi3 <args>`, which must hash to `fnv`: byte for byte the model
+// llama.cpp ran on.
+std::string synth_phi3(const std::string& args, uint64_t fnv) {
   const std::string path = (test::temp_dir() / "phi3.gguf").string();
   const test::CommandResult r = test::run_command(
-      test::qrun_binary().string() +
-      " synth --arch phi3 --like tiny --type q8_0 --std 0.1 --seed 7 --orig-ctx 256"
-      " --sliding-window 4 --vocab " +
+      test::qrun_binary().string() + " synth --arch phi3 --like tiny " + args + " --vocab " +
       test::data_path("vocab/ggml-vocab-phi-3.gguf").string() + " -o " + path);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(test::fnv1a(test::read_bytes(path)), 11064951399713859443ull)
+  EXPECT_EQ(test::fnv1a(test::read_bytes(path)), fnv)
       << "qrun synth no longer writes the model the references were computed on";
   return path;
+}
+
+// The model of the main references: Q8_0, untied, LongRoPE over all 16 elements of a head.
+std::string synth_phi3() {
+  return synth_phi3("--type q8_0 --std 0.1 --seed 7 --orig-ctx 256 --sliding-window 4",
+                    11064951399713859443ull);
 }
 
 // The prompt in one pass (every row), then one token at a time feeding back llama.cpp's
@@ -124,6 +130,29 @@ TEST_F(Phi3LlamaCpp, TheFactorChoiceShowsInTheLogits) {
   const std::vector<std::vector<float>> rows = qrun_rows(*model_, 256, short_);
   for (size_t i = 1; i < short_.size(); ++i)
     EXPECT_GT(test::nmse_strided(rows[i].data(), long_[i]), 1e-4) << "row " << i;
+}
+
+// Phi-4-mini's shape: RoPE on part of each head (12 of 16 elements, so 6 factors per set),
+// a tied output, F32 weights; long factors (context 512 over an original 256).
+TEST(Phi3PartialRope, MatchesLlamaCpp) {
+  const std::string path =
+      synth_phi3("--rope-dims 12 --tied --type f32 --std 0.1 --seed 7 --orig-ctx 256",
+                 14756595623940055047ull);
+  Result<gguf::File> file = gguf::File::open(path);
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  Result<std::unique_ptr<Model>> model = models::load_model(*file);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ((*model)->hparams().n_rot, 12);
+  const std::vector<test::LlamaCppRow> ref =
+      test::read_llamacpp_rows("phi3_partial_rope_llamacpp_ctx512.txt");
+  ASSERT_EQ(ref.size(), 16u);
+  const std::vector<std::vector<float>> rows = qrun_rows(**model, 512, ref);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "position " << ref[i].pos);
+    // Measured: at most 1.2e-13 (generic, AVX2, AVX-512 alike); the same bound as above.
+    EXPECT_LT(test::nmse_strided(rows[i].data(), ref[i]), 1e-8);
+    EXPECT_EQ(argmax(rows[i]), ref[i].argmax);
+  }
 }
 
 // ---- the file's structure ----
