@@ -156,6 +156,14 @@ TEST(CliSynth, BadArgumentsAreUsageErrors) {
       run_command(qrun() + " synth -o '" + out + "' --sliding-window 8");
   EXPECT_EQ(window_on_llama.exit_code, 2);
   EXPECT_NE(window_on_llama.err.find("--arch gemma3"), std::string::npos) << window_on_llama.err;
+  for (const char* dims : {"7", "18"}) {  // odd; more than tiny's head of 16
+    CommandResult bad_rope = run_command(qrun() + " synth -o '" + out + "' --rope-dims " + dims);
+    EXPECT_EQ(bad_rope.exit_code, 2) << dims;
+    EXPECT_NE(bad_rope.err.find("rope dimensions"), std::string::npos) << bad_rope.err;
+  }
+  CommandResult orig_past_ctx =
+      run_command(qrun() + " synth -o '" + out + "' --arch phi3 --orig-ctx 1024");  // ctx 512
+  EXPECT_EQ(orig_past_ctx.exit_code, 2);
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
