@@ -203,28 +203,49 @@ class Phi3File : public testing::Test {
 };
 
 // Q, K and V as three tensors, cut from attn_qkv's rows in the order Q, K, V, give the
-// same bits as the views of the fused one.
+// same bits as the views of the fused one; so do their biases, cut from attn_qkv.bias.
 TEST_F(Phi3File, SeparateQkvTensorsGiveTheFusedResult) {
   const int64_t n_q = 64, n_kv = 32;  // tiny: 4 heads and 2 KV heads of 16
-  const gguf::File split = rewrite(*file_, [&](const gguf::TensorInfo& t, gguf::Writer& w) {
-    const std::string suffix = "attn_qkv.weight";
-    if (!t.name.ends_with(suffix)) return true;
-    const std::string p = t.name.substr(0, t.name.size() - suffix.size());
-    const size_t row = t.n_bytes / static_cast<size_t>(t.ne[1]);
-    const auto part = [&](const char* name, int64_t first, int64_t n) {
-      w.add_tensor(p + name, t.type, {t.ne[0], n},
-                   std::span<const uint8_t>(t.data + row * first, row * n));
-    };
-    part("attn_q.weight", 0, n_q);
-    part("attn_k.weight", n_q, n_kv);
-    part("attn_v.weight", n_q + n_kv, n_kv);
-    return false;
-  });
-  ASSERT_EQ(split.find_tensor("blk.1.attn_qkv.weight"), nullptr);
-  const std::vector<float> fused = prompt_logits(*file_);
-  const std::vector<float> separate = prompt_logits(split);
-  ASSERT_EQ(fused.size(), separate.size());
-  EXPECT_EQ(std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)), 0);
+  std::vector<float> bias(static_cast<size_t>(n_q + 2 * n_kv));
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<float>(i % 5) * 0.3f - 0.6f;
+  const auto bytes = [&](int64_t first, int64_t n) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bias.data() + first),
+                                    static_cast<size_t>(n) * sizeof(float));
+  };
+  const std::string suffix = "attn_qkv.weight";
+  const auto prefix = [&](const std::string& name) {
+    return name.substr(0, name.size() - suffix.size());
+  };
+  for (const bool with_bias : {false, true}) {
+    SCOPED_TRACE(with_bias ? "with attn_qkv.bias" : "without biases");
+    const gguf::File fused = rewrite(*file_, [&](const gguf::TensorInfo& t, gguf::Writer& w) {
+      if (with_bias && t.name.ends_with(suffix))
+        w.add_tensor(prefix(t.name) + "attn_qkv.bias", DType::kF32, {n_q + 2 * n_kv},
+                     bytes(0, n_q + 2 * n_kv));
+      return true;
+    });
+    const gguf::File split = rewrite(*file_, [&](const gguf::TensorInfo& t, gguf::Writer& w) {
+      if (!t.name.ends_with(suffix)) return true;
+      const std::string p = prefix(t.name);
+      const size_t row = t.n_bytes / static_cast<size_t>(t.ne[1]);
+      const auto part = [&](const char* name, int64_t first, int64_t n) {
+        w.add_tensor(p + name + ".weight", t.type, {t.ne[0], n},
+                     std::span<const uint8_t>(t.data + row * first, row * n));
+        if (with_bias) w.add_tensor(p + name + ".bias", DType::kF32, {n}, bytes(first, n));
+      };
+      part("attn_q", 0, n_q);
+      part("attn_k", n_q, n_kv);
+      part("attn_v", n_q + n_kv, n_kv);
+      return false;
+    });
+    ASSERT_EQ(split.find_tensor("blk.1.attn_qkv.weight"), nullptr);
+    const std::vector<float> a = prompt_logits(fused);
+    const std::vector<float> b = prompt_logits(split);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    // The biases are used: they change the result.
+    if (with_bias) EXPECT_NE(a, prompt_logits(*file_));
+  }
 }
 
 // output.bias is added to every logits row.
