@@ -244,7 +244,9 @@ TEST_F(Phi3File, SeparateQkvTensorsGiveTheFusedResult) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
     // The biases are used: they change the result.
-    if (with_bias) EXPECT_NE(a, prompt_logits(*file_));
+    if (with_bias) {
+      EXPECT_NE(a, prompt_logits(*file_));
+    }
   }
 }
 
