@@ -8,6 +8,7 @@
 // The prompt runs as one batch with logits for every position, then N_GREEDY tokens one at a
 // time, each the argmax of the previous row. One thread, flash attention on (F16 K/V cache).
 // Each output line: `row <position> <argmax> <logits of ids 0, 128, 256, ...>` (%.9g).
+// llama.cpp's log is silenced unless LLAMACPP_LOGITS_VERBOSE is set.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
