@@ -53,6 +53,12 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
     std::printf("attention      sliding window of %lld positions on the local layers\n",
                 static_cast<long long>(m.sliding_window));
   }
+  if (m.ignored_sliding_window > 0) {
+    std::printf(
+        "attention      whole context (the file's sliding window of %lld is not applied, "
+        "as in llama.cpp)\n",
+        static_cast<long long>(m.ignored_sliding_window));
+  }
   if (m.rms_eps) std::printf("rms norm eps   %g\n", *m.rms_eps);
   std::printf("tokenizer      %s%s%s, %s tokens",
               m.tokenizer_model.empty() ? "-" : m.tokenizer_model.c_str(),
@@ -112,6 +118,8 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors)
       {"rope_dims", opt(m.rope_dims)},
       {"rope_scaling", m.rope_scaling},
       {"sliding_window", m.sliding_window > 0 ? json(m.sliding_window) : json(nullptr)},
+      {"ignored_sliding_window",
+       m.ignored_sliding_window > 0 ? json(m.ignored_sliding_window) : json(nullptr)},
       {"rms_norm_eps", m.rms_eps ? json(*m.rms_eps) : json(nullptr)},
       {"tokenizer_model", m.tokenizer_model},
       {"tokenizer_pre", m.tokenizer_pre},

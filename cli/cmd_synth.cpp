@@ -1,4 +1,5 @@
-// `qrun synth`: writes a llama, qwen2 or qwen3 model with random weights (see models/synth.h).
+// `qrun synth`: writes a llama, qwen2, qwen3, gemma3 or phi3 model with random weights
+// (see models/synth.h).
 #include <chrono>
 #include <cstdio>
 
@@ -17,7 +18,9 @@ struct SynthCliOptions {
   std::string vocab;
   uint64_t seed = 42;
   int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0, head_dim = 0;
+  int64_t rope_dims = 0;
   int64_t sliding_window = 0;
+  int64_t orig_ctx = 0;
   float weight_std = 0.02f;
   bool tied = false;
 };
@@ -45,7 +48,9 @@ Result<void> run_synth(const SynthCliOptions& o) {
   override_if(o.n_ff, shape->n_ff);
   override_if(o.n_ctx, shape->n_ctx);
   override_if(o.head_dim, shape->head_dim);
+  override_if(o.rope_dims, shape->rope_dims);
   shape->sliding_window = o.sliding_window;
+  shape->rope_orig_ctx = o.orig_ctx;
   if (!(o.weight_std > 0.0f && o.weight_std < 100.0f)) {
     return make_error(ErrorCode::kUsage,
                       format("synth: --std %g must be positive and below 100", o.weight_std));
@@ -95,8 +100,11 @@ void register_synth(CLI::App& app, Action* selected) {
   cmd->add_option("--n-ff", o->n_ff, "Override the feed-forward width");
   cmd->add_option("--ctx", o->n_ctx, "Override the trained context length");
   cmd->add_option("--head-dim", o->head_dim, "Head size (default: n_embd / n_head)");
+  cmd->add_option("--rope-dims", o->rope_dims, "Rotated elements per head (default: head size)");
   cmd->add_option("--sliding-window", o->sliding_window,
-                  "gemma3: the local layers' attention window (default 512)");
+                  "gemma3: the local layers' attention window (default 512); phi3: the key");
+  cmd->add_option("--orig-ctx", o->orig_ctx,
+                  "phi3: original context length; below --ctx adds LongRoPE factors");
   cmd->add_option("--std", o->weight_std, "Standard deviation of the random weights")
       ->capture_default_str();
   cmd->add_flag("--tied", o->tied, "Tie the output projection to the token embedding");

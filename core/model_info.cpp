@@ -83,6 +83,10 @@ ModelInfo describe_model(const gguf::File& f) {
   m.rope_freq_base = float_opt(f, a + "rope.freq_base");
   m.rope_dims = int_or(f, a + "rope.dimension_count", m.head_dim);
   m.sliding_window = int_or(f, a + "attention.sliding_window", -1);
+  if (m.architecture == "phi3" && m.sliding_window > 0) {
+    m.ignored_sliding_window = m.sliding_window;
+    m.sliding_window = -1;
+  }
   const std::string scaling = string_or(f, a + "rope.scaling.type");
   const std::optional<double> factor = float_opt(f, a + "rope.scaling.factor");
   if (scaling.empty() || scaling == "none") {
@@ -90,6 +94,13 @@ ModelInfo describe_model(const gguf::File& f) {
         factor && *factor != 1.0 && *factor != 0.0 ? format("linear x%g", *factor) : "none";
   } else {
     m.rope_scaling = factor ? format("%s x%g", scaling.c_str(), *factor) : scaling;
+  }
+  // Phi-3's LongRoPE: per-pair factors, chosen by the context against the original one.
+  if (f.find_tensor("rope_factors_long.weight") != nullptr) {
+    const int64_t orig = int_or(f, a + "rope.scaling.original_context_length", m.n_ctx_train);
+    const std::optional<double> attn = float_opt(f, a + "rope.scaling.attn_factor");
+    m.rope_scaling =
+        format("longrope from %lld x%g", static_cast<long long>(orig), attn ? *attn : 1.0);
   }
 
   m.tokenizer_model = string_or(f, "tokenizer.ggml.model");

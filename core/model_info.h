@@ -34,8 +34,10 @@ struct ModelInfo {
   std::optional<double> rms_eps;
   std::optional<double> rope_freq_base;
   int64_t rope_dims = -1;
-  std::string rope_scaling;     // "none", "linear x4", ...
+  std::string rope_scaling;     // "none", "linear x4", "longrope from 4096 x1.19", ...
   int64_t sliding_window = -1;  // positions a local layer attends; -1: no sliding window
+  // A window the file states but qrun does not apply, as llama.cpp does not (phi3); -1: none.
+  int64_t ignored_sliding_window = -1;
   std::string tokenizer_model;  // "llama", "gpt2", ...
   std::string tokenizer_pre;
   std::vector<SpecialToken> special_tokens;

@@ -62,14 +62,16 @@ enum class RopeMode { kNormal, kNeox };
 
 // Rotary position embedding of the first n_rot elements of each head, in pairs chosen by
 // `mode`. Pair i at position p turns by the angle freq_scale * p * freq_base^(-2i/n_rot) / f[i],
-// with f the optional freq_factors (Llama 3.1's rope_freqs), else 1. Elements past n_rot
-// are left as they are.
+// with f the optional freq_factors (Llama 3.1's rope_freqs, Phi-3's LongRoPE factors), else 1,
+// and is then multiplied by attn_factor (LongRoPE's attention factor; ggml's mscale scales
+// cos and sin alike). Elements past n_rot are left as they are.
 struct RopeParams {
   int64_t n_rot = 0;  // even, <= head_dim
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;              // linear scaling: 1 / rope.scaling.factor
   const float* freq_factors = nullptr;  // [n_rot / 2] or null
   RopeMode mode = RopeMode::kNormal;
+  float attn_factor = 1.0f;  // scales each rotated pair (rope.scaling.attn_factor)
 };
 
 // One layer of a KV cache: k and v hold n_rows rows of n_head_kv * head_dim elements of

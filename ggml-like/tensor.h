@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "ggml-like/dtype.h"
+#include "ggml-like/result.h"
 
 namespace qrun {
 
@@ -25,6 +26,19 @@ struct Tensor {
   size_t n_bytes() const { return row_bytes() * static_cast<size_t>(n_rows()); }
   const void* row(int64_t i) const {
     return static_cast<const uint8_t*>(data) + static_cast<size_t>(i) * row_bytes();
+  }
+  // Rows first .. first + n - 1 of a matrix, as a matrix sharing this one's data: rows are
+  // contiguous and no quantized block straddles two, so a row range is itself a valid
+  // weight (the Q, K and V parts of a fused QKV projection, say). Same name.
+  Tensor rows(int64_t first, int64_t n) const {
+    QRUN_CHECK(n_dims <= 2 && first >= 0 && n > 0 && first + n <= ne[1],
+               "rows %lld .. %lld of a tensor of %lld rows", static_cast<long long>(first),
+               static_cast<long long>(first + n), static_cast<long long>(ne[1]));
+    Tensor t = *this;
+    t.n_dims = 2;
+    t.ne[1] = n;
+    t.data = row(first);
+    return t;
   }
 };
 

@@ -6,15 +6,15 @@
 
 #include "models/gemma3.h"
 #include "models/llama.h"
+#include "models/phi3.h"
 
 namespace qrun::models {
 namespace {
 
 constexpr std::array kArchitectures = {
-    Architecture{"llama", load_llama},
-    Architecture{"qwen2", load_qwen2},
-    Architecture{"qwen3", load_qwen3},
-    Architecture{"gemma3", load_gemma3},
+    Architecture{"llama", load_llama}, Architecture{"qwen2", load_qwen2},
+    Architecture{"qwen3", load_qwen3}, Architecture{"gemma3", load_gemma3},
+    Architecture{"phi3", load_phi3},
 };
 
 }  // namespace

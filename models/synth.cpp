@@ -1,4 +1,4 @@
-// write_synthetic_model: a llama, qwen2, qwen3 or gemma3 GGUF with random weights.
+// write_synthetic_model: a llama, qwen2, qwen3, gemma3 or phi3 GGUF with random weights.
 // Speed matters (a 1B model should take seconds), so each distinct (type, row length)
 // gets a pool of randomly generated, reference-quantized rows, and every tensor row is
 // a pool row rotated by a random whole number of blocks: a valid, varied row of the
@@ -90,7 +90,7 @@ std::vector<std::string> synth_preset_names() {
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama", "qwen2", "qwen3", "gemma3"};
+  return {"llama", "qwen2", "qwen3", "gemma3", "phi3"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -105,15 +105,24 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const bool qwen2 = o.arch == "qwen2";
   const bool qwen3 = o.arch == "qwen3";
   const bool gemma3 = o.arch == "gemma3";
-  if (o.arch != "llama" && !qwen2 && !qwen3 && !gemma3) {
+  const bool phi3 = o.arch == "phi3";
+  if (o.arch != "llama" && !qwen2 && !qwen3 && !gemma3 && !phi3) {
+    return make_error(ErrorCode::kUsage,
+                      format("synth: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, phi3)",
+                             o.arch.c_str()));
+  }
+  if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma3 && !phi3)) {
     return make_error(
         ErrorCode::kUsage,
-        format("synth: unknown architecture '%s' (llama, qwen2, qwen3, gemma3)", o.arch.c_str()));
+        format("synth: a sliding window (%lld) needs --arch gemma3 or phi3 and must be > 0",
+               static_cast<long long>(s.sliding_window)));
   }
-  if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma3)) {
-    return make_error(ErrorCode::kUsage,
-                      format("synth: a sliding window (%lld) needs --arch gemma3 and must be > 0",
-                             static_cast<long long>(s.sliding_window)));
+  if (s.rope_orig_ctx < 0 || s.rope_orig_ctx > s.n_ctx || (s.rope_orig_ctx > 0 && !phi3)) {
+    return make_error(
+        ErrorCode::kUsage,
+        format("synth: an original context (%lld) needs --arch phi3 and must be in "
+               "1 .. the context length %lld",
+               static_cast<long long>(s.rope_orig_ctx), static_cast<long long>(s.n_ctx)));
   }
   if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
       s.head_dim < 0 || (s.head_dim == 0 && s.n_embd % s.n_head != 0) ||
@@ -134,6 +143,13 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
   const int64_t n_embd_q = head_dim * s.n_head;
   const int64_t n_embd_kv = head_dim * s.n_head_kv;
+  const int64_t n_rot = s.rope_dims > 0 ? s.rope_dims : head_dim;
+  if (s.rope_dims < 0 || n_rot % 2 != 0 || n_rot > head_dim) {
+    return make_error(ErrorCode::kUsage,
+                      format("synth: rope dimensions %lld must be even and at most the head size "
+                             "%lld",
+                             static_cast<long long>(n_rot), static_cast<long long>(head_dim)));
+  }
   const std::string& a = o.arch;  // key prefix
 
   gguf::Writer w;
@@ -145,7 +161,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
   w.set_u32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
   w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(n_rot));
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
@@ -154,6 +170,20 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   if (gemma3) {
     w.set_u32(a + ".attention.sliding_window",
               static_cast<uint32_t>(s.sliding_window > 0 ? s.sliding_window : 512));
+  }
+  // phi3: LongRoPE when the original context is below the context (as Phi-3's converter
+  // writes it: the attention factor sqrt(1 + ln(scale) / ln(original)), scale = n_ctx / orig).
+  const int64_t orig_ctx = s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx;
+  const bool longrope = phi3 && orig_ctx < s.n_ctx;
+  if (phi3) {
+    w.set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(orig_ctx));
+    if (s.sliding_window > 0)
+      w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  }
+  if (longrope) {
+    const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(orig_ctx);
+    w.set_f32(a + ".rope.scaling.attn_factor",
+              static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(double(orig_ctx)))));
   }
   if (qwen3 || gemma3 || head_dim * s.n_head != s.n_embd) {
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
@@ -203,12 +233,22 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const float bias_amplitude = 10.0f * o.weight_std;
 
   add_matrix("token_embd.weight", s.n_embd, n_vocab);
+  if (longrope) {
+    // Per-pair divisors of the RoPE frequency, as in Phi-3.5: short ones near 1, long ones
+    // up to ~10, so that using the wrong set shows in every rotated head.
+    add_random("rope_factors_long.weight", n_rot / 2, 5.0f, 4.0f);
+    add_random("rope_factors_short.weight", n_rot / 2, 1.25f, 0.25f);
+  }
   for (int64_t i = 0; i < s.n_layer; ++i) {
     const std::string b = format("blk.%lld.", static_cast<long long>(i));
     add_ones(b + "attn_norm.weight", s.n_embd);
-    add_matrix(b + "attn_q.weight", s.n_embd, n_embd_q);
-    add_matrix(b + "attn_k.weight", s.n_embd, n_embd_kv);
-    add_matrix(b + "attn_v.weight", s.n_embd, n_embd_kv);
+    if (phi3) {
+      add_matrix(b + "attn_qkv.weight", s.n_embd, n_embd_q + 2 * n_embd_kv);
+    } else {
+      add_matrix(b + "attn_q.weight", s.n_embd, n_embd_q);
+      add_matrix(b + "attn_k.weight", s.n_embd, n_embd_kv);
+      add_matrix(b + "attn_v.weight", s.n_embd, n_embd_kv);
+    }
     if (qwen2) {
       add_random(b + "attn_q.bias", n_embd_q, 0.0f, bias_amplitude);
       add_random(b + "attn_k.bias", n_embd_kv, 0.0f, bias_amplitude);
@@ -221,8 +261,12 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     add_matrix(b + "attn_output.weight", n_embd_q, s.n_embd);
     if (gemma3) add_random(b + "post_attention_norm.weight", s.n_embd, 1.0f, 0.5f);
     add_ones(b + "ffn_norm.weight", s.n_embd);
-    add_matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff);
-    add_matrix(b + "ffn_up.weight", s.n_embd, s.n_ff);
+    if (phi3) {
+      add_matrix(b + "ffn_up.weight", s.n_embd, 2 * s.n_ff);  // gate rows, then up rows
+    } else {
+      add_matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff);
+      add_matrix(b + "ffn_up.weight", s.n_embd, s.n_ff);
+    }
     add_matrix(b + "ffn_down.weight", s.n_ff, s.n_embd);
     if (gemma3) add_random(b + "post_ffw_norm.weight", s.n_embd, 1.0f, 0.5f);
   }

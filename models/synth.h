@@ -1,8 +1,7 @@
-// Synthetic decoder models (llama, qwen2, qwen3 or gemma3) with random weights, for benchmarks
-// and tests: any shape, any weight recipe, and the tokenizer copied from a vocab-only GGUF
-// file. The same options and vocabulary always give the same bytes.
-// Memory traffic and arithmetic do not depend on the values, so these stand in for
-// full-size downloads.
+// Synthetic decoder models (llama, qwen2, qwen3, gemma3 or phi3) with random weights, for
+// benchmarks and tests: any shape, any weight recipe, and the tokenizer copied from a vocab-only
+// GGUF file. The same options and vocabulary always give the same bytes. Memory traffic and
+// arithmetic do not depend on the values, so these stand in for full-size downloads.
 #pragma once
 
 #include <optional>
@@ -20,7 +19,11 @@ struct SynthShape {
   float rms_eps = 1e-5f;
   bool tied_output = false;    // no output.weight: the token embedding is reused
   int64_t head_dim = 0;        // 0: n_embd / n_head
-  int64_t sliding_window = 0;  // gemma3: the local layers' window (0: 512)
+  int64_t rope_dims = 0;       // rotated elements per head, even (0: head_dim; Phi-4-mini: 3/4)
+  int64_t sliding_window = 0;  // gemma3: the local layers' window (0: 512); phi3: the key only
+  // phi3: rope.scaling.original_context_length (0: n_ctx). Below n_ctx, the file also gets
+  // random LongRoPE factors (rope_factors_long / _short) and LongRoPE's attention factor.
+  int64_t rope_orig_ctx = 0;
 };
 
 // Named shapes: "tinyllama-1.1b", "llama-3.2-1b", "llama-3-8b", ...
@@ -32,7 +35,8 @@ std::vector<std::string> synth_arch_names();
 
 struct SynthOptions {
   // llama, qwen2 (random Q/K/V biases), qwen3 (random Q/K norms), gemma3 (random Q/K norms,
-  // post-attention and post-FFN norms, a sliding window on 5 of every 6 layers, tied output)
+  // post-attention and post-FFN norms, a sliding window on 5 of every 6 layers, tied output),
+  // phi3 (fused attn_qkv and gate-up ffn_up, LongRoPE factors when rope_orig_ctx < n_ctx)
   std::string arch = "llama";
   SynthShape shape;
   std::string recipe = "q4_0";  // a weight type name, or "q4_k_m" / "q4_k_s" / "q5_k_m"

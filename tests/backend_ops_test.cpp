@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ggml-like/backend.h"
@@ -192,6 +193,42 @@ TEST(BackendOps, MatMulEveryWeightTypeWithinActivationRounding) {
   }
 }
 
+// A row range of a weight (Tensor::rows, the parts of Phi-3's fused QKV and gate-up
+// matrices) multiplies like those rows of the whole: same outputs, in batches (gemm tiles)
+// and for one token (vec_dot or a repacked copy, which the same address must not confuse).
+TEST(BackendOps, MatMulOnARowRangeGivesThoseRowsOfTheWhole) {
+  kernels::CpuBackend be(2);
+  uint32_t seed = 100;
+  for (DType type :
+       {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t n_in = type_traits(type).block_elems == 256 ? 256 : 64;
+    const int64_t n_out = 40;
+    const Weight w = make_weight(type, n_in, n_out, ++seed);
+    for (int64_t n_tokens : {int64_t{1}, int64_t{9}}) {
+      const std::vector<float> x = random_floats(static_cast<size_t>(n_in * n_tokens), ++seed);
+      std::vector<float> whole(static_cast<size_t>(n_out * n_tokens), kNaN);
+      be.matmul(w.tensor, x.data(), n_tokens, whole.data());
+      for (const auto& [first, n] : {std::pair<int64_t, int64_t>{0, 16}, {16, 12}, {28, 12}}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(type) << " tokens " << n_tokens << " rows "
+                                        << first << " + " << n);
+        const Tensor part = w.tensor.rows(first, n);
+        EXPECT_EQ(part.ne[1], n);
+        EXPECT_EQ(part.data, w.tensor.row(first));
+        std::vector<float> y(static_cast<size_t>(n * n_tokens), kNaN);
+        be.matmul(part, x.data(), n_tokens, y.data());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t o = 0; o < n; ++o) {
+            const float want = whole[static_cast<size_t>(t * n_out + first + o)];
+            // Exact block products; tiles may sum them in another order.
+            EXPECT_NEAR(y[static_cast<size_t>(t * n + o)], want, 1e-5 * (1.0 + std::fabs(want)))
+                << "token " << t << " row " << o;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(BackendOps, GetRowsDequantizesExactly) {
   kernels::CpuBackend be(2);
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
@@ -244,6 +281,7 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
     float base, scale;
     bool with_factors;
     RopeMode mode = RopeMode::kNormal;
+    float attn_factor = 1.0f;
   };
   for (const Case& c :
        {Case{4, 4, 10000.0f, 1.0f, false}, Case{8, 8, 10000.0f, 1.0f, false},
@@ -251,7 +289,9 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
         Case{128, 128, 1000000.0f, 1.0f, false}, Case{4, 4, 10000.0f, 1.0f, false, RopeMode::kNeox},
         Case{64, 32, 500000.0f, 0.25f, false, RopeMode::kNeox},
         Case{32, 32, 10000.0f, 1.0f, true, RopeMode::kNeox},
-        Case{128, 128, 1000000.0f, 1.0f, false, RopeMode::kNeox}}) {
+        Case{128, 128, 1000000.0f, 1.0f, false, RopeMode::kNeox},
+        Case{32, 32, 10000.0f, 1.0f, true, RopeMode::kNeox, 1.19f},
+        Case{48, 32, 10000.0f, 1.0f, true, RopeMode::kNeox, 0.75f}}) {
     const bool neox = c.mode == RopeMode::kNeox;
     for (int64_t n_head : {int64_t{1}, int64_t{7}, int64_t{32}}) {
       for (int64_t n_tokens : {int64_t{1}, int64_t{7}, int64_t{33}}) {
@@ -263,7 +303,8 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
         const std::vector<float> x =
             random_floats(static_cast<size_t>(n_tokens * n_head * c.head_dim), 5);
         std::vector<float> y = x;
-        RopeParams p{c.n_rot, c.base, c.scale, c.with_factors ? factors.data() : nullptr, c.mode};
+        RopeParams p{c.n_rot, c.base,       c.scale, c.with_factors ? factors.data() : nullptr,
+                     c.mode,  c.attn_factor};
         be.rope(y.data(), n_tokens, n_head, c.head_dim, pos, p);
         for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t h = 0; h < n_head; ++h) {
@@ -276,9 +317,11 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
               // The pair's two indices: adjacent (normal) or half a rotation apart (neox).
               const int64_t i0 = neox ? i : 2 * i;
               const int64_t i1 = neox ? i + c.n_rot / 2 : 2 * i + 1;
-              const double r0 = xv[i0] * std::cos(theta) - xv[i1] * std::sin(theta);
-              const double r1 = xv[i0] * std::sin(theta) + xv[i1] * std::cos(theta);
-              const double tol = 2e-6 * (1.0 + pos[t]) * (std::fabs(xv[i0]) + std::fabs(xv[i1]));
+              const double m = c.attn_factor;  // scales the rotated pair only
+              const double r0 = m * (xv[i0] * std::cos(theta) - xv[i1] * std::sin(theta));
+              const double r1 = m * (xv[i0] * std::sin(theta) + xv[i1] * std::cos(theta));
+              const double tol =
+                  2e-6 * m * (1.0 + pos[t]) * (std::fabs(xv[i0]) + std::fabs(xv[i1]));
               EXPECT_NEAR(yv[i0], r0, tol) << "t " << t << " pair " << i;
               EXPECT_NEAR(yv[i1], r1, tol) << "t " << t << " pair " << i;
             }

@@ -111,6 +111,27 @@ TEST(CliSynth, Gemma3WithItsWindowIsDescribed) {
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
 }
 
+// phi3: LongRoPE is described, the window key is reported as not applied, and it runs.
+TEST(CliSynth, Phi3WithLongRopeIsDescribedAndRuns) {
+  const std::string out = (temp_dir() / "p.gguf").string();
+  CommandResult r =
+      run_command(qrun() + " synth -o '" + out +
+                  "' --arch phi3 --like tiny --orig-ctx 128 --sliding-window 16 --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = info_json(out);
+  EXPECT_EQ(j["architecture"], "phi3");
+  EXPECT_EQ(j["sliding_window"], nullptr);
+  EXPECT_EQ(j["ignored_sliding_window"], 16);
+  // tiny's context is 512: scale 4, attention factor sqrt(1 + ln 4 / ln 128) = 1.13389
+  EXPECT_EQ(j["rope_scaling"], "longrope from 128 x1.13389");
+  CommandResult text = run_command(qrun() + " info '" + out + "'");
+  EXPECT_NE(text.out.find("sliding window of 16 is not applied"), std::string::npos) << text.out;
+  CommandResult gen = run_command(qrun() + " run -q -m '" + out + "' -p hello -n 4 --temp 0");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  // An original context only means something for phi3.
+  EXPECT_NE(run_command(qrun() + " synth -o '" + out + "' --orig-ctx 128").exit_code, 0);
+}
+
 TEST(CliSynth, SameSeedSameFile) {
   const std::filesystem::path dir = temp_dir();
   for (const char* name : {"a.gguf", "b.gguf"}) {
@@ -135,6 +156,14 @@ TEST(CliSynth, BadArgumentsAreUsageErrors) {
       run_command(qrun() + " synth -o '" + out + "' --sliding-window 8");
   EXPECT_EQ(window_on_llama.exit_code, 2);
   EXPECT_NE(window_on_llama.err.find("--arch gemma3"), std::string::npos) << window_on_llama.err;
+  for (const char* dims : {"7", "18"}) {  // odd; more than tiny's head of 16
+    CommandResult bad_rope = run_command(qrun() + " synth -o '" + out + "' --rope-dims " + dims);
+    EXPECT_EQ(bad_rope.exit_code, 2) << dims;
+    EXPECT_NE(bad_rope.err.find("rope dimensions"), std::string::npos) << bad_rope.err;
+  }
+  CommandResult orig_past_ctx =
+      run_command(qrun() + " synth -o '" + out + "' --arch phi3 --orig-ctx 1024");  // ctx 512
+  EXPECT_EQ(orig_past_ctx.exit_code, 2);
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

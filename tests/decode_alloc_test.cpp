@@ -1,8 +1,8 @@
 // The decode loop allocates nothing: this executable replaces the global operator new and
 // delete with counting versions, loads small shared models (F32, Q4_0 and k-quant weights,
-// so both activation quantizers run), feeds a prompt and a few warm-up tokens, then counts
-// every allocation, on any thread, over further single-token forward passes plus sampling
-// on every ISA this host runs, with F16 and F32 caches. Expected count: 0.
+// so both activation quantizers run) and a synthetic phi3, feeds a prompt and a few warm-up
+// tokens, then counts every allocation, on any thread, over further single-token forward
+// passes plus sampling on every ISA this host runs, with F16 and F32 caches. Expected: 0.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +18,7 @@
 #include "core/sampling/sampling.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/registry.h"
+#include "models/synth.h"
 #include "tests/support/test_data.h"
 
 namespace {
@@ -157,6 +158,29 @@ TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
             << name << " " << kernels::isa_name(isa) << " cache " << dtype_name(cache);
       }
     }
+  }
+}
+
+// phi3 picks its LongRoPE factors per forward call and reads fused weights through views:
+// still nothing allocated.
+TEST(DecodeAlloc, Phi3DecodeStepsAllocateNothing) {
+  Result<gguf::File> vocab =
+      gguf::File::open(test::data_path("vocab/ggml-vocab-phi-3.gguf").string());
+  ASSERT_TRUE(vocab.ok());
+  models::SynthOptions o;
+  o.arch = "phi3";
+  o.shape = *models::synth_preset("tiny");
+  o.shape.rope_orig_ctx = 256;
+  o.recipe = "q8_0";
+  const std::string path = (test::temp_dir() / "phi3.gguf").string();
+  ASSERT_TRUE(models::write_synthetic_model(o, *vocab, path).ok());
+  Result<gguf::File> f = gguf::File::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  for (kernels::Isa isa : kernels::host_isas()) {
+    kernels::CpuBackend backend(2, isa);
+    EXPECT_EQ(count_decode_allocations(**m, backend, DType::kF16), 0) << kernels::isa_name(isa);
   }
 }
 

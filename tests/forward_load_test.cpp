@@ -218,7 +218,7 @@ TEST(ModelLoad, UnknownArchitectureListsSupportedOnes) {
   EXPECT_NE(e.message.find("'gpt5'"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("llama"), std::string::npos) << e.message;
   EXPECT_EQ(models::architecture_names(),
-            (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "gemma3"}));
+            (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "gemma3", "phi3"}));
 }
 
 TEST(ModelLoad, MissingTensorIsAFormatError) {

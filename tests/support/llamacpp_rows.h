@@ -1,0 +1,31 @@
+// llama.cpp's logits for a synthetic model, as scripts/llamacpp_logits prints them
+// (tests/data/*_llamacpp.txt, see tests/data/README.md): one line per position,
+// `row <position> <argmax> <logits of ids 0, 128, 256, ...>`. Shared by the forward tests
+// that compare qrun with those rows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qrun::test {
+
+inline constexpr int kLlamaCppRowStride = 128;  // the rows keep logits of every 128th id
+
+struct LlamaCppRow {
+  int pos = 0;
+  int argmax = 0;              // llama.cpp's argmax over the whole vocabulary
+  std::vector<double> logits;  // ids 0, 128, 256, ...
+};
+
+// The rows of tests/data/<name> (empty if the file cannot be read).
+std::vector<LlamaCppRow> read_llamacpp_rows(const std::string& name);
+
+// sum (a - ref)^2 / sum ref^2 over the reference's ids; `logits` is a full row.
+double nmse_strided(const float* logits, const LlamaCppRow& ref);
+
+// FNV-1a 64 of a byte string: a test checks that `qrun synth` still writes the model the
+// reference was computed on.
+uint64_t fnv1a(const std::vector<uint8_t>& bytes);
+
+}  // namespace qrun::test
