@@ -299,6 +299,7 @@ void ChatRepl::context() const {
 
 Result<void> ChatRepl::save(const std::string& path) const {
   if (path.empty()) return make_error(ErrorCode::kUsage, "/save: give a file name");
+  QRUN_TRY(check_output_path("/save", path));  // a FIFO would block the write forever
   nlohmann::ordered_json j = conv_.to_json();
   j["sampling"] = sampling_to_json(settings_.sampling);
   j["n_predict"] = settings_.n_predict;

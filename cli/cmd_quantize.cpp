@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/text_file.h"
 #include "models/quant_recipe.h"
 #include "models/quantize.h"
 
@@ -58,7 +59,8 @@ Result<void> run_quantize(const QuantizeCliOptions& o) {
                              "choose another output file",
                              o.out.c_str()));
   }
-  Result<gguf::File> in = gguf::File::open(o.in);
+  QRUN_TRY(check_output_path("quantize: output", o.out));
+  Result<gguf::File> in = open_gguf("quantize: input", o.in);
   if (!in.ok()) return in.error();
 
   ThreadPool pool(o.threads);
@@ -88,8 +90,8 @@ void register_quantize(CLI::App& app, Action* selected) {
   const std::string types = models::quant_recipe_list();
   CLI::App* cmd = app.add_subcommand(
       "quantize", "Write a model with its weights in another type (llama-quantize's recipes)");
-  cmd->add_option("input", o->in, "GGUF file to read")->required();
-  cmd->add_option("output", o->out, "GGUF file to write")->required();
+  add_file_option(cmd, "input", o->in, "GGUF file to read")->required();
+  add_file_option(cmd, "output", o->out, "GGUF file to write")->required();
   cmd->add_option("type", o->type, "Weight type or mix: " + types)->required();
   cmd->add_flag("--allow-requantize", o->allow_requantize,
                 "Accept an input whose weights are already quantized (loses quality)");

@@ -8,9 +8,7 @@
 
 #include <sys/stat.h>
 #include <cstdio>
-#include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/repl_input.h"
 #include "cli/sampling_flags.h"
@@ -54,12 +52,6 @@ bool stdin_ready(int timeout_ms) {
   return poll(&p, 1, timeout_ms) > 0;
 }
 
-std::string read_stdin() {
-  std::stringstream ss;
-  ss << std::cin.rdbuf();
-  return ss.str();
-}
-
 Result<std::string> assemble_prompt(const RunOptions& o) {
   std::string prompt = o.prompt;
   if (!o.prompt_file.empty()) {
@@ -71,12 +63,15 @@ Result<std::string> assemble_prompt(const RunOptions& o) {
   const bool have_flag_prompt = !o.prompt.empty() || !o.prompt_file.empty();
   if (!o.no_stdin && stdin_is_data()) {
     if (!have_flag_prompt) {
-      std::string text = read_stdin();
-      if (text.empty()) return make_error(ErrorCode::kUsage, "the prompt on stdin is empty");
+      Result<std::string> text = read_text_stdin("stdin");
+      if (text.ok() && text->empty())
+        return make_error(ErrorCode::kUsage, "the prompt on stdin is empty");
       return text;
     }
     if (stdin_ready(kStdinGraceMs)) {
-      std::string context = read_stdin();
+      Result<std::string> read = read_text_stdin("stdin");
+      if (!read.ok()) return read.error();
+      std::string context = std::move(*read);
       if (!context.empty() && context.back() != '\n') context += '\n';
       prompt = context + prompt;
     } else if (!o.quiet) {
@@ -195,7 +190,7 @@ void register_run(CLI::App& app, Action* selected) {
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (one shot)");
   add_model_flags(cmd, o->model);
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
-  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  add_file_option(cmd, "-f,--file", o->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", o->n_predict,
                   "Tokens to generate (-1: until end of text or a full context)")
       ->capture_default_str();

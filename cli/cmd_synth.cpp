@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/demo_model.h"
+#include "cli/text_file.h"
 #include "models/synth.h"
 
 namespace qrun::cli {
@@ -49,8 +50,9 @@ Result<void> run_synth(const SynthCliOptions& o) {
                       format("synth: --std %g must be positive and below 100", o.weight_std));
   }
   if (o.tied) shape->tied_output = true;
+  QRUN_TRY(check_output_path("-o", o.out));
 
-  Result<gguf::File> vocab = o.vocab.empty() ? open_demo_model() : gguf::File::open(o.vocab);
+  Result<gguf::File> vocab = o.vocab.empty() ? open_demo_model() : open_gguf("--vocab", o.vocab);
   if (!vocab.ok()) return vocab.error();
   if (o.vocab.empty())
     std::fprintf(stderr, "qrun: synth: no --vocab given, using the vocabulary of %s\n",
@@ -76,14 +78,14 @@ Result<void> run_synth(const SynthCliOptions& o) {
 void register_synth(CLI::App& app, Action* selected) {
   auto o = std::make_shared<SynthCliOptions>();
   CLI::App* cmd = app.add_subcommand("synth", "Write a llama-shaped model with random weights");
-  cmd->add_option("-o,--output", o->out, "Output GGUF file")->required();
+  add_file_option(cmd, "-o,--output", o->out, "Output GGUF file")->required();
   cmd->add_option("--arch", o->arch, "Architecture: " + join(models::synth_arch_names()))
       ->capture_default_str();
   cmd->add_option("--like", o->like, "Shape preset: " + join(models::synth_preset_names()))
       ->capture_default_str();
   cmd->add_option("--type", o->type, "Weight type or recipe: " + join(models::synth_recipe_names()))
       ->capture_default_str();
-  cmd->add_option("--vocab", o->vocab,
+  add_file_option(cmd, "--vocab", o->vocab,
                   "GGUF file to copy the tokenizer from (default: the demo model's)");
   cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   cmd->add_option("--n-embd", o->n_embd, "Override the embedding width");

@@ -6,13 +6,14 @@
 #include <cstdlib>
 
 #include "cli/demo_model.h"
+#include "cli/text_file.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/registry.h"
 
 namespace qrun::cli {
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f) {
-  cmd->add_option("-m,--model", f.model, "GGUF model file (default: the embedded demo model)");
+  add_file_option(cmd, "-m,--model", f.model, "GGUF model file (default: the embedded demo model)");
   cmd->add_option("-t,--threads", f.threads, "CPU threads (default: one per physical core)");
   cmd->add_option("-c,--ctx-size", f.ctx_size,
                   "Context size in tokens (default: the model's, at most 4096)");
@@ -26,7 +27,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
 
 Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log) {
   const auto t0 = std::chrono::steady_clock::now();
-  Result<gguf::File> file = flags.model.empty() ? open_demo_model() : gguf::File::open(flags.model);
+  Result<gguf::File> file = flags.model.empty() ? open_demo_model() : open_gguf("-m", flags.model);
   if (!file.ok()) return file.error();
   if (flags.model.empty() && log) {
     std::fprintf(stderr, "qrun: no -m given, using %s\n", kDemoModelName);
