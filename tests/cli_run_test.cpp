@@ -117,6 +117,17 @@ TEST(CliRun, ErrorsHaveDocumentedExitCodes) {
   }
 }
 
+// -f names a directory: the error names the flag and the directory (it used to read as an
+// empty prompt and say "no prompt").
+TEST(CliRun, PromptFileThatIsADirectoryIsNamed) {
+  const std::filesystem::path dir = temp_dir();
+  const CommandResult r = run_command(qrun() + " run -q -n 4 -f '" + dir.string() + "'");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.err, "qrun: -f: '" + dir.string() + "' is a directory, not a regular file\n");
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
 // The golden greedy tokens of `model`/`prompt`, first n, as text: each token's piece, as
 // a stream decoder releases them.
 std::string golden_text(const std::string& model, const std::string& prompt, size_t n) {
