@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/process_setup.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
 #include "models/registry.h"
@@ -52,6 +53,7 @@ std::vector<char*> with_aliases(int argc, char** argv) {
 }  // namespace
 
 int run_main(int argc, char** argv) {
+  setup_process();
   CLI::App app{"qrun: run quantized language models from GGUF files"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text());
