@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/text_file.h"
+#include "cli/threads.h"
 #include "models/quant_recipe.h"
 #include "models/quantize.h"
 
@@ -63,7 +64,7 @@ Result<void> run_quantize(const QuantizeCliOptions& o) {
   Result<gguf::File> in = open_gguf("quantize: input", o.in);
   if (!in.ok()) return in.error();
 
-  ThreadPool pool(o.threads);
+  ThreadPool pool(capped_threads(o.threads, o.quiet));
   qo.pool = &pool;
   if (!o.quiet) {
     qo.on_tensor = [](size_t i, size_t n, const gguf::TensorInfo& t, DType type) {
@@ -98,7 +99,7 @@ void register_quantize(CLI::App& app, Action* selected) {
   cmd->add_flag("--pure", o->pure, "Every weight in the base type: no mixes, no output rule");
   cmd->add_option("--output-tensor-type", o->output_type, "Type of output.weight");
   cmd->add_option("--token-embedding-type", o->token_embd_type, "Type of token_embd.weight");
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
+  add_threads_option(cmd, o->threads, "Threads (default: physical cores)");
   cmd->add_flag("-q,--quiet", o->quiet, "No per-tensor progress on stderr");
   cmd->callback([o, selected] { *selected = [o] { return run_quantize(*o); }; });
 }

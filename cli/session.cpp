@@ -7,6 +7,7 @@
 
 #include "cli/demo_model.h"
 #include "cli/text_file.h"
+#include "cli/threads.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/registry.h"
 
@@ -14,7 +15,7 @@ namespace qrun::cli {
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   add_file_option(cmd, "-m,--model", f.model, "GGUF model file (default: the embedded demo model)");
-  cmd->add_option("-t,--threads", f.threads, "CPU threads (default: one per physical core)");
+  add_threads_option(cmd, f.threads, "CPU threads (default: one per physical core)");
   cmd->add_option("-c,--ctx-size", f.ctx_size,
                   "Context size in tokens (default: the model's, at most 4096)");
   cmd->add_option("-b,--batch-size", f.batch_size, "Prompt tokens per forward pass")
@@ -49,7 +50,7 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   Result<kernels::Isa> isa =
       kernels::resolve_isa(std::getenv("QRUN_FORCE_ISA"), kernels::detect_cpu_features());
   if (!isa.ok()) return isa.error();
-  auto backend = std::make_unique<kernels::CpuBackend>(flags.threads, *isa);
+  auto backend = std::make_unique<kernels::CpuBackend>(capped_threads(flags.threads, !log), *isa);
   QRUN_TRY((*model)->check_backend(*backend));
 
   int64_t n_ctx = flags.ctx_size;
