@@ -63,6 +63,7 @@ Result<void> ChatRepl::run() {
     std::fflush(stdout);
     MessageRead m = read_message(input_, prompts);
     if (m.status == MessageStatus::kEof) return {};
+    if (m.status == MessageStatus::kError) return make_error(ErrorCode::kIo, m.text);
     if (m.status == MessageStatus::kInterrupt) {
       if (!input_.interactive()) return make_error(ErrorCode::kInterrupted, "interrupted");
       if (m.at_empty_prompt) std::fprintf(info_, "(to quit, type /exit or press Ctrl-D)\n");

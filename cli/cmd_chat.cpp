@@ -6,6 +6,7 @@
 // history and colour. The loop itself is cli/chat_repl.cpp.
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -125,7 +126,8 @@ void register_chat(CLI::App& app, Action* selected) {
   add_model_flags(cmd, o->model);
   cmd->add_option("-n,--n-predict", o->n_predict,
                   "Tokens per reply (-1: until the end of the turn or a full context)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, int64_t{INT32_MAX}));
   cmd->add_option("--system-prompt", o->system_prompt, "System prompt (also -sys)");
   add_file_option(cmd, "--system-prompt-file", o->system_prompt_file,
                   "Read the system prompt from a file");

@@ -84,7 +84,8 @@ void register_perplexity(CLI::App& app, Action* selected) {
   CLI::App* cmd = app.add_subcommand("perplexity", "Measure a model's perplexity on a text");
   add_model_flags(cmd, o->model);
   add_file_option(cmd, "-f,--file", o->file, "Text file ('-' reads stdin)")->required();
-  cmd->add_option("--chunks", o->chunks, "Score at most this many chunks (default: all)");
+  cmd->add_option("--chunks", o->chunks, "Score at most this many chunks (default: all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the PPL line");
   cmd->add_flag("-q,--quiet", o->quiet, "No progress or timings on stderr");
   cmd->footer(

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <sys/stat.h>
+#include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -193,7 +194,8 @@ void register_run(CLI::App& app, Action* selected) {
   add_file_option(cmd, "-f,--file", o->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", o->n_predict,
                   "Tokens to generate (-1: until end of text or a full context)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, int64_t{INT32_MAX}));
   cmd->add_flag("--echo", o->echo, "Print the prompt before the generated text");
   cmd->add_flag("-q,--quiet", o->quiet, "No logs or timings on stderr");
   cmd->add_flag("--json", o->json,

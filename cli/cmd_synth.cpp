@@ -17,6 +17,7 @@ struct SynthCliOptions {
   std::string type = "q4_0";
   std::string vocab;
   uint64_t seed = 42;
+  // 0: the preset's. The flags' ranges keep every size and its products far from overflow.
   int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0, head_dim = 0;
   float weight_std = 0.02f;
   bool tied = false;
@@ -87,14 +88,23 @@ void register_synth(CLI::App& app, Action* selected) {
       ->capture_default_str();
   add_file_option(cmd, "--vocab", o->vocab,
                   "GGUF file to copy the tokenizer from (default: the demo model's)");
-  cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
-  cmd->add_option("--n-embd", o->n_embd, "Override the embedding width");
-  cmd->add_option("--n-layer", o->n_layer, "Override the number of layers");
-  cmd->add_option("--n-head", o->n_head, "Override the number of attention heads");
-  cmd->add_option("--n-head-kv", o->n_head_kv, "Override the number of KV heads");
-  cmd->add_option("--n-ff", o->n_ff, "Override the feed-forward width");
-  cmd->add_option("--ctx", o->n_ctx, "Override the trained context length");
-  cmd->add_option("--head-dim", o->head_dim, "Head size (default: n_embd / n_head)");
+  cmd->add_option("--seed", o->seed, "Random seed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--n-embd", o->n_embd, "Override the embedding width")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 16}));
+  cmd->add_option("--n-layer", o->n_layer, "Override the number of layers")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 10}));
+  cmd->add_option("--n-head", o->n_head, "Override the number of attention heads")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 10}));
+  cmd->add_option("--n-head-kv", o->n_head_kv, "Override the number of KV heads")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 10}));
+  cmd->add_option("--n-ff", o->n_ff, "Override the feed-forward width")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 20}));
+  cmd->add_option("--ctx", o->n_ctx, "Override the trained context length")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
+  cmd->add_option("--head-dim", o->head_dim, "Head size (default: n_embd / n_head)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 12}));
   cmd->add_option("--std", o->weight_std, "Standard deviation of the random weights")
       ->capture_default_str();
   cmd->add_flag("--tied", o->tied, "Tie the output projection to the token embedding");

@@ -2,6 +2,7 @@
 #include "cli/session.h"
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -17,7 +18,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   add_file_option(cmd, "-m,--model", f.model, "GGUF model file (default: the embedded demo model)");
   add_threads_option(cmd, f.threads, "CPU threads (default: one per physical core)");
   cmd->add_option("-c,--ctx-size", f.ctx_size,
-                  "Context size in tokens (default: the model's, at most 4096)");
+                  "Context size in tokens (default: the model's, at most 4096)")
+      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}));
   cmd->add_option("-b,--batch-size", f.batch_size, "Prompt tokens per forward pass")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -58,7 +60,10 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
     n_ctx = hp.n_ctx_train > 0 ? std::min(hp.n_ctx_train, kDefaultMaxCtx) : kDefaultMaxCtx;
   const DType cache_type = flags.cache_type == "f32" ? DType::kF32 : DType::kF16;
   Result<KvCache> kv = KvCache::create(hp.n_layer, n_ctx, hp.n_head_kv, hp.head_dim, cache_type);
-  if (!kv.ok()) return kv.error();
+  if (!kv.ok()) {  // too large for this machine: say which flag to lower
+    return make_error(kv.error().code, format("--ctx-size %lld: %s", static_cast<long long>(n_ctx),
+                                              kv.error().message.c_str()));
+  }
 
   auto s =
       std::make_unique<Session>(Session{std::move(*file), "", std::move(*tokenizer),
