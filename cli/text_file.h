@@ -25,8 +25,8 @@ CLI::Option* add_file_option(CLI::App* cmd, const std::string& name, std::string
                              const std::string& help);
 
 // The bytes of `path` ("-": all of stdin), never empty. Errors are kIo and name what the user
-// typed: "<what>: cannot open 'PATH': No such file or directory", "<what>: 'PATH' is a directory, not a
-// regular file", "<what>: 'PATH' is empty" (what: "-f", "/load", ...).
+// typed: "<what>: cannot open 'PATH': No such file or directory", "<what>: 'PATH' is a
+// directory, not a regular file", "<what>: 'PATH' is empty" (what: "-f", "/load", ...).
 Result<std::string> read_text_file(std::string_view what, const std::string& path);
 
 // All of standard input (perhaps nothing), at most kMaxTextBytes; errors are kIo
