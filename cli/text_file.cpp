@@ -25,7 +25,7 @@ const char* kind_of(mode_t mode) {
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
+  return "a special file";
 }
 
 // Reads `fd` to its end, at most kMaxTextBytes; `name` is "'PATH'" or "standard input".

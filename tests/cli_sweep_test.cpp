@@ -6,6 +6,7 @@
 // Every row runs under a deadline, so a hang fails its row instead of stalling the suite.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -359,6 +360,24 @@ TEST_F(CliSweep, EveryRowGivesItsExitCodeAndMessageWithoutHanging) {
     }
     // Each row starts without {out}.
     fs::remove(*dir_ / "out.gguf");
+  }
+}
+
+// A file its user may not read (not a row: permission bits do not stop root, who runs CI).
+TEST_F(CliSweep, UnreadableFileIsNamed) {
+  if (geteuid() == 0) GTEST_SKIP() << "root reads every file whatever its mode";
+  const fs::path locked = *dir_ / "locked.txt";
+  std::ofstream(locked) << "Once upon a time";
+  fs::permissions(locked, fs::perms::none);
+  const std::string qrun = qrun_binary().string();
+  const std::vector<std::vector<std::string>> commands = {
+      {qrun, "run", "-q", "-f", locked.string()},
+      {qrun, "run", "-q", "-p", "x", "-m", locked.string()}};
+  for (const std::vector<std::string>& argv : commands) {
+    const ProcessResult r = run_process(argv, K::kDevNull);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_NE(r.err.find(argv[argv.size() - 2] + ": "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
   }
 }
 
