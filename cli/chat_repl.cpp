@@ -63,6 +63,7 @@ Result<void> ChatRepl::run() {
     std::fflush(stdout);
     MessageRead m = read_message(input_, prompts);
     if (m.status == MessageStatus::kEof) return {};
+    if (m.status == MessageStatus::kError) return make_error(ErrorCode::kIo, m.text);
     if (m.status == MessageStatus::kInterrupt) {
       if (!input_.interactive()) return make_error(ErrorCode::kInterrupted, "interrupted");
       if (m.at_empty_prompt) std::fprintf(info_, "(to quit, type /exit or press Ctrl-D)\n");
@@ -299,6 +300,7 @@ void ChatRepl::context() const {
 
 Result<void> ChatRepl::save(const std::string& path) const {
   if (path.empty()) return make_error(ErrorCode::kUsage, "/save: give a file name");
+  QRUN_TRY(check_output_path("/save", path));  // a FIFO would block the write forever
   nlohmann::ordered_json j = conv_.to_json();
   j["sampling"] = sampling_to_json(settings_.sampling);
   j["n_predict"] = settings_.n_predict;

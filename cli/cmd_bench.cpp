@@ -17,6 +17,7 @@
 #include <random>
 
 #include "cli/session.h"
+#include "cli/threads.h"
 #include "core/model_info.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/mem_bandwidth.h"
@@ -287,7 +288,7 @@ Result<void> run_memory_only(const BenchOptions& o) {
   std::vector<int> threads = o.threads.empty() ? std::vector<int>{0} : o.threads;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   for (int t : threads) {
-    ThreadPool pool(t);
+    ThreadPool pool(capped_threads(t, /*quiet=*/false));
     Result<kernels::MemBandwidth> m = measure_memory(pool);
     if (!m.ok()) return m.error();
     if (o.json) {
@@ -345,7 +346,8 @@ Result<void> run_bench(BenchOptions o) {
   std::vector<BenchRecord> records;
   std::map<int, kernels::MemBandwidth> memory;
   const std::vector<int> threads = o.threads.empty() ? std::vector<int>{0} : o.threads;
-  for (int t : threads) {
+  for (int requested : threads) {
+    const int t = capped_threads(requested, /*quiet=*/false);
     auto* cpu = static_cast<kernels::CpuBackend*>(s.backend.get());
     if (t > 0 && t != cpu->n_threads()) {
       s.backend = std::make_unique<kernels::CpuBackend>(t, isa);
@@ -398,10 +400,7 @@ void register_bench(CLI::App& app, Action* selected) {
   add_model_flags(cmd, o->model);
   // -t takes a list here, as in llama-bench.
   cmd->remove_option(cmd->get_option("--threads"));
-  cmd->add_option("-t,--threads", o->threads,
-                  "CPU threads, a comma list (default: one per physical core)")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 4096));
+  add_threads_option(cmd, o->threads, "CPU threads, a comma list (default: one per physical core)");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths, a comma list (0: no pp test)")
       ->delimiter(',')
       ->capture_default_str()

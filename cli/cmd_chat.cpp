@@ -6,6 +6,7 @@
 // history and colour. The loop itself is cli/chat_repl.cpp.
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -62,7 +63,9 @@ Result<void> run_chat(const ChatOptions& o) {
   }
   std::optional<ChatTemplate> tmpl;
   if (!o.chat_template_file.empty()) {  // read before the model: a typo fails fast
-    Result<ChatTemplate> t = ChatTemplate::from_file(o.chat_template_file);
+    Result<std::string> source = read_text_file("--chat-template-file", o.chat_template_file);
+    if (!source.ok()) return source.error();
+    Result<ChatTemplate> t = ChatTemplate::parse(std::move(*source), o.chat_template_file);
     if (!t.ok()) return t.error();
     tmpl.emplace(std::move(*t));
   }
@@ -123,11 +126,12 @@ void register_chat(CLI::App& app, Action* selected) {
   add_model_flags(cmd, o->model);
   cmd->add_option("-n,--n-predict", o->n_predict,
                   "Tokens per reply (-1: until the end of the turn or a full context)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, int64_t{INT32_MAX}));
   cmd->add_option("--system-prompt", o->system_prompt, "System prompt (also -sys)");
-  cmd->add_option("--system-prompt-file", o->system_prompt_file,
+  add_file_option(cmd, "--system-prompt-file", o->system_prompt_file,
                   "Read the system prompt from a file");
-  cmd->add_option("--chat-template-file", o->chat_template_file,
+  add_file_option(cmd, "--chat-template-file", o->chat_template_file,
                   "Jinja chat template file (instead of the model's tokenizer.chat_template)");
   cmd->add_option("--context-policy", o->context_policy,
                   "When the conversation outgrows the context: drop-oldest exchanges, shift "

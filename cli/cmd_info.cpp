@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/text_file.h"
 #include "core/model_info.h"
 
 namespace qrun::cli {
@@ -151,7 +152,7 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors)
 Result<void> run_info(const InfoOptions& opts) {
   if (opts.model.empty())
     return make_error(ErrorCode::kUsage, "info: no model given (qrun info MODEL.gguf)");
-  Result<gguf::File> file = gguf::File::open(opts.model);
+  Result<gguf::File> file = open_gguf("info", opts.model);
   if (!file.ok()) return file.error();
   const ModelInfo m = describe_model(*file);
   if (opts.json) {
@@ -170,8 +171,8 @@ Result<void> run_info(const InfoOptions& opts) {
 void register_info(CLI::App& app, Action* selected) {
   auto opts = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand("info", "Describe a GGUF model file");
-  cmd->add_option("model", opts->model, "GGUF file");
-  cmd->add_option("-m,--model", opts->model, "GGUF file (alternative to the positional form)");
+  add_file_option(cmd, "model", opts->model, "GGUF file");
+  add_file_option(cmd, "-m,--model", opts->model, "GGUF file (alternative to the positional form)");
   cmd->add_flag("--json", opts->json, "Print one JSON object instead of text");
   cmd->add_flag("--tensors", opts->tensors, "List every tensor with type, shape and offset");
   cmd->callback([opts, selected] { *selected = [opts] { return run_info(*opts); }; });

@@ -201,9 +201,10 @@ void register_perplexity(CLI::App& app, Action* selected) {
   auto o = std::make_shared<PerplexityCliOptions>();
   CLI::App* cmd = app.add_subcommand("perplexity", "Measure a model's perplexity on a text");
   add_model_flags(cmd, o->model);
-  cmd->add_option("-f,--file", o->file,
+  add_file_option(cmd, "-f,--file", o->file,
                   "Text file ('-' reads stdin); optional with --kl-divergence");
-  cmd->add_option("--chunks", o->chunks, "Score at most this many chunks (default: all)");
+  cmd->add_option("--chunks", o->chunks, "Score at most this many chunks (default: all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--kl-divergence-base", o->kld_base,
                   "Write this run's log-probabilities to FILE (llama.cpp's format), or with "
                   "--kl-divergence read them");

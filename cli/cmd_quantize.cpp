@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/text_file.h"
+#include "cli/threads.h"
 #include "models/quant_recipe.h"
 #include "models/quantize.h"
 
@@ -58,10 +60,11 @@ Result<void> run_quantize(const QuantizeCliOptions& o) {
                              "choose another output file",
                              o.out.c_str()));
   }
-  Result<gguf::File> in = gguf::File::open(o.in);
+  QRUN_TRY(check_output_path("quantize: output", o.out));
+  Result<gguf::File> in = open_gguf("quantize: input", o.in);
   if (!in.ok()) return in.error();
 
-  ThreadPool pool(o.threads);
+  ThreadPool pool(capped_threads(o.threads, o.quiet));
   qo.pool = &pool;
   if (!o.quiet) {
     qo.on_tensor = [](size_t i, size_t n, const gguf::TensorInfo& t, DType type) {
@@ -88,15 +91,15 @@ void register_quantize(CLI::App& app, Action* selected) {
   const std::string types = models::quant_recipe_list();
   CLI::App* cmd = app.add_subcommand(
       "quantize", "Write a model with its weights in another type (llama-quantize's recipes)");
-  cmd->add_option("input", o->in, "GGUF file to read")->required();
-  cmd->add_option("output", o->out, "GGUF file to write")->required();
+  add_file_option(cmd, "input", o->in, "GGUF file to read")->required();
+  add_file_option(cmd, "output", o->out, "GGUF file to write")->required();
   cmd->add_option("type", o->type, "Weight type or mix: " + types)->required();
   cmd->add_flag("--allow-requantize", o->allow_requantize,
                 "Accept an input whose weights are already quantized (loses quality)");
   cmd->add_flag("--pure", o->pure, "Every weight in the base type: no mixes, no output rule");
   cmd->add_option("--output-tensor-type", o->output_type, "Type of output.weight");
   cmd->add_option("--token-embedding-type", o->token_embd_type, "Type of token_embd.weight");
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
+  add_threads_option(cmd, o->threads, "Threads (default: physical cores)");
   cmd->add_flag("-q,--quiet", o->quiet, "No per-tensor progress on stderr");
   cmd->callback([o, selected] { *selected = [o] { return run_quantize(*o); }; });
 }

@@ -7,10 +7,9 @@
 #include <unistd.h>
 
 #include <sys/stat.h>
+#include <climits>
 #include <cstdio>
-#include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/repl_input.h"
 #include "cli/sampling_flags.h"
@@ -55,12 +54,6 @@ bool stdin_ready(int timeout_ms) {
   return poll(&p, 1, timeout_ms) > 0;
 }
 
-std::string read_stdin() {
-  std::stringstream ss;
-  ss << std::cin.rdbuf();
-  return ss.str();
-}
-
 Result<std::string> assemble_prompt(const RunOptions& o) {
   std::string prompt = o.prompt;
   if (!o.prompt_file.empty()) {
@@ -72,12 +65,15 @@ Result<std::string> assemble_prompt(const RunOptions& o) {
   const bool have_flag_prompt = o.prompt_given || !o.prompt_file.empty();
   if (!o.no_stdin && stdin_is_data()) {
     if (!have_flag_prompt) {
-      std::string text = read_stdin();
-      if (text.empty()) return make_error(ErrorCode::kUsage, "the prompt on stdin is empty");
+      Result<std::string> text = read_text_stdin("stdin");
+      if (text.ok() && text->empty())
+        return make_error(ErrorCode::kUsage, "the prompt on stdin is empty");
       return text;
     }
     if (stdin_ready(kStdinGraceMs)) {
-      std::string context = read_stdin();
+      Result<std::string> read = read_text_stdin("stdin");
+      if (!read.ok()) return read.error();
+      std::string context = std::move(*read);
       if (!context.empty() && context.back() != '\n') context += '\n';
       prompt = context + prompt;
     } else if (!o.quiet) {
@@ -197,10 +193,11 @@ void register_run(CLI::App& app, Action* selected) {
   add_model_flags(cmd, o->model);
   CLI::Option* prompt = cmd->add_option(
       "-p,--prompt", o->prompt, "Prompt text (\"\" starts from the beginning-of-text token alone)");
-  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  add_file_option(cmd, "-f,--file", o->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", o->n_predict,
                   "Tokens to generate (-1: until end of text or a full context)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, int64_t{INT32_MAX}));
   cmd->add_flag("--echo", o->echo, "Print the prompt before the generated text");
   cmd->add_flag("-q,--quiet", o->quiet, "No logs or timings on stderr");
   cmd->add_flag("--json", o->json,

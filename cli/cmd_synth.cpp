@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/demo_model.h"
+#include "cli/text_file.h"
 #include "models/synth.h"
 
 namespace qrun::cli {
@@ -17,6 +18,7 @@ struct SynthCliOptions {
   std::string type = "q4_0";
   std::string vocab;
   uint64_t seed = 42;
+  // 0: the preset's. The flags' ranges keep every size and its products far from overflow.
   int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_ctx = 0, head_dim = 0;
   int64_t rope_dims = 0;
   int64_t sliding_window = 0;
@@ -56,8 +58,9 @@ Result<void> run_synth(const SynthCliOptions& o) {
                       format("synth: --std %g must be positive and below 100", o.weight_std));
   }
   if (o.tied) shape->tied_output = true;
+  QRUN_TRY(check_output_path("-o", o.out));
 
-  Result<gguf::File> vocab = o.vocab.empty() ? open_demo_model() : gguf::File::open(o.vocab);
+  Result<gguf::File> vocab = o.vocab.empty() ? open_demo_model() : open_gguf("--vocab", o.vocab);
   if (!vocab.ok()) return vocab.error();
   if (o.vocab.empty())
     std::fprintf(stderr, "qrun: synth: no --vocab given, using the vocabulary of %s\n",
@@ -83,28 +86,40 @@ Result<void> run_synth(const SynthCliOptions& o) {
 void register_synth(CLI::App& app, Action* selected) {
   auto o = std::make_shared<SynthCliOptions>();
   CLI::App* cmd = app.add_subcommand("synth", "Write a llama-shaped model with random weights");
-  cmd->add_option("-o,--output", o->out, "Output GGUF file")->required();
+  add_file_option(cmd, "-o,--output", o->out, "Output GGUF file")->required();
   cmd->add_option("--arch", o->arch, "Architecture: " + join(models::synth_arch_names()))
       ->capture_default_str();
   cmd->add_option("--like", o->like, "Shape preset: " + join(models::synth_preset_names()))
       ->capture_default_str();
   cmd->add_option("--type", o->type, "Weight type or recipe: " + join(models::synth_recipe_names()))
       ->capture_default_str();
-  cmd->add_option("--vocab", o->vocab,
+  add_file_option(cmd, "--vocab", o->vocab,
                   "GGUF file to copy the tokenizer from (default: the demo model's)");
-  cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
-  cmd->add_option("--n-embd", o->n_embd, "Override the embedding width");
-  cmd->add_option("--n-layer", o->n_layer, "Override the number of layers");
-  cmd->add_option("--n-head", o->n_head, "Override the number of attention heads");
-  cmd->add_option("--n-head-kv", o->n_head_kv, "Override the number of KV heads");
-  cmd->add_option("--n-ff", o->n_ff, "Override the feed-forward width");
-  cmd->add_option("--ctx", o->n_ctx, "Override the trained context length");
-  cmd->add_option("--head-dim", o->head_dim, "Head size (default: n_embd / n_head)");
-  cmd->add_option("--rope-dims", o->rope_dims, "Rotated elements per head (default: head size)");
+  cmd->add_option("--seed", o->seed, "Random seed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--n-embd", o->n_embd, "Override the embedding width")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 16}));
+  cmd->add_option("--n-layer", o->n_layer, "Override the number of layers")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 10}));
+  cmd->add_option("--n-head", o->n_head, "Override the number of attention heads")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 10}));
+  cmd->add_option("--n-head-kv", o->n_head_kv, "Override the number of KV heads")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 10}));
+  cmd->add_option("--n-ff", o->n_ff, "Override the feed-forward width")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 20}));
+  cmd->add_option("--ctx", o->n_ctx, "Override the trained context length")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
+  cmd->add_option("--head-dim", o->head_dim, "Head size (default: n_embd / n_head)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 12}));
+  cmd->add_option("--rope-dims", o->rope_dims, "Rotated elements per head (default: head size)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 12}));
   cmd->add_option("--sliding-window", o->sliding_window,
-                  "gemma3: the local layers' attention window (default 512); phi3: the key");
+                  "gemma3: the local layers' attention window (default 512); phi3: the key")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
   cmd->add_option("--orig-ctx", o->orig_ctx,
-                  "phi3: original context length; below --ctx adds LongRoPE factors");
+                  "phi3: original context length; below --ctx adds LongRoPE factors")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
   cmd->add_option("--std", o->weight_std, "Standard deviation of the random weights")
       ->capture_default_str();
   cmd->add_flag("--tied", o->tied, "Tie the output projection to the token embedding");

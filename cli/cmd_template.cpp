@@ -55,7 +55,7 @@ Result<void> run_template(const TemplateOptions& o, bool bos_given, bool eos_giv
   render.eos_token = o.eos_token;
   std::optional<ChatTemplate> tmpl;
   if (!o.model.empty()) {
-    Result<gguf::File> file = gguf::File::open(o.model);
+    Result<gguf::File> file = open_gguf("-m", o.model);
     if (!file) return file.error();
     if (o.template_file.empty()) {
       Result<ChatTemplate> t = ChatTemplate::from_gguf(*file, o.model);
@@ -71,7 +71,9 @@ Result<void> run_template(const TemplateOptions& o, bool bos_given, bool eos_giv
     }
   }
   if (!o.template_file.empty()) {
-    Result<ChatTemplate> t = ChatTemplate::from_file(o.template_file);
+    Result<std::string> source = read_text_file("--chat-template-file", o.template_file);
+    if (!source) return source.error();
+    Result<ChatTemplate> t = ChatTemplate::parse(std::move(*source), o.template_file);
     if (!t) return t.error();
     tmpl.emplace(std::move(t).value());
   }
@@ -91,10 +93,10 @@ Result<void> run_template(const TemplateOptions& o, bool bos_given, bool eos_giv
 void register_template(CLI::App& app, Action* selected) {
   auto o = std::make_shared<TemplateOptions>();
   CLI::App* cmd = app.add_subcommand("template", "Print the prompt a chat template renders");
-  cmd->add_option("-m,--model", o->model, "GGUF file whose tokenizer.chat_template to use");
-  cmd->add_option("--chat-template-file", o->template_file,
+  add_file_option(cmd, "-m,--model", o->model, "GGUF file whose tokenizer.chat_template to use");
+  add_file_option(cmd, "--chat-template-file", o->template_file,
                   "Jinja chat template file (instead of the model's)");
-  cmd->add_option("--messages", o->messages,
+  add_file_option(cmd, "--messages", o->messages,
                   "JSON file with an array of messages ({\"role\": ..., \"content\": ...}); - "
                   "reads standard input");
   cmd->add_flag("--add-generation-prompt", o->add_generation_prompt,

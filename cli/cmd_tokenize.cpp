@@ -3,8 +3,6 @@
 // in the prompt are processed, special tokens are parsed and BOS is added when the model
 // asks for it; the output is one "id -> 'piece'" line per token, or [1, 2, 3] with --ids.
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 
 #include "cli/commands.h"
 #include "cli/text_file.h"
@@ -79,7 +77,7 @@ Result<std::string> read_prompt(const TokenizeOptions& o, bool prompt_given) {
   }
   if (!o.file.empty()) return read_text_file("-f", o.file);
   if (o.from_stdin) {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    return read_text_stdin("--stdin");
   }
   return o.prompt;
 }
@@ -90,7 +88,7 @@ Result<void> run_tokenize(const TokenizeOptions& o, bool prompt_given) {
   if (!prompt_given && o.file.empty() && !o.from_stdin) {
     return make_error(ErrorCode::kUsage, "tokenize: no prompt given (-p TEXT, -f FILE or --stdin)");
   }
-  Result<gguf::File> file = gguf::File::open(o.model);
+  Result<gguf::File> file = open_gguf("-m", o.model);
   if (!file) return file.error();
   Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(*file);
   if (!tok) return tok.error();
@@ -123,9 +121,9 @@ void register_tokenize(CLI::App& app, Action* selected) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd =
       app.add_subcommand("tokenize", "Print the tokens of a prompt (as llama-tokenize)");
-  cmd->add_option("-m,--model", o->model, "GGUF file whose tokenizer to use");
+  add_file_option(cmd, "-m,--model", o->model, "GGUF file whose tokenizer to use");
   CLI::Option* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
-  cmd->add_option("-f,--file", o->file, "Read the prompt from a file");
+  add_file_option(cmd, "-f,--file", o->file, "Read the prompt from a file");
   cmd->add_flag("--stdin", o->from_stdin, "Read the prompt from standard input");
   cmd->add_flag("--ids", o->ids, "Print only the ids, as [1, 2, 3]");
   cmd->add_flag("--no-bos", o->no_bos, "Never add BOS, even if the model asks for it");

@@ -1,10 +1,14 @@
 // Subcommand registration and dispatch, and the mapping from Error to exit code.
 #include "cli/commands.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
+#include "cli/process_setup.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
 #include "models/registry.h"
@@ -52,6 +56,7 @@ std::vector<char*> with_aliases(int argc, char** argv) {
 }  // namespace
 
 int run_main(int argc, char** argv) {
+  setup_process();
   CLI::App app{"qrun: run quantized language models from GGUF files"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text());
@@ -65,17 +70,39 @@ int run_main(int argc, char** argv) {
   register_bench(app, &selected);
   register_quantize(app, &selected);
   register_perplexity(app, &selected);
+  // CLI11 would call a misspelt command an extra argument; name it.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      std::fprintf(stderr, "qrun: unknown command '%s' (commands: %s)\n", argv[1], names.c_str());
+      return static_cast<int>(ErrorCode::kUsage);
+    }
+  }
   try {
     std::vector<char*> args = with_aliases(argc, argv);
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help/version or the parse error
-    return rc == 0 ? 0 : static_cast<int>(ErrorCode::kUsage);
+    if (e.get_exit_code() == 0) return app.exit(e);  // prints --help or --version
+    // One line, as every other error (CLI11's own message adds a "Run with --help" line).
+    std::string message = e.what();
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    std::fprintf(stderr, "qrun: %s (see --help)\n", message.c_str());
+    return static_cast<int>(ErrorCode::kUsage);
   }
   if (!selected) return 0;
   Result<void> r = selected();
+  // Output that never arrived (a full disk, a closed stdout) is a failed run, not exit 0.
+  errno = 0;
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && r.ok()) {
+    r = make_error(ErrorCode::kIo, std::string("cannot write to standard output: ") +
+                                       (errno != 0 ? std::strerror(errno) : "write error"));
+  }
   if (!r.ok()) {
-    std::fflush(stdout);
     std::fprintf(stderr, "qrun: %s\n", r.error().message.c_str());
     return static_cast<int>(r.error().code);
   }

@@ -13,8 +13,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include "cli/text_file.h"
 
 namespace qrun::cli {
 namespace {
@@ -147,11 +150,13 @@ class StreamSource final : public LineSource {
   LineRead read_line(const std::string&) override {
     LineRead r;
     for (;;) {
-      const size_t nl = buffer_.find('\n');
+      const size_t nl = buffer_.find('\n', scanned_);  // only the bytes not searched yet
+      scanned_ = buffer_.size();
       if (nl != std::string::npos) {
         r.status = LineStatus::kLine;
         r.text = buffer_.substr(0, nl);
         buffer_.erase(0, nl + 1);
+        scanned_ = 0;
         if (!r.text.empty() && r.text.back() == '\r') r.text.pop_back();
         return r;
       }
@@ -160,6 +165,7 @@ class StreamSource final : public LineSource {
         r.status = LineStatus::kLine;
         r.text = std::move(buffer_);
         buffer_.clear();
+        scanned_ = 0;
         return r;
       }
       if (g_sigint.exchange(false)) {
@@ -167,12 +173,24 @@ class StreamSource final : public LineSource {
         r.had_text = !buffer_.empty();
         return r;
       }
-      char chunk[4096];
+      if (buffer_.size() > kMaxTextBytes) {  // endless input without a newline
+        r.status = LineStatus::kError;
+        r.text = format("standard input: a line longer than %zu MiB", kMaxTextBytes >> 20);
+        return r;
+      }
+      char chunk[65536];
       const ssize_t n = ::read(fd_, chunk, sizeof chunk);
       if (n > 0) {
         buffer_.append(chunk, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
+      } else if (n == 0) {
         eof_ = true;
+      } else if (errno == EAGAIN) {  // a non-blocking descriptor: wait for data
+        pollfd p{fd_, POLLIN, 0};
+        ::poll(&p, 1, 100);
+      } else if (errno != EINTR) {  // e.g. `< /` (EISDIR): an error, not an empty input
+        r.status = LineStatus::kError;
+        r.text = format("cannot read standard input: %s", std::strerror(errno));
+        return r;
       }
     }
   }
@@ -183,6 +201,7 @@ class StreamSource final : public LineSource {
  private:
   int fd_;
   std::string buffer_;
+  size_t scanned_ = 0;  // buffer_[0, scanned_) holds no newline
   bool eof_ = false;
 };
 
@@ -236,11 +255,21 @@ MessageRead read_message(LineSource& source, const Prompts& prompts) {
   bool continued = false;
   bool begun = false;
   for (;;) {
+    if (m.text.size() > kMaxTextBytes) {  // a block that never closes, as from `yes`
+      m.status = MessageStatus::kError;
+      m.text = format("standard input: a message longer than %zu MiB", kMaxTextBytes >> 20);
+      return m;
+    }
     const LineRead line = source.read_line(begun ? prompts.continued : prompts.first);
     if (line.status == LineStatus::kInterrupt) {
       m.status = MessageStatus::kInterrupt;
       m.at_empty_prompt = !begun && !line.had_text;
       m.text.clear();
+      return m;
+    }
+    if (line.status == LineStatus::kError) {
+      m.status = MessageStatus::kError;
+      m.text = line.text;
       return m;
     }
     if (line.status == LineStatus::kEof) {

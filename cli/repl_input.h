@@ -31,11 +31,13 @@ class SigintGuard {
   struct sigaction previous_ {};
 };
 
-enum class LineStatus { kLine, kEof, kInterrupt };
+// kError: the input could not be read as lines (a line longer than kMaxTextBytes, as from
+// /dev/zero); text holds the message.
+enum class LineStatus { kLine, kEof, kInterrupt, kError };
 
 struct LineRead {
   LineStatus status = LineStatus::kEof;
-  std::string text;       // the line, without its newline
+  std::string text;       // the line, without its newline (kError: the message)
   bool had_text = false;  // for kInterrupt: something was typed on the line
 };
 
@@ -62,11 +64,11 @@ std::unique_ptr<LineSource> make_stream_source(int fd);
 // XDG_STATE_HOME nor HOME is set.
 Result<std::string> default_history_path();
 
-enum class MessageStatus { kMessage, kEof, kInterrupt };
+enum class MessageStatus { kMessage, kEof, kInterrupt, kError };
 
 struct MessageRead {
   MessageStatus status = MessageStatus::kEof;
-  std::string text;
+  std::string text;                 // kError: the message of the line source
   bool at_empty_prompt = false;     // kInterrupt with nothing typed and no message begun
   bool unterminated_block = false;  // kMessage: end of input closed an open block
 };

@@ -3,22 +3,26 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
 #include <vector>
 
 #include "cli/demo_model.h"
+#include "cli/text_file.h"
+#include "cli/threads.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/registry.h"
 
 namespace qrun::cli {
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f) {
-  cmd->add_option("-m,--model", f.model, "GGUF model file (default: the embedded demo model)");
-  cmd->add_option("-t,--threads", f.threads, "CPU threads (default: one per physical core)");
+  add_file_option(cmd, "-m,--model", f.model, "GGUF model file (default: the embedded demo model)");
+  add_threads_option(cmd, f.threads, "CPU threads (default: one per physical core)");
   cmd->add_option("-c,--ctx-size", f.ctx_size,
-                  "Context size in tokens (default: the model's, at most 4096)");
+                  "Context size in tokens (default: the model's, at most 4096)")
+      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}));
   cmd->add_option("-b,--batch-size", f.batch_size, "Prompt tokens per forward pass")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -31,7 +35,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
 
 Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log) {
   const auto t0 = std::chrono::steady_clock::now();
-  Result<gguf::File> file = flags.model.empty() ? open_demo_model() : gguf::File::open(flags.model);
+  Result<gguf::File> file = flags.model.empty() ? open_demo_model() : open_gguf("-m", flags.model);
   if (!file.ok()) return file.error();
   if (flags.model.empty() && log) {
     std::fprintf(stderr, "qrun: no -m given, using %s\n", kDemoModelName);
@@ -53,7 +57,7 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   Result<kernels::Isa> isa =
       kernels::resolve_isa(std::getenv("QRUN_FORCE_ISA"), kernels::detect_cpu_features());
   if (!isa.ok()) return isa.error();
-  auto backend = std::make_unique<kernels::CpuBackend>(flags.threads, *isa);
+  auto backend = std::make_unique<kernels::CpuBackend>(capped_threads(flags.threads, !log), *isa);
   QRUN_TRY((*model)->check_backend(*backend));
 
   int64_t n_ctx = flags.ctx_size;
@@ -61,7 +65,10 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
     n_ctx = hp.n_ctx_train > 0 ? std::min(hp.n_ctx_train, kDefaultMaxCtx) : kDefaultMaxCtx;
   const DType cache_type = flags.cache_type == "f32" ? DType::kF32 : DType::kF16;
   Result<KvCache> kv = make_kv_cache(**model, n_ctx, cache_type);
-  if (!kv.ok()) return kv.error();
+  if (!kv.ok()) {  // too large for this machine: say which flag to lower
+    return make_error(kv.error().code, format("--ctx-size %lld: %s", static_cast<long long>(n_ctx),
+                                              kv.error().message.c_str()));
+  }
 
   if (flags.warmup) {
     const int32_t token = std::max((*tokenizer)->bos(), 0);

@@ -18,6 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+Result<ChatTemplate> from_file(const fs::path& path) {
+  return ChatTemplate::parse(test::read_text(path), path.string());
+}
+
 std::vector<fs::path> template_files() {
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(test::data_path("templates"))) {
@@ -38,7 +42,7 @@ TEST(ChatTemplateCases, EveryTemplateRendersEveryCaseExactly) {
     cases_path.replace_extension(".cases.json");
     ASSERT_TRUE(fs::exists(cases_path)) << cases_path;
     const auto all = nlohmann::ordered_json::parse(test::read_text(cases_path));
-    Result<ChatTemplate> tmpl = ChatTemplate::from_file(path.string());
+    Result<ChatTemplate> tmpl = from_file(path);
     ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
     for (const auto& [name, c] : all.items()) {
       ++cases;
@@ -72,8 +76,7 @@ TEST(ChatTemplateCases, EveryTemplateRendersEveryCaseExactly) {
 // The role/content overload renders the same text as the JSON one.
 TEST(ChatTemplateCases, MessageStructsMatchJsonMessages) {
   ::setenv("QRUN_TEMPLATE_NOW", "2026-01-02T03:04:05", 1);
-  Result<ChatTemplate> tmpl =
-      ChatTemplate::from_file(test::data_path("templates/Qwen-Qwen3-0.6B.jinja").string());
+  Result<ChatTemplate> tmpl = from_file(test::data_path("templates/Qwen-Qwen3-0.6B.jinja"));
   ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
   const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hi"}};
   const auto json = nlohmann::ordered_json::parse(
@@ -92,8 +95,7 @@ TEST(ChatTemplateCases, MessageStructsMatchJsonMessages) {
 // end with eos_token or the next turn's opener.
 TEST(ChatTemplateCases, EndOfTurnMarkers) {
   const auto markers = [](const std::string& name) {
-    Result<ChatTemplate> t =
-        ChatTemplate::from_file(test::data_path("templates/" + name + ".jinja").string());
+    Result<ChatTemplate> t = from_file(test::data_path("templates/" + name + ".jinja"));
     EXPECT_TRUE(t.ok());
     return t.ok() ? t->end_of_turn_markers() : std::vector<std::string>{};
   };

@@ -3,14 +3,17 @@
 // how to quit, Ctrl-D exits 0, multi-line input, the history file, /save then /load in a new
 // process (the next turn reuses the prefilled cache), /context, /stats, colours. Through a
 // pipe: unattended replies without escape codes, end-of-turn tokens never printed, context
-// policies, template errors. Models: a tiny random-weight model synthesized with the phi-3
-// vocabulary (a real chat template, <|end|>) and stories260K with a template file.
+// policies, template errors, a model file truncated under a running chat. Models: a tiny
+// random-weight model synthesized with the phi-3 vocabulary (a real chat template, <|end|>) and
+// stories260K with a template file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/process.h"
 #include "tests/support/pty.h"
 #include "tests/support/test_data.h"
 
@@ -314,6 +317,42 @@ TEST_F(CliChat, TemplateFromAFileOrAClearError) {
   const CommandResult missing = run_command(
       qrun() + " chat -m '" + stories + "' --chat-template-file /nonexistent.jinja", "Hello\n");
   EXPECT_EQ(missing.exit_code, 3) << missing.err;
+}
+
+// A model file truncated while qrun has it mapped: the next turn touches pages that no
+// longer exist (SIGBUS). qrun names the file on one line and exits 3, instead of dying of
+// the signal with exit code 135 and no message. A SIGBUS that is no such fault still kills.
+TEST_F(CliChat, ModelTruncatedWhileInUseIsOneLineAndExitCode3) {
+  const std::filesystem::path copy = dir() / "truncated.gguf";
+  std::filesystem::copy_file(data_path("models/stories260K.gguf"), copy,
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::filesystem::path tmpl = dir() / "turns.jinja";
+  std::ofstream(tmpl) << "{% for m in messages %}{{ m.content }}\n{% endfor %}";
+  const std::vector<std::string> args = {
+      qrun(), "chat", "-m", copy.string(), "--chat-template-file", tmpl.string(), "-q", "--temp",
+      "0",    "-n",   "4"};
+  {
+    Process chat(args, StdinKind::kOpenPipe);
+    chat.write_stdin("Once upon a time\n");
+    ASSERT_TRUE(chat.wait_for_stdout("\n", milliseconds(30000)));  // the first reply: mapped
+    std::filesystem::resize_file(copy, 0);
+    chat.write_stdin("And then?\n");
+    chat.close_stdin();
+    const ProcessResult r = chat.wait(milliseconds(30000));
+    ASSERT_FALSE(r.timed_out) << r.err;
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    EXPECT_EQ(r.err, "qrun: " + copy.string() + ": the file changed while in use (truncated?)\n");
+  }
+  {
+    std::filesystem::copy_file(data_path("models/stories260K.gguf"), copy,
+                               std::filesystem::copy_options::overwrite_existing);
+    Process chat(args, StdinKind::kOpenPipe);
+    chat.write_stdin("Once upon a time\n");
+    ASSERT_TRUE(chat.wait_for_stdout("\n", milliseconds(30000)));
+    chat.signal(SIGBUS);
+    const ProcessResult r = chat.wait(milliseconds(30000));
+    EXPECT_EQ(r.exit_code, 128 + SIGBUS) << r.err;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/sampling_flags.h"
 #include "core/gguf/gguf.h"
@@ -153,6 +154,33 @@ TEST(CliRun, ErrorsHaveDocumentedExitCodes) {
   for (const CommandResult* r : {&overflow, &missing, &corrupt, &arch, &no_prompt}) {
     EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
   }
+}
+
+// -f names a directory: the error names the flag and the directory (it used to read as an
+// empty prompt and say "no prompt").
+TEST(CliRun, PromptFileThatIsADirectoryIsNamed) {
+  const std::filesystem::path dir = temp_dir();
+  const CommandResult r = run_command(qrun() + " run -q -n 4 -f '" + dir.string() + "'");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.err, "qrun: -f: '" + dir.string() + "' is a directory, not a regular file\n");
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// -t above the hardware's thread count starts that many threads, not thousands, and says so.
+TEST(CliRun, ThreadsAreCappedAtTheHardwareThreadCount) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const CommandResult r = run_command(qrun() + " run --temp 0 -n 2 -p hi -t 100000");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string n = std::to_string(hw);
+  EXPECT_NE(
+      r.err.find("qrun: -t 100000: this machine runs " + n + " threads at once; using " + n + "\n"),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("; " + n + " threads, "), std::string::npos) << r.err;  // the load line
+  const CommandResult quiet = run_command(qrun() + " run -q --temp 0 -n 2 -p hi -t 100000");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_TRUE(quiet.err.empty()) << quiet.err;
 }
 
 // The golden greedy tokens of `model`/`prompt`, first n, as text: each token's piece, as

@@ -1,7 +1,9 @@
 // `qrun template` end to end: a template file renders the recorded case byte for byte, a
 // model's own template is used with -m (and overridden by --chat-template-file), bos/eos
-// default to the vocabulary's, and bad input is one line with a documented exit code.
+// default to the vocabulary's, and bad input (a template file that is a directory, a FIFO or
+// empty too) is one line with a documented exit code.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -82,6 +84,28 @@ TEST(CliTemplate, ErrorsAreOneLine) {
   const CommandResult missing =
       run_command(qrun() + " template --chat-template-file /nonexistent.jinja --messages -", "[]");
   EXPECT_EQ(missing.exit_code, 3) << missing.err;
+}
+
+// A directory, a FIFO nobody writes and an empty file are refused, naming the flag and the
+// path: a directory used to render an empty template with exit code 0.
+TEST(CliTemplate, TemplateFileMustBeARegularNonEmptyFile) {
+  const std::filesystem::path dir = temp_dir();
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(dir / "empty.jinja").flush();
+  const std::string messages = R"([{"role": "user", "content": "Hi"}])";
+  for (const std::string& path : {dir.string(), fifo, (dir / "empty.jinja").string()}) {
+    SCOPED_TRACE(path);
+    for (const char* command : {" template --messages - ", " chat -q "}) {
+      const CommandResult r = run_command(
+          "timeout 60 " + qrun() + command + "--chat-template-file '" + path + "'", messages);
+      EXPECT_EQ(r.exit_code, 3) << r.err;
+      EXPECT_TRUE(r.out.empty()) << r.out;
+      EXPECT_NE(r.err.find("--chat-template-file: '" + path + "'"), std::string::npos) << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/gguf/gguf.h"
+#include "core/gguf/mapped_files.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::gguf {
@@ -186,6 +187,32 @@ TEST(GgufReader, MissingEmptyAndDirectoryAreIoErrors) {
   EXPECT_EQ(d.error().code, ErrorCode::kIo);
   EXPECT_NE(d.error().message.find("is a directory"), std::string::npos) << d.error().message;
   fs::remove_all(dir);
+}
+
+// A mapped file is found by the addresses of its tensors (what the CLI's SIGBUS handler asks
+// when a file shrinks under it) as long as the File lives, moved or not.
+TEST(GgufReader, MappedFilesAreRegisteredWhileOpen) {
+  const std::string path = test::data_path("models/stories260K.gguf").string();
+  const uint8_t* data = nullptr;
+  {
+    Result<File> f = File::open(path);
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    const TensorInfo* t = f->find_tensor("token_embd.weight");
+    ASSERT_NE(t, nullptr);
+    data = t->data;
+    ASSERT_NE(mapped_file_at(data), nullptr);
+    EXPECT_EQ(std::string(mapped_file_at(data)), path);
+    EXPECT_EQ(std::string(mapped_file_at(data + t->n_bytes - 1)), path);
+    File moved = std::move(f).value();
+    EXPECT_EQ(std::string(mapped_file_at(data)), path);
+    int on_stack = 0;
+    EXPECT_EQ(mapped_file_at(&on_stack), nullptr);
+  }
+  EXPECT_EQ(mapped_file_at(data), nullptr);
+  // Bytes held in memory are no mapping.
+  Result<File> bytes = File::from_bytes(test::read_bytes(path), "in memory");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(mapped_file_at(bytes->tensors().front().data), nullptr);
 }
 
 TEST(GgufReader, FileIsMovable) {

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "core/gguf/gguf.h"
+#include "core/gguf/mapped_files.h"
 
 static_assert(std::endian::native == std::endian::little,
               "the GGUF reader assumes a little-endian host");
@@ -24,15 +25,20 @@ static_assert(std::endian::native == std::endian::little,
 namespace qrun::gguf {
 
 // Owns the bytes a File points into: an mmap of a file, or a vector from from_bytes().
+// A mapping is registered (mapped_files.h) under its path while it lives, so that a SIGBUS
+// from the file shrinking under it can be reported.
 struct File::Mapping {
   std::vector<uint8_t> bytes;
   void* addr = nullptr;
   size_t length = 0;
+  std::string path;
+  int registration = -1;
 
   Mapping() = default;
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   ~Mapping() {
+    unregister_mapped_file(registration);
     if (addr != nullptr) munmap(addr, length);
   }
 };
@@ -515,6 +521,8 @@ Result<File> File::open(const std::string& path) {
   f.mapping_ = std::make_unique<Mapping>();
   f.mapping_->addr = addr;
   f.mapping_->length = size;
+  f.mapping_->path = path;
+  f.mapping_->registration = register_mapped_file(addr, size, f.mapping_->path.c_str());
   f.base_ = static_cast<const uint8_t*>(addr);
   f.size_ = size;
   f.path_ = path;

@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
-#include <sstream>
 
 #include "core/jinja/jinja.h"
 
@@ -104,15 +102,6 @@ Result<ChatTemplate> ChatTemplate::from_gguf(const gguf::File& file, const std::
   }
   QRUN_JINJA_ASSIGN(std::string source, file.get_string(kKey));
   return parse(std::move(source), file_name + ": " + kKey);
-}
-
-Result<ChatTemplate> ChatTemplate::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::kIo, "cannot open chat template '" + path + "'");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return make_error(ErrorCode::kIo, "cannot read chat template '" + path + "'");
-  return parse(buffer.str(), path);
 }
 
 Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages,

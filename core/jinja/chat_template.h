@@ -33,8 +33,6 @@ class ChatTemplate {
   // The template in tokenizer.chat_template; kUnsupported when the file has none (the
   // message says to pass --chat-template-file).
   static Result<ChatTemplate> from_gguf(const gguf::File& file, const std::string& file_name);
-  // Reads and parses a template file (kIo when it cannot be read).
-  static Result<ChatTemplate> from_file(const std::string& path);
 
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
