@@ -66,7 +66,7 @@ const std::vector<Row>& rows() {
       {{"run", "-q", "-n", "2"}, K::kDevNull, 2, "no prompt"},
       {{"run", "-q", "-n", "2"}, K::kText, 0, ""},
       {{"run", "-q", "-n", "2", "-p", "Once"}, K::kOpenPipe, 0, ""},  // an idle pipe: ignored
-      {{"run", "-q", "-p", ""}, K::kDevNull, 2, "no prompt"},
+      {{"run", "-q", "-n", "2", "-p", ""}, K::kDevNull, 0, ""},       // empty: starts from BOS
       // run: numbers.
       {{"run", "-q", "-p", "x", "-n", "abc"}, K::kDevNull, 2, "--n-predict"},
       {{"run", "-q", "-p", "x", "-n", ""}, K::kDevNull, 2, "--n-predict"},
@@ -262,7 +262,7 @@ const std::vector<Row>& rows() {
       {{"perplexity", "-f", "-"}, K::kClosed, 3, "-f: standard input is empty"},
       {{"perplexity", "-f", "{text}", "--chunks", "-1"}, K::kDevNull, 2, "--chunks"},
       {{"perplexity", "-f", "{text}", "-c", "-5"}, K::kDevNull, 2, "--ctx-size"},
-      {{"perplexity"}, K::kDevNull, 2, "--file"},
+      {{"perplexity"}, K::kDevNull, 2, "-f is required"},
 
       // bench.
       {{"bench", "-m", "{dir}"}, K::kDevNull, 3, "-m: {dir}"},
