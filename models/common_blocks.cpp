@@ -79,6 +79,22 @@ Result<Tensor> WeightBinder::bind(const std::string& name, std::vector<int64_t> 
   return **t;
 }
 
+Result<void> WeightBinder::bind(const std::string& name, std::vector<int64_t> shape, WeightUse use,
+                                Tensor* out) const {
+  Result<Tensor> t = bind(name, std::move(shape), use);
+  if (!t.ok()) return t.error();
+  *out = *t;
+  return {};
+}
+
+Result<void> WeightBinder::bind_optional(const std::string& name, std::vector<int64_t> shape,
+                                         WeightUse use, Tensor* out) const {
+  Result<std::optional<Tensor>> t = bind_optional(name, std::move(shape), use);
+  if (!t.ok()) return t.error();
+  if (t->has_value()) *out = **t;
+  return {};
+}
+
 Result<void> WeightBinder::reject_if_present(const std::string& name, const char* what) const {
   if (file_.find_tensor(name) == nullptr) return {};
   return file_.error(ErrorCode::kUnsupported,
@@ -182,6 +198,12 @@ Result<ModelHparams> read_decoder_hparams(const gguf::File& file) {
   return hp;
 }
 
+Result<void> check_model_options(const ModelOptions& options) {
+  if (options.n_batch > 0 && options.n_batch <= (int64_t{1} << 20)) return {};
+  return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
+                                              static_cast<long long>(options.n_batch)));
+}
+
 Result<void> check_op(const Backend& backend, Op op, const Tensor& t) {
   if (backend.supports(op, t.type)) return {};
   return make_error(
@@ -189,6 +211,72 @@ Result<void> check_op(const Backend& backend, Op op, const Tensor& t) {
       format("the %.*s backend cannot run %s on tensor '%.*s' (%s)",
              static_cast<int>(backend.name().size()), backend.name().data(), op_name(op),
              static_cast<int>(t.name.size()), t.name.data(), dtype_name(t.type)));
+}
+
+Result<EmbeddingWeights> bind_embedding_weights(const gguf::File& file, ModelHparams& hp) {
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (embd == nullptr) {
+    return file.error(ErrorCode::kFormat, "tensor 'token_embd.weight' is missing");
+  }
+  hp.n_vocab = embd->ne[1];
+  const WeightBinder b(file);
+  EmbeddingWeights w;
+  QRUN_TRY(b.bind("token_embd.weight", {hp.n_embd, hp.n_vocab}, WeightUse::kGetRows, &w.tok_embd));
+  QRUN_TRY(b.bind("output_norm.weight", {hp.n_embd}, WeightUse::kF32, &w.output_norm));
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  QRUN_TRY(b.bind(tied ? "token_embd.weight" : "output.weight", {hp.n_embd, hp.n_vocab},
+                  WeightUse::kMatMul, &w.output));
+  return w;
+}
+
+Result<void> check_embedding_ops(const Backend& backend, const EmbeddingWeights& w) {
+  QRUN_TRY(check_op(backend, Op::kGetRows, w.tok_embd));
+  QRUN_TRY(check_op(backend, Op::kRmsNorm, w.output_norm));
+  return check_op(backend, Op::kMatMul, w.output);
+}
+
+Result<void> check_block_ops(const Backend& backend, const AttentionWeights& attn,
+                             const FfnWeights& ffn) {
+  for (const Tensor* t : {&attn.wq, &attn.wk, &attn.wv, &attn.wo, &ffn.gate, &ffn.up, &ffn.down}) {
+    QRUN_TRY(check_op(backend, Op::kMatMul, *t));
+  }
+  for (const Tensor* t : {&attn.q_norm, &attn.k_norm}) {
+    if (t->data != nullptr) QRUN_TRY(check_op(backend, Op::kRmsNorm, *t));
+  }
+  return {};
+}
+
+void DecoderScratch::allocate(const ModelHparams& hp, int64_t n_batch) {
+  const auto n = static_cast<size_t>(n_batch);
+  const auto n_q = static_cast<size_t>(hp.n_head * hp.head_dim);
+  const auto n_kv = static_cast<size_t>(hp.n_head_kv * hp.head_dim);
+  x_.resize(n * static_cast<size_t>(hp.n_embd));
+  xn_.resize(n * static_cast<size_t>(hp.n_embd));
+  q_.resize(n * n_q);
+  k_.resize(n * n_kv);
+  v_.resize(n * n_kv);
+  attn_.resize(n * n_q);
+  gate_.resize(n * static_cast<size_t>(hp.n_ff));
+  up_.resize(n * static_cast<size_t>(hp.n_ff));
+  positions_.resize(n);
+}
+
+BlockScratch DecoderScratch::blocks() {
+  return BlockScratch{q_.data(), k_.data(), v_.data(), attn_.data(), gate_.data(), up_.data()};
+}
+
+std::span<const int32_t> DecoderScratch::positions(int64_t pos, int64_t n) {
+  for (int64_t t = 0; t < n; ++t)
+    positions_[static_cast<size_t>(t)] = static_cast<int32_t>(pos + t);
+  return {positions_.data(), static_cast<size_t>(n)};
+}
+
+int64_t output_logits(Backend& backend, const ModelHparams& hp, const EmbeddingWeights& w,
+                      const float* x, int64_t n, bool all_logits, float* xn, float* logits) {
+  const int64_t rows = all_logits ? n : 1;
+  backend.rms_norm(x + (n - rows) * hp.n_embd, w.output_norm, rows, hp.n_embd, hp.norm_eps, xn);
+  backend.matmul(w.output, xn, rows, logits);
+  return rows;
 }
 
 Result<void> check_forward_args(const ModelHparams& hp, std::span<const int32_t> tokens,

@@ -38,6 +38,11 @@ class WeightBinder {
   // Same, but a missing tensor is std::nullopt rather than an error.
   Result<std::optional<Tensor>> bind_optional(const std::string& name, std::vector<int64_t> shape,
                                               WeightUse use) const;
+  // The same into *out, for QRUN_TRY chains; bind_optional leaves *out alone when absent.
+  Result<void> bind(const std::string& name, std::vector<int64_t> shape, WeightUse use,
+                    Tensor* out) const;
+  Result<void> bind_optional(const std::string& name, std::vector<int64_t> shape, WeightUse use,
+                             Tensor* out) const;
   // kUnsupported if a tensor this architecture does not implement (biases, experts) is present.
   Result<void> reject_if_present(const std::string& name, const char* what) const;
 
@@ -57,6 +62,9 @@ Result<int64_t> read_positive(const gguf::File& file, const std::string& arch,
 // the weights.
 Result<ModelHparams> read_decoder_hparams(const gguf::File& file);
 
+// kUsage unless options.n_batch is in 1 .. 2^20.
+Result<void> check_model_options(const ModelOptions& options);
+
 // kUnsupported naming `t` when `backend` cannot run `op` on it (see Model::check_backend).
 Result<void> check_op(const Backend& backend, Op op, const Tensor& t);
 
@@ -66,13 +74,15 @@ Result<void> check_op(const Backend& backend, Op op, const Tensor& t);
 Result<void> check_forward_args(const ModelHparams& hp, std::span<const int32_t> tokens,
                                 int64_t pos, const KvCache& kv);
 
-// Runs tokens through `chunk(tokens, pos, logits)` in pieces of at most n_batch, advancing
-// kv after each, with logits pointing where each piece's rows go (every row when all_logits,
-// else only the last piece gets the last row; null for the other pieces).
+// Model::forward over `chunk(tokens, pos, logits)`: checks the arguments
+// (check_forward_args), then runs the tokens in pieces of at most n_batch, advancing kv after
+// each, with logits pointing where each piece's rows go (every row when all_logits, else only
+// the last piece gets the last row; null for the other pieces).
 template <class Chunk>
-void forward_in_chunks(const ModelHparams& hp, int64_t n_batch, std::span<const int32_t> tokens,
-                       int64_t pos, KvCache& kv, bool all_logits, float* logits_out,
-                       Chunk&& chunk) {
+Result<void> forward_in_chunks(const ModelHparams& hp, int64_t n_batch,
+                               std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
+                               bool all_logits, float* logits_out, Chunk&& chunk) {
+  QRUN_TRY(check_forward_args(hp, tokens, pos, kv));
   const auto n_tokens = static_cast<int64_t>(tokens.size());
   for (int64_t done = 0; done < n_tokens; done += n_batch) {
     const int64_t n = std::min(n_batch, n_tokens - done);
@@ -82,6 +92,7 @@ void forward_in_chunks(const ModelHparams& hp, int64_t n_batch, std::span<const 
     chunk(tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)), pos + done, logits);
     kv.set_n_tokens(pos + done + n);
   }
+  return {};
 }
 
 // The weights of one attention block; shapes in GGML order, rows = output features.
@@ -127,6 +138,43 @@ struct BlockScratch {
   float* gate = nullptr;  // [n_batch, n_ff]
   float* up = nullptr;    // [n_batch, n_ff]
 };
+
+// The token embedding, the final norm and the output projection: the embedding again when
+// the file has no output.weight (tied models).
+struct EmbeddingWeights {
+  Tensor tok_embd;     // [n_embd, n_vocab]
+  Tensor output_norm;  // [n_embd]
+  Tensor output;       // [n_embd, n_vocab]
+};
+
+// Binds them; hp.n_vocab is taken from token_embd.weight's rows.
+Result<EmbeddingWeights> bind_embedding_weights(const gguf::File& file, ModelHparams& hp);
+
+// check_op on what every decoder reads: the embedding weights, and one layer's attention and
+// FFN blocks (their matrices, and the per-head Q/K norms where present).
+Result<void> check_embedding_ops(const Backend& backend, const EmbeddingWeights& w);
+Result<void> check_block_ops(const Backend& backend, const AttentionWeights& attn,
+                             const FfnWeights& ffn);
+
+// The activations of one forward pass over at most n_batch tokens.
+class DecoderScratch {
+ public:
+  void allocate(const ModelHparams& hp, int64_t n_batch);
+  float* x() { return x_.data(); }    // [n_batch, n_embd] the residual stream
+  float* xn() { return xn_.data(); }  // [n_batch, n_embd] a normed input, a block's output
+  BlockScratch blocks();
+  // Positions pos .. pos + n - 1.
+  std::span<const int32_t> positions(int64_t pos, int64_t n);
+
+ private:
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_;
+  std::vector<int32_t> positions_;
+};
+
+// The logits of the rows asked for, every one of the n tokens' or the last: x's rows
+// RMS-normed into xn, then projected. logits: [rows, n_vocab]. Returns the number of rows.
+int64_t output_logits(Backend& backend, const ModelHparams& hp, const EmbeddingWeights& w,
+                      const float* x, int64_t n, bool all_logits, float* xn, float* logits);
 
 // out = wo * attention(q_scale * rope(q), rope(k), v) for n tokens at positions
 // pos .. pos + n - 1, after storing their K and V in `cache`, where q = wq xn + bq,

@@ -49,21 +49,9 @@ class Gemma3Model final : public Model {
   float softcap_ = 0.0f;       // final logit soft-capping; 0: none
   float rope_base_local_ = 0;  // RoPE base of the sliding-window layers
 
-  Tensor tok_embd_;  // [n_embd, n_vocab]
+  EmbeddingWeights embd_;
   std::vector<Gemma3Layer> layers_;
-  Tensor output_norm_;  // [n_embd]
-  Tensor output_;       // [n_embd, n_vocab]; token_embd when the file has no output.weight
-
-  // Scratch, [n_batch, ...] each.
-  std::vector<float> x_;            // [n_batch, n_embd] residual stream
-  std::vector<float> xn_;           // [n_batch, n_embd] normed input / block output
-  std::vector<float> q_;            // [n_batch, n_head * head_dim]
-  std::vector<float> k_;            // [n_batch, n_head_kv * head_dim]
-  std::vector<float> v_;            // [n_batch, n_head_kv * head_dim]
-  std::vector<float> attn_;         // [n_batch, n_head * head_dim]
-  std::vector<float> gate_;         // [n_batch, n_ff]
-  std::vector<float> up_;           // [n_batch, n_ff]
-  std::vector<int32_t> positions_;  // [n_batch]
+  DecoderScratch scratch_;
 };
 
 // Which layers attend a sliding window: "<arch>.attention.sliding_window_pattern" is either
@@ -131,45 +119,28 @@ Result<void> Gemma3Model::bind_weights(const gguf::File& file) {
   const int64_t n_q = hp_.n_head * hp_.head_dim;
   const int64_t n_kv = hp_.n_head_kv * hp_.head_dim;
 
-  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
-  if (embd == nullptr)
-    return file.error(ErrorCode::kFormat, "tensor 'token_embd.weight' is missing");
-  hp_.n_vocab = embd->ne[1];
-  const auto bind = [&](const std::string& name, std::vector<int64_t> shape, WeightUse use,
-                        Tensor* out) -> Result<void> {
-    Result<Tensor> t = b.bind(name, std::move(shape), use);
-    if (!t.ok()) return t.error();
-    *out = *t;
-    return {};
-  };
-  QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kGetRows, &tok_embd_));
-  QRUN_TRY(bind("output_norm.weight", {n_embd}, WeightUse::kF32, &output_norm_));
-  Result<std::optional<Tensor>> output =
-      b.bind_optional("output.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul);
-  if (!output.ok()) return output.error();
-  if (output->has_value()) {
-    output_ = **output;
-  } else {
-    QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul, &output_));
-  }
+  Result<EmbeddingWeights> embd = bind_embedding_weights(file, hp_);
+  if (!embd.ok()) return embd.error();
+  embd_ = *embd;
 
   layers_.resize(static_cast<size_t>(hp_.n_layer));
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Gemma3Layer& l = layers_[static_cast<size_t>(il)];
     const std::string p = "blk." + std::to_string(il) + ".";
-    QRUN_TRY(bind(p + "attn_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_norm));
-    QRUN_TRY(bind(p + "attn_q.weight", {n_embd, n_q}, WeightUse::kMatMul, &l.attn.wq));
-    QRUN_TRY(bind(p + "attn_k.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wk));
-    QRUN_TRY(bind(p + "attn_v.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wv));
-    QRUN_TRY(bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
-    QRUN_TRY(bind(p + "attn_q_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.q_norm));
-    QRUN_TRY(bind(p + "attn_k_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.k_norm));
-    QRUN_TRY(bind(p + "post_attention_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_post_norm));
-    QRUN_TRY(bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
-    QRUN_TRY(bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
-    QRUN_TRY(bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
-    QRUN_TRY(bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
-    QRUN_TRY(bind(p + "post_ffw_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_post_norm));
+    QRUN_TRY(b.bind(p + "attn_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_norm));
+    QRUN_TRY(b.bind(p + "attn_q.weight", {n_embd, n_q}, WeightUse::kMatMul, &l.attn.wq));
+    QRUN_TRY(b.bind(p + "attn_k.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wk));
+    QRUN_TRY(b.bind(p + "attn_v.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wv));
+    QRUN_TRY(b.bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
+    QRUN_TRY(b.bind(p + "attn_q_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.q_norm));
+    QRUN_TRY(b.bind(p + "attn_k_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.k_norm));
+    QRUN_TRY(
+        b.bind(p + "post_attention_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_post_norm));
+    QRUN_TRY(b.bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
+    QRUN_TRY(b.bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
+    QRUN_TRY(b.bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
+    QRUN_TRY(b.bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
+    QRUN_TRY(b.bind(p + "post_ffw_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_post_norm));
     for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"})
       QRUN_TRY(b.reject_if_present(p + bias, "attention biases"));
   }
@@ -178,10 +149,7 @@ Result<void> Gemma3Model::bind_weights(const gguf::File& file) {
 
 Result<std::unique_ptr<Model>> Gemma3Model::load(const gguf::File& file,
                                                  const ModelOptions& options) {
-  if (options.n_batch <= 0 || options.n_batch > (int64_t{1} << 20)) {
-    return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
-                                                static_cast<long long>(options.n_batch)));
-  }
+  QRUN_TRY(check_model_options(options));
   auto m = std::make_unique<Gemma3Model>();
   m->n_batch_ = options.n_batch;
   Result<ModelHparams> hp = read_decoder_hparams(file);
@@ -207,30 +175,15 @@ Result<std::unique_ptr<Model>> Gemma3Model::load(const gguf::File& file,
     c.q_scale = q_scale;
   }
 
-  const auto n = static_cast<size_t>(m->n_batch_);
-  m->x_.resize(n * static_cast<size_t>(h.n_embd));
-  m->xn_.resize(n * static_cast<size_t>(h.n_embd));
-  m->q_.resize(n * static_cast<size_t>(h.n_head * h.head_dim));
-  m->k_.resize(n * static_cast<size_t>(h.n_head_kv * h.head_dim));
-  m->v_.resize(n * static_cast<size_t>(h.n_head_kv * h.head_dim));
-  m->attn_.resize(n * static_cast<size_t>(h.n_head * h.head_dim));
-  m->gate_.resize(n * static_cast<size_t>(h.n_ff));
-  m->up_.resize(n * static_cast<size_t>(h.n_ff));
-  m->positions_.resize(n);
+  m->scratch_.allocate(h, m->n_batch_);
   return std::unique_ptr<Model>(std::move(m));
 }
 
 Result<void> Gemma3Model::check_backend(const Backend& backend) const {
-  QRUN_TRY(check_op(backend, Op::kGetRows, tok_embd_));
-  QRUN_TRY(check_op(backend, Op::kRmsNorm, output_norm_));
-  QRUN_TRY(check_op(backend, Op::kMatMul, output_));
+  QRUN_TRY(check_embedding_ops(backend, embd_));
   for (const Gemma3Layer& l : layers_) {
-    for (const Tensor* t :
-         {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down}) {
-      QRUN_TRY(check_op(backend, Op::kMatMul, *t));
-    }
-    for (const Tensor* t : {&l.attn_norm, &l.attn.q_norm, &l.attn.k_norm, &l.attn_post_norm,
-                            &l.ffn_norm, &l.ffn_post_norm}) {
+    QRUN_TRY(check_block_ops(backend, l.attn, l.ffn));
+    for (const Tensor* t : {&l.attn_norm, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm}) {
       QRUN_TRY(check_op(backend, Op::kRmsNorm, *t));
     }
   }
@@ -239,27 +192,23 @@ Result<void> Gemma3Model::check_backend(const Backend& backend) const {
 
 Result<void> Gemma3Model::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                   KvCache& kv, bool all_logits, float* logits_out) {
-  QRUN_TRY(check_forward_args(hp_, tokens, pos, kv));
-  forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
-                    [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
-                      forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
-                    });
-  return {};
+  return forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
+                           [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
+                             forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
+                           });
 }
 
 void Gemma3Model::forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                 KvCache& kv, bool all_logits, float* logits) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t n_embd = hp_.n_embd;
-  const BlockScratch s{q_.data(), k_.data(), v_.data(), attn_.data(), gate_.data(), up_.data()};
-  for (int64_t t = 0; t < n; ++t)
-    positions_[static_cast<size_t>(t)] = static_cast<int32_t>(pos + t);
-  const std::span<const int32_t> positions(positions_.data(), static_cast<size_t>(n));
-  float* x = x_.data();
-  float* xn = xn_.data();
+  const BlockScratch s = scratch_.blocks();
+  const std::span<const int32_t> positions = scratch_.positions(pos, n);
+  float* x = scratch_.x();
+  float* xn = scratch_.xn();
 
   // x: [n, n_embd] token embeddings, scaled by sqrt(n_embd)
-  backend.get_rows(tok_embd_, tokens, x);
+  backend.get_rows(embd_.tok_embd, tokens, x);
   backend.scale(x, n * n_embd, embd_scale_, x);
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
@@ -279,9 +228,7 @@ void Gemma3Model::forward_chunk(Backend& backend, std::span<const int32_t> token
 
   // Output: the rows asked for (every token, or the last), normed, projected, soft-capped.
   // xn: [rows, n_embd]; logits: [rows, n_vocab]
-  const int64_t rows = all_logits ? n : 1;
-  backend.rms_norm(x + (n - rows) * n_embd, output_norm_, rows, n_embd, hp_.norm_eps, xn);
-  backend.matmul(output_, xn, rows, logits);
+  const int64_t rows = output_logits(backend, hp_, embd_, x, n, all_logits, xn, logits);
   if (softcap_ > 0.0f) backend.softcap(logits, rows * hp_.n_vocab, softcap_, logits);
 }
 

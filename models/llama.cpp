@@ -44,7 +44,6 @@ class LlamaModel final : public Model {
 
  private:
   Result<void> bind_weights(const gguf::File& file);
-  void allocate_scratch();
   // One chunk of at most n_batch tokens; logits (may be null) gets the requested rows.
   void forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                      bool all_logits, float* logits);
@@ -54,21 +53,9 @@ class LlamaModel final : public Model {
   int64_t n_batch_ = 0;
   AttentionConfig attn_config_;
 
-  Tensor tok_embd_;  // [n_embd, n_vocab]
+  EmbeddingWeights embd_;
   std::vector<LlamaLayer> layers_;
-  Tensor output_norm_;  // [n_embd]
-  Tensor output_;       // [n_embd, n_vocab]; token_embd when the file has no output.weight
-
-  // Scratch, [n_batch, ...] each.
-  std::vector<float> x_;            // [n_batch, n_embd] residual stream
-  std::vector<float> xn_;           // [n_batch, n_embd] normed input / block output
-  std::vector<float> q_;            // [n_batch, n_head * head_dim]
-  std::vector<float> k_;            // [n_batch, n_head_kv * head_dim]
-  std::vector<float> v_;            // [n_batch, n_head_kv * head_dim]
-  std::vector<float> attn_;         // [n_batch, n_head * head_dim]
-  std::vector<float> gate_;         // [n_batch, n_ff]
-  std::vector<float> up_;           // [n_batch, n_ff]
-  std::vector<int32_t> positions_;  // [n_batch]
+  DecoderScratch scratch_;
 };
 
 Result<void> LlamaModel::bind_weights(const gguf::File& file) {
@@ -77,27 +64,9 @@ Result<void> LlamaModel::bind_weights(const gguf::File& file) {
   const int64_t n_q = hp_.n_head * hp_.head_dim;
   const int64_t n_kv = hp_.n_head_kv * hp_.head_dim;
 
-  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
-  if (embd == nullptr)
-    return file.error(ErrorCode::kFormat, "tensor 'token_embd.weight' is missing");
-  hp_.n_vocab = embd->ne[1];
-  const auto bind = [&](const std::string& name, std::vector<int64_t> shape, WeightUse use,
-                        Tensor* out) -> Result<void> {
-    Result<Tensor> t = b.bind(name, std::move(shape), use);
-    if (!t.ok()) return t.error();
-    *out = *t;
-    return {};
-  };
-  QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kGetRows, &tok_embd_));
-  QRUN_TRY(bind("output_norm.weight", {n_embd}, WeightUse::kF32, &output_norm_));
-  Result<std::optional<Tensor>> output =
-      b.bind_optional("output.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul);
-  if (!output.ok()) return output.error();
-  if (output->has_value()) {
-    output_ = **output;
-  } else {
-    QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul, &output_));
-  }
+  Result<EmbeddingWeights> embd = bind_embedding_weights(file, hp_);
+  if (!embd.ok()) return embd.error();
+  embd_ = *embd;
   Result<std::optional<Tensor>> freqs =
       b.bind_optional("rope_freqs.weight", {hp_.n_rot / 2}, WeightUse::kF32);
   if (!freqs.ok()) return freqs.error();
@@ -110,27 +79,27 @@ Result<void> LlamaModel::bind_weights(const gguf::File& file) {
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     LlamaLayer& l = layers_[static_cast<size_t>(il)];
     const std::string p = "blk." + std::to_string(il) + ".";
-    QRUN_TRY(bind(p + "attn_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_norm));
-    QRUN_TRY(bind(p + "attn_q.weight", {n_embd, n_q}, WeightUse::kMatMul, &l.attn.wq));
-    QRUN_TRY(bind(p + "attn_k.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wk));
-    QRUN_TRY(bind(p + "attn_v.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wv));
-    QRUN_TRY(bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
-    QRUN_TRY(bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
-    QRUN_TRY(bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
-    QRUN_TRY(bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
-    QRUN_TRY(bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
+    QRUN_TRY(b.bind(p + "attn_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_norm));
+    QRUN_TRY(b.bind(p + "attn_q.weight", {n_embd, n_q}, WeightUse::kMatMul, &l.attn.wq));
+    QRUN_TRY(b.bind(p + "attn_k.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wk));
+    QRUN_TRY(b.bind(p + "attn_v.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wv));
+    QRUN_TRY(b.bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
+    QRUN_TRY(b.bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
+    QRUN_TRY(b.bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
+    QRUN_TRY(b.bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
+    QRUN_TRY(b.bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
     if (variant_.qkv_bias) {
-      QRUN_TRY(bind(p + "attn_q.bias", {n_q}, WeightUse::kF32, &l.attn.bq));
-      QRUN_TRY(bind(p + "attn_k.bias", {n_kv}, WeightUse::kF32, &l.attn.bk));
-      QRUN_TRY(bind(p + "attn_v.bias", {n_kv}, WeightUse::kF32, &l.attn.bv));
+      QRUN_TRY(b.bind(p + "attn_q.bias", {n_q}, WeightUse::kF32, &l.attn.bq));
+      QRUN_TRY(b.bind(p + "attn_k.bias", {n_kv}, WeightUse::kF32, &l.attn.bk));
+      QRUN_TRY(b.bind(p + "attn_v.bias", {n_kv}, WeightUse::kF32, &l.attn.bv));
     } else {
       for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias"})
         QRUN_TRY(b.reject_if_present(p + bias, "attention biases"));
     }
     QRUN_TRY(b.reject_if_present(p + "attn_output.bias", "attention output biases"));
     if (variant_.qk_norm) {
-      QRUN_TRY(bind(p + "attn_q_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.q_norm));
-      QRUN_TRY(bind(p + "attn_k_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.k_norm));
+      QRUN_TRY(b.bind(p + "attn_q_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.q_norm));
+      QRUN_TRY(b.bind(p + "attn_k_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.k_norm));
     } else {
       for (const char* norm : {"attn_q_norm.weight", "attn_k_norm.weight"})
         QRUN_TRY(b.reject_if_present(p + norm, "per-head Q/K norms"));
@@ -140,27 +109,9 @@ Result<void> LlamaModel::bind_weights(const gguf::File& file) {
   return {};
 }
 
-void LlamaModel::allocate_scratch() {
-  const auto n = static_cast<size_t>(n_batch_);
-  const auto n_q = static_cast<size_t>(hp_.n_head * hp_.head_dim);
-  const auto n_kv = static_cast<size_t>(hp_.n_head_kv * hp_.head_dim);
-  x_.resize(n * static_cast<size_t>(hp_.n_embd));
-  xn_.resize(n * static_cast<size_t>(hp_.n_embd));
-  q_.resize(n * n_q);
-  k_.resize(n * n_kv);
-  v_.resize(n * n_kv);
-  attn_.resize(n * n_q);
-  gate_.resize(n * static_cast<size_t>(hp_.n_ff));
-  up_.resize(n * static_cast<size_t>(hp_.n_ff));
-  positions_.resize(n);
-}
-
 Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const ModelOptions& options,
                                                 const LlamaVariant& variant) {
-  if (options.n_batch <= 0 || options.n_batch > (int64_t{1} << 20)) {
-    return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
-                                                static_cast<long long>(options.n_batch)));
-  }
+  QRUN_TRY(check_model_options(options));
   auto m = std::make_unique<LlamaModel>();
   m->n_batch_ = options.n_batch;
   m->variant_ = variant;
@@ -176,51 +127,39 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   a.rope.freq_scale = m->hp_.rope_freq_scale;
   a.rope.mode = variant.rope_mode;
   a.norm_eps = m->hp_.norm_eps;
-  m->allocate_scratch();
+  m->scratch_.allocate(m->hp_, m->n_batch_);
   return std::unique_ptr<Model>(std::move(m));
 }
 
 Result<void> LlamaModel::check_backend(const Backend& backend) const {
-  QRUN_TRY(check_op(backend, Op::kGetRows, tok_embd_));
-  QRUN_TRY(check_op(backend, Op::kRmsNorm, output_norm_));
-  QRUN_TRY(check_op(backend, Op::kMatMul, output_));
+  QRUN_TRY(check_embedding_ops(backend, embd_));
   for (const LlamaLayer& l : layers_) {
-    for (const Tensor* t :
-         {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down}) {
-      QRUN_TRY(check_op(backend, Op::kMatMul, *t));
-    }
+    QRUN_TRY(check_block_ops(backend, l.attn, l.ffn));
     QRUN_TRY(check_op(backend, Op::kRmsNorm, l.attn_norm));
     QRUN_TRY(check_op(backend, Op::kRmsNorm, l.ffn_norm));
-    for (const Tensor* t : {&l.attn.q_norm, &l.attn.k_norm}) {
-      if (t->data != nullptr) QRUN_TRY(check_op(backend, Op::kRmsNorm, *t));
-    }
   }
   return {};
 }
 
 Result<void> LlamaModel::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                  KvCache& kv, bool all_logits, float* logits_out) {
-  QRUN_TRY(check_forward_args(hp_, tokens, pos, kv));
-  forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
-                    [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
-                      forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
-                    });
-  return {};
+  return forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
+                           [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
+                             forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
+                           });
 }
 
 void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                KvCache& kv, bool all_logits, float* logits) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t n_embd = hp_.n_embd;
-  const BlockScratch s{q_.data(), k_.data(), v_.data(), attn_.data(), gate_.data(), up_.data()};
-  for (int64_t t = 0; t < n; ++t)
-    positions_[static_cast<size_t>(t)] = static_cast<int32_t>(pos + t);
-  const std::span<const int32_t> positions(positions_.data(), static_cast<size_t>(n));
-  float* x = x_.data();
-  float* xn = xn_.data();
+  const BlockScratch s = scratch_.blocks();
+  const std::span<const int32_t> positions = scratch_.positions(pos, n);
+  float* x = scratch_.x();
+  float* xn = scratch_.xn();
 
   // x: [n, n_embd] token embeddings
-  backend.get_rows(tok_embd_, tokens, x);
+  backend.get_rows(embd_.tok_embd, tokens, x);
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const LlamaLayer& l = layers_[static_cast<size_t>(il)];
@@ -236,10 +175,7 @@ void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens
   if (logits == nullptr) return;
 
   // Output: the rows asked for (every token, or the last), normed and projected.
-  // xn: [rows, n_embd]; logits: [rows, n_vocab]
-  const int64_t rows = all_logits ? n : 1;
-  backend.rms_norm(x + (n - rows) * n_embd, output_norm_, rows, n_embd, hp_.norm_eps, xn);
-  backend.matmul(output_, xn, rows, logits);
+  output_logits(backend, hp_, embd_, x, n, all_logits, xn, logits);
 }
 
 }  // namespace

@@ -69,22 +69,10 @@ class Phi3Model final : public Model {
   const float* rope_long_ = nullptr;   // [n_rot / 2] or null
   const float* rope_short_ = nullptr;  // [n_rot / 2] or null
 
-  Tensor tok_embd_;  // [n_embd, n_vocab]
+  EmbeddingWeights embd_;
   std::vector<Phi3Layer> layers_;
-  Tensor output_norm_;  // [n_embd]
-  Tensor output_;       // [n_embd, n_vocab]; token_embd when the file has no output.weight
   Tensor output_bias_;  // [n_vocab], F32, optional
-
-  // Scratch, [n_batch, ...] each.
-  std::vector<float> x_;            // [n_batch, n_embd] residual stream
-  std::vector<float> xn_;           // [n_batch, n_embd] normed input / block output
-  std::vector<float> q_;            // [n_batch, n_head * head_dim]
-  std::vector<float> k_;            // [n_batch, n_head_kv * head_dim]
-  std::vector<float> v_;            // [n_batch, n_head_kv * head_dim]
-  std::vector<float> attn_;         // [n_batch, n_head * head_dim]
-  std::vector<float> gate_;         // [n_batch, n_ff]
-  std::vector<float> up_;           // [n_batch, n_ff]
-  std::vector<int32_t> positions_;  // [n_batch]
+  DecoderScratch scratch_;
 };
 
 Result<void> Phi3Model::read_phi3_hparams(const gguf::File& file) {
@@ -134,24 +122,12 @@ Result<void> Phi3Model::bind_attention(const WeightBinder& b, const gguf::File& 
                       format("tensor '%s' is missing (and there is no separate '%sattn_q.weight')",
                              qkv_name.c_str(), p.c_str()));
   }
-  const auto bind = [&](const std::string& name, std::vector<int64_t> shape, Tensor* out) {
-    Result<Tensor> t = b.bind(name, std::move(shape), WeightUse::kMatMul);
-    if (!t.ok()) return Result<void>(t.error());
-    *out = *t;
-    return Result<void>();
-  };
-  const auto bind_bias = [&](const std::string& name, int64_t n, Tensor* out) {
-    Result<std::optional<Tensor>> t = b.bind_optional(name, {n}, WeightUse::kF32);
-    if (!t.ok()) return Result<void>(t.error());
-    if (t->has_value()) *out = **t;
-    return Result<void>();
-  };
-  QRUN_TRY(bind(p + "attn_q.weight", {n_embd, n_q}, &attn->wq));
-  QRUN_TRY(bind(p + "attn_k.weight", {n_embd, n_kv}, &attn->wk));
-  QRUN_TRY(bind(p + "attn_v.weight", {n_embd, n_kv}, &attn->wv));
-  QRUN_TRY(bind_bias(p + "attn_q.bias", n_q, &attn->bq));
-  QRUN_TRY(bind_bias(p + "attn_k.bias", n_kv, &attn->bk));
-  QRUN_TRY(bind_bias(p + "attn_v.bias", n_kv, &attn->bv));
+  QRUN_TRY(b.bind(p + "attn_q.weight", {n_embd, n_q}, WeightUse::kMatMul, &attn->wq));
+  QRUN_TRY(b.bind(p + "attn_k.weight", {n_embd, n_kv}, WeightUse::kMatMul, &attn->wk));
+  QRUN_TRY(b.bind(p + "attn_v.weight", {n_embd, n_kv}, WeightUse::kMatMul, &attn->wv));
+  QRUN_TRY(b.bind_optional(p + "attn_q.bias", {n_q}, WeightUse::kF32, &attn->bq));
+  QRUN_TRY(b.bind_optional(p + "attn_k.bias", {n_kv}, WeightUse::kF32, &attn->bk));
+  QRUN_TRY(b.bind_optional(p + "attn_v.bias", {n_kv}, WeightUse::kF32, &attn->bv));
   return {};
 }
 
@@ -160,36 +136,15 @@ Result<void> Phi3Model::bind_weights(const gguf::File& file) {
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_q = hp_.n_head * hp_.head_dim;
 
-  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
-  if (embd == nullptr)
-    return file.error(ErrorCode::kFormat, "tensor 'token_embd.weight' is missing");
-  hp_.n_vocab = embd->ne[1];
-  const auto bind = [&](const std::string& name, std::vector<int64_t> shape, WeightUse use,
-                        Tensor* out) -> Result<void> {
-    Result<Tensor> t = b.bind(name, std::move(shape), use);
-    if (!t.ok()) return t.error();
-    *out = *t;
-    return {};
-  };
-  const auto bind_optional = [&](const std::string& name, std::vector<int64_t> shape, WeightUse use,
-                                 Tensor* out) -> Result<void> {
-    Result<std::optional<Tensor>> t = b.bind_optional(name, std::move(shape), use);
-    if (!t.ok()) return t.error();
-    if (t->has_value()) *out = **t;
-    return {};
-  };
-  QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kGetRows, &tok_embd_));
-  QRUN_TRY(bind("output_norm.weight", {n_embd}, WeightUse::kF32, &output_norm_));
-  if (file.find_tensor("output.weight") != nullptr) {
-    QRUN_TRY(bind("output.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul, &output_));
-  } else {
-    QRUN_TRY(bind("token_embd.weight", {n_embd, hp_.n_vocab}, WeightUse::kMatMul, &output_));
-  }
-  QRUN_TRY(bind_optional("output.bias", {hp_.n_vocab}, WeightUse::kF32, &output_bias_));
+  Result<EmbeddingWeights> embd = bind_embedding_weights(file, hp_);
+  if (!embd.ok()) return embd.error();
+  embd_ = *embd;
+  QRUN_TRY(b.bind_optional("output.bias", {hp_.n_vocab}, WeightUse::kF32, &output_bias_));
   Tensor rope_long, rope_short;
-  QRUN_TRY(bind_optional("rope_factors_long.weight", {hp_.n_rot / 2}, WeightUse::kF32, &rope_long));
   QRUN_TRY(
-      bind_optional("rope_factors_short.weight", {hp_.n_rot / 2}, WeightUse::kF32, &rope_short));
+      b.bind_optional("rope_factors_long.weight", {hp_.n_rot / 2}, WeightUse::kF32, &rope_long));
+  QRUN_TRY(
+      b.bind_optional("rope_factors_short.weight", {hp_.n_rot / 2}, WeightUse::kF32, &rope_short));
   rope_long_ = static_cast<const float*>(rope_long.data);
   rope_short_ = static_cast<const float*>(rope_short.data);
   hp_.has_rope_freqs = rope_long_ != nullptr || rope_short_ != nullptr;
@@ -198,16 +153,16 @@ Result<void> Phi3Model::bind_weights(const gguf::File& file) {
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Phi3Layer& l = layers_[static_cast<size_t>(il)];
     const std::string p = "blk." + std::to_string(il) + ".";
-    QRUN_TRY(bind(p + "attn_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_norm));
+    QRUN_TRY(b.bind(p + "attn_norm.weight", {n_embd}, WeightUse::kF32, &l.attn_norm));
     QRUN_TRY(bind_attention(b, file, p, &l.attn));
-    QRUN_TRY(bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
-    QRUN_TRY(bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
+    QRUN_TRY(b.bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
+    QRUN_TRY(b.bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
     // Gate first, then up, as llama.cpp's SwiGLU splits the fused product.
     Tensor up;
-    QRUN_TRY(bind(p + "ffn_up.weight", {n_embd, 2 * hp_.n_ff}, WeightUse::kMatMul, &up));
+    QRUN_TRY(b.bind(p + "ffn_up.weight", {n_embd, 2 * hp_.n_ff}, WeightUse::kMatMul, &up));
     l.ffn.gate = up.rows(0, hp_.n_ff);
     l.ffn.up = up.rows(hp_.n_ff, hp_.n_ff);
-    QRUN_TRY(bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
+    QRUN_TRY(b.bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
     QRUN_TRY(b.reject_if_present(p + "ffn_gate.weight", "separate FFN gates (phi3 fuses them)"));
     QRUN_TRY(b.reject_if_present(p + "attn_output.bias", "attention output biases"));
     QRUN_TRY(b.reject_if_present(p + "ffn_gate_inp.weight", "mixture-of-experts layers"));
@@ -217,10 +172,7 @@ Result<void> Phi3Model::bind_weights(const gguf::File& file) {
 
 Result<std::unique_ptr<Model>> Phi3Model::load(const gguf::File& file,
                                                const ModelOptions& options) {
-  if (options.n_batch <= 0 || options.n_batch > (int64_t{1} << 20)) {
-    return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
-                                                static_cast<long long>(options.n_batch)));
-  }
+  QRUN_TRY(check_model_options(options));
   auto m = std::make_unique<Phi3Model>();
   m->n_batch_ = options.n_batch;
   Result<ModelHparams> hp = read_decoder_hparams(file);
@@ -239,30 +191,14 @@ Result<std::unique_ptr<Model>> Phi3Model::load(const gguf::File& file,
   a.norm_eps = h.norm_eps;
   a.q_scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
 
-  const auto n = static_cast<size_t>(m->n_batch_);
-  const auto n_q = static_cast<size_t>(h.n_head * h.head_dim);
-  const auto n_kv = static_cast<size_t>(h.n_head_kv * h.head_dim);
-  m->x_.resize(n * static_cast<size_t>(h.n_embd));
-  m->xn_.resize(n * static_cast<size_t>(h.n_embd));
-  m->q_.resize(n * n_q);
-  m->k_.resize(n * n_kv);
-  m->v_.resize(n * n_kv);
-  m->attn_.resize(n * n_q);
-  m->gate_.resize(n * static_cast<size_t>(h.n_ff));
-  m->up_.resize(n * static_cast<size_t>(h.n_ff));
-  m->positions_.resize(n);
+  m->scratch_.allocate(h, m->n_batch_);
   return std::unique_ptr<Model>(std::move(m));
 }
 
 Result<void> Phi3Model::check_backend(const Backend& backend) const {
-  QRUN_TRY(check_op(backend, Op::kGetRows, tok_embd_));
-  QRUN_TRY(check_op(backend, Op::kRmsNorm, output_norm_));
-  QRUN_TRY(check_op(backend, Op::kMatMul, output_));
+  QRUN_TRY(check_embedding_ops(backend, embd_));
   for (const Phi3Layer& l : layers_) {
-    for (const Tensor* t :
-         {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down}) {
-      QRUN_TRY(check_op(backend, Op::kMatMul, *t));
-    }
+    QRUN_TRY(check_block_ops(backend, l.attn, l.ffn));
     QRUN_TRY(check_op(backend, Op::kRmsNorm, l.attn_norm));
     QRUN_TRY(check_op(backend, Op::kRmsNorm, l.ffn_norm));
   }
@@ -271,31 +207,27 @@ Result<void> Phi3Model::check_backend(const Backend& backend) const {
 
 Result<void> Phi3Model::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                 KvCache& kv, bool all_logits, float* logits_out) {
-  QRUN_TRY(check_forward_args(hp_, tokens, pos, kv));
   // LongRoPE: the long factors past the original context, as llama.cpp decides it.
   const int64_t n_ctx_padded =
       (kv.n_ctx() + kLlamaCppCtxPad - 1) / kLlamaCppCtxPad * kLlamaCppCtxPad;
   attn_config_.rope.freq_factors = n_ctx_padded > n_ctx_orig_ ? rope_long_ : rope_short_;
-  forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
-                    [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
-                      forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
-                    });
-  return {};
+  return forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
+                           [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
+                             forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
+                           });
 }
 
 void Phi3Model::forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                               KvCache& kv, bool all_logits, float* logits) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t n_embd = hp_.n_embd;
-  const BlockScratch s{q_.data(), k_.data(), v_.data(), attn_.data(), gate_.data(), up_.data()};
-  for (int64_t t = 0; t < n; ++t)
-    positions_[static_cast<size_t>(t)] = static_cast<int32_t>(pos + t);
-  const std::span<const int32_t> positions(positions_.data(), static_cast<size_t>(n));
-  float* x = x_.data();
-  float* xn = xn_.data();
+  const BlockScratch s = scratch_.blocks();
+  const std::span<const int32_t> positions = scratch_.positions(pos, n);
+  float* x = scratch_.x();
+  float* xn = scratch_.xn();
 
   // x: [n, n_embd] token embeddings
-  backend.get_rows(tok_embd_, tokens, x);
+  backend.get_rows(embd_.tok_embd, tokens, x);
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const Phi3Layer& l = layers_[static_cast<size_t>(il)];
@@ -312,9 +244,7 @@ void Phi3Model::forward_chunk(Backend& backend, std::span<const int32_t> tokens,
 
   // Output: the rows asked for (every token, or the last), normed, projected, biased.
   // xn: [rows, n_embd]; logits: [rows, n_vocab]
-  const int64_t rows = all_logits ? n : 1;
-  backend.rms_norm(x + (n - rows) * n_embd, output_norm_, rows, n_embd, hp_.norm_eps, xn);
-  backend.matmul(output_, xn, rows, logits);
+  const int64_t rows = output_logits(backend, hp_, embd_, x, n, all_logits, xn, logits);
   if (output_bias_.data != nullptr) {
     const auto* bias = static_cast<const float*>(output_bias_.data);
     for (int64_t r = 0; r < rows; ++r) {
