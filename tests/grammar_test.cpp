@@ -177,6 +177,18 @@ TEST(GrammarMatcher, PartialUtf8IsKeptAcrossFeeds) {
   Result<GrammarMatcher> m2 = GrammarMatcher::create(parse_ok("root ::= [a-z]+"));
   EXPECT_FALSE(ok(m2->accept("\xC3")));
   EXPECT_FALSE(ok(m2->accept("\x80")));  // a stray continuation byte
+  // Only valid UTF-8: an overlong '{' (C1 BB), a surrogate (ED A0 80) and a code point past
+  // U+10FFFF (F4 90 80 80) are refused, whole or partial.
+  Result<GrammarMatcher> any = GrammarMatcher::create(parse_ok("root ::= .+"));
+  EXPECT_FALSE(ok(any->can_accept("\xC1\xBB")));
+  EXPECT_FALSE(ok(any->can_accept("\xC1")));
+  EXPECT_FALSE(ok(any->can_accept("\xE0\x81")));
+  EXPECT_FALSE(ok(any->can_accept("\xED\xA0\x80")));
+  EXPECT_FALSE(ok(any->can_accept("\xED\xA0")));
+  EXPECT_FALSE(ok(any->can_accept("\xF4\x90\x80\x80")));
+  EXPECT_FALSE(ok(any->can_accept("\xF4\x90")));
+  EXPECT_TRUE(ok(any->can_accept("\xF4\x8F\xBF\xBF")));
+  EXPECT_TRUE(ok(any->can_accept("\xED\x9F")));
   // A negated class takes a partial character unless every completion is excluded.
   Result<GrammarMatcher> m3 = GrammarMatcher::create(parse_ok("root ::= [^\\x80-\\u07FF]"));
   EXPECT_FALSE(ok(m3->can_accept("\xC3")));

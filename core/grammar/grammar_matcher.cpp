@@ -119,6 +119,15 @@ int utf8_length(unsigned char b) {
   return 0;
 }
 
+// The smallest code point a sequence of n bytes may encode (shorter forms are overlong).
+uint32_t utf8_min(int n) {
+  return n == 1 ? 0 : n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+}
+
+bool is_surrogate(uint32_t cp) {
+  return cp >= 0xD800 && cp <= 0xDFFF;
+}
+
 Result<bool> accept_code_point(const Grammar& g, std::vector<Stack>& stacks, uint32_t cp) {
   std::vector<Stack> next;
   for (const Stack& s : stacks) {
@@ -169,9 +178,12 @@ Result<bool> GrammarMatcher::advance(std::vector<Stack>& stacks, std::string& pa
     }
     if (have < static_cast<size_t>(n)) {
       // An incomplete character: keep it if some position can take a completion of it.
+      // Overlong forms, surrogates and values past U+10FFFF are not completions.
       const int missing = n - static_cast<int>(have);
-      const uint32_t lo = cp << (6 * missing);
-      const uint32_t hi = std::min<uint32_t>(lo | ((1u << (6 * missing)) - 1), 0x10FFFF);
+      const uint32_t lo = std::max(cp << (6 * missing), utf8_min(n));
+      const uint32_t hi =
+          std::min<uint32_t>((cp << (6 * missing)) | ((1u << (6 * missing)) - 1), 0x10FFFF);
+      if (lo > hi || (is_surrogate(lo) && is_surrogate(hi))) return false;
       const bool viable = std::any_of(stacks.begin(), stacks.end(), [&](const Stack& s) {
         return !s.empty() && lo <= hi && match_range(s.back(), lo, hi);
       });
@@ -179,6 +191,7 @@ Result<bool> GrammarMatcher::advance(std::vector<Stack>& stacks, std::string& pa
       partial = buf.substr(i);
       return true;
     }
+    if (cp < utf8_min(n) || cp > 0x10FFFF || is_surrogate(cp)) return false;  // not UTF-8
     Result<bool> ok = accept_code_point(*grammar_, stacks, cp);
     if (!ok.ok() || !*ok) return ok;
     i += static_cast<size_t>(n);
