@@ -13,6 +13,7 @@
 
 #include "cli/text_file.h"
 #include "core/grammar/grammar_stage.h"
+#include "core/grammar/json_schema.h"
 
 namespace qrun::cli {
 namespace {
@@ -156,6 +157,18 @@ Result<void> set_grammar(SamplingFlags& f, const std::string& flag, std::string_
   if (!g.ok()) return make_error(ErrorCode::kUsage, flag + ": " + g.error().message);
   f.grammar = std::make_shared<const Grammar>(std::move(*g));
   f.grammar_file = std::string(file);
+  return {};
+}
+
+// Converts a JSON Schema to the grammar; `flag` leads errors.
+Result<void> set_schema(SamplingFlags& f, const std::string& flag, std::string_view schema) {
+  Result<std::string> gbnf = json_schema_to_grammar(schema);
+  if (!gbnf.ok()) return make_error(ErrorCode::kUsage, flag + ": " + gbnf.error().message);
+  Result<Grammar> g = parse_grammar(*gbnf);
+  QRUN_CHECK(g.ok(), "the grammar made from a JSON schema does not parse: %s\n%s",
+             g.error().message.c_str(), gbnf->c_str());
+  f.grammar = std::make_shared<const Grammar>(std::move(*g));
+  f.grammar_file.clear();
   return {};
 }
 
@@ -311,6 +324,31 @@ const FlagSpec kFlags[] = {
        Result<std::string> text = read_text_file("--grammar-file", path);
        if (!text.ok()) return Result<void>(text.error());
        return set_grammar(f, "--grammar-file " + path, *text, path);
+     },
+     nullptr},
+    {"-j,--json-schema", "json-schema", "SCHEMA",
+     "Constrain the output to JSON valid under a JSON Schema (a subset; see README)",
+     [](SamplingFlags& f, std::string_view, std::string_view v) {
+       if (v.empty()) {
+         f.grammar = nullptr;
+         f.grammar_file.clear();
+         return Result<void>();
+       }
+       return set_schema(f, "--json-schema", v);
+     },
+     nullptr},
+    {"--json-schema-file", "json-schema-file", "FILE",
+     "Constrain the output to JSON valid under the JSON Schema in FILE",
+     [](SamplingFlags& f, std::string_view, std::string_view v) {
+       if (v.empty()) {
+         f.grammar = nullptr;
+         f.grammar_file.clear();
+         return Result<void>();
+       }
+       const std::string path(v);
+       Result<std::string> text = read_text_file("--json-schema-file", path);
+       if (!text.ok()) return Result<void>(text.error());
+       return set_schema(f, "--json-schema-file " + path, *text);
      },
      nullptr},
 };
