@@ -87,6 +87,45 @@ ws ::= [ \n]?
   EXPECT_EQ(n, 15);
 }
 
+// -j: every output parses as JSON (nlohmann, not the grammar engine) and satisfies the
+// schema, checked by hand here, greedy and at seeds up to temperature 1.5.
+TEST(CliGrammar, JsonSchemaOutputsValidateAtManySeedsAndTemperatures) {
+  const std::string schema = R"({"type": "object", "properties": {
+      "kind": {"enum": ["cat", "dog", 3, null]}, "n": {"type": "integer"},
+      "x": {"type": ["number", "null"]}, "ok": {"type": "boolean"},
+      "c": {"const": {"a": [1, "q"]}}}, "required": ["kind", "n", "c"]})";
+  const std::filesystem::path file = temp_dir() / "schema.json";
+  std::ofstream(file) << schema;
+  for (const char* temp : {"0", "0.8", "1.5"}) {
+    for (int seed = 1; seed <= 5; ++seed) {
+      const std::string f =
+          std::string("--temp ") + temp + " -s " + std::to_string(seed) + " -n 400 " +
+          (seed % 2 ? "-j " + quote(schema) : "--json-schema-file " + quote(file.string()));
+      SCOPED_TRACE(f);
+      const nlohmann::json j = run_json(f);
+      ASSERT_FALSE(j.is_null());
+      EXPECT_EQ(j["stop_reason"], "eos");
+      const std::string text = j["text"];
+      const nlohmann::json v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(v.is_object()) << text;
+      for (const auto& [key, value] : v.items()) {
+        EXPECT_TRUE(key == "kind" || key == "n" || key == "x" || key == "ok" || key == "c") << text;
+      }
+      ASSERT_TRUE(v.contains("kind") && v.contains("n") && v.contains("c")) << text;
+      EXPECT_TRUE(v["kind"] == "cat" || v["kind"] == "dog" || v["kind"] == 3 || v["kind"].is_null())
+          << text;
+      EXPECT_TRUE(v["n"].is_number_integer()) << text;
+      EXPECT_TRUE(!v.contains("x") || v["x"].is_number() || v["x"].is_null()) << text;
+      EXPECT_TRUE(!v.contains("ok") || v["ok"].is_boolean()) << text;
+      EXPECT_EQ(v["c"], nlohmann::json::parse(R"({"a": [1, "q"]})")) << text;
+    }
+  }
+  const CommandResult bad = run_command(qrun() + " run -q -m " + quote(model()) + " -p x -j " +
+                                        quote(R"({"type": "string", "maxLength": 3})"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err, "qrun: --json-schema: unsupported keyword 'maxLength' at $\n");
+}
+
 TEST(CliGrammar, BadGrammarsAreOneLineNamingFlagLineAndColumn) {
   const std::string base = qrun() + " run -q -m " + quote(model()) + " -p x ";
   CommandResult r = run_command(base + "--grammar " + quote("root ::= \"a\" ("));
