@@ -126,6 +126,22 @@ TEST(CliGrammar, JsonSchemaOutputsValidateAtManySeedsAndTemperatures) {
   EXPECT_EQ(bad.err, "qrun: --json-schema: unsupported keyword 'maxLength' at $\n");
 }
 
+// The README's pipe example on a real model: greedy gemma-3-270m extracts the fields.
+TEST(CliGrammar, RealModelExtractsFieldsThroughAPipe) {
+  QRUN_REAL_MODEL_OR_SKIP(gemma, "gemma-3-270m-q4_k_m.gguf");
+  const std::string schema = R"({"type": "object", "properties": {"name": {"type": "string"},
+      "born": {"type": "integer"}}, "required": ["name", "born"]})";
+  const CommandResult r =
+      run_command(qrun() + " run -q -t 2 --temp 0 -n 60 -m " + quote(gemma.string()) +
+                      " -p 'As JSON:' -j " + quote(schema),
+                  "Ada Lovelace, born 1815, mathematician\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json v = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(v.is_object()) << r.out;
+  EXPECT_EQ(v["name"], "Ada Lovelace") << r.out;
+  EXPECT_EQ(v["born"], 1815) << r.out;
+}
+
 TEST(CliGrammar, BadGrammarsAreOneLineNamingFlagLineAndColumn) {
   const std::string base = qrun() + " run -q -m " + quote(model()) + " -p x ";
   CommandResult r = run_command(base + "--grammar " + quote("root ::= \"a\" ("));
