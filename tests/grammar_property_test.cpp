@@ -284,6 +284,12 @@ TEST(GrammarProperty, WalksAreAcceptedAndNearMissesMatchTheRecognizer) {
         const bool want = Recognizer(*g, m).whole();
         n_rejected += want ? 0 : 1;
         ASSERT_EQ(matcher_accepts(g, to_utf8(m), rng), want) << "near miss: " << to_utf8(m);
+        // can_accept (with its fast reject) agrees with accept on the same text.
+        Result<GrammarMatcher> probe = GrammarMatcher::create(g);
+        const Result<bool> can = probe->can_accept(to_utf8(m));
+        const Result<bool> did = probe->accept(to_utf8(m));
+        ASSERT_TRUE(can.ok() && did.ok());
+        ASSERT_EQ(can.value(), did.value()) << to_utf8(m);
       }
     }
     EXPECT_GT(n_rejected, 100);  // the mutations do produce non-sentences

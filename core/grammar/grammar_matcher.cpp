@@ -212,12 +212,16 @@ Result<bool> GrammarMatcher::accept(std::string_view bytes) {
 }
 
 Result<bool> GrammarMatcher::can_accept(std::string_view bytes) const {
-  // Fast reject: a whole first character that no position's next set holds.
+  // Fast reject, without copying the stacks: a whole first character that no position's
+  // next set holds (most of a vocabulary, at most positions).
   if (partial_.empty() && !bytes.empty()) {
     const auto lead = static_cast<unsigned char>(bytes[0]);
-    if (lead < 0x80) {
+    const int n = utf8_length(lead);
+    if (n > 0 && bytes.size() >= static_cast<size_t>(n)) {
+      uint32_t cp = n == 1 ? lead : (lead & (0x7Fu >> n));
+      for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(bytes[k]) & 0x3Fu);
       const bool any = std::any_of(stacks_.begin(), stacks_.end(), [&](const Stack& s) {
-        return !s.empty() && match_char(s.back(), lead, nullptr);
+        return !s.empty() && match_char(s.back(), cp, nullptr);
       });
       if (!any) return false;
     }
