@@ -104,6 +104,10 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
       result.stop_reason = StopReason::kInterrupted;
       break;
     }
+    if (sampler.constraint_complete()) {  // a grammar allows nothing more: as at an EOS
+      result.stop_reason = StopReason::kEos;
+      break;
+    }
     if (params.n_predict >= 0 && result.timings.n_gen >= params.n_predict) {
       result.stop_reason = StopReason::kLength;
       break;

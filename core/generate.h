@@ -25,7 +25,7 @@ struct GenerateParams {
 };
 
 enum class StopReason {
-  kEos,          // the sampler picked an end-of-generation token (not emitted, not fed)
+  kEos,          // an end-of-generation token (not emitted, not fed), or a complete grammar
   kLength,       // n_predict tokens were generated
   kContext,      // the KV cache is full
   kStop,         // on_token returned TokenAction::kStop (a stop string was completed)

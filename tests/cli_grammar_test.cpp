@@ -52,6 +52,19 @@ TEST(CliGrammar, YesOrNoGreedyAndSampled) {
   }
 }
 
+// A complete grammar ends generation by itself, so --ignore-eos (which bans EOS) does not
+// make the model run on past it.
+TEST(CliGrammar, CompleteGrammarStopsEvenWithIgnoreEos) {
+  for (int seed = 1; seed <= 3; ++seed) {
+    const nlohmann::json j = run_json("--temp 0.8 -n 50 --ignore-eos -s " + std::to_string(seed) +
+                                      " --grammar " + quote(R"(root ::= "yes" | "no")"));
+    ASSERT_FALSE(j.is_null());
+    const std::string text = j["text"];
+    EXPECT_TRUE(text == "yes" || text == "no") << text;
+    EXPECT_EQ(j["stop_reason"], "eos");
+  }
+}
+
 // A small JSON grammar; the output must parse as JSON (nlohmann, independent of the
 // grammar engine) and have the shape the grammar describes.
 TEST(CliGrammar, JsonObjectsParseAtManySeedsAndTemperatures) {

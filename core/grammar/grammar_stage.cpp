@@ -57,6 +57,8 @@ class GrammarStage final : public ConstraintStage {
     if (!ok.ok() && !error_) error_ = ok.error();
   }
 
+  bool complete() const override { return matcher_.must_end(); }
+
   void reset() override { matcher_.reset(); }
 
   std::optional<Error> error() const override { return error_; }

@@ -63,6 +63,8 @@ class ConstraintStage : public SamplerStage {
  public:
   // Whether `token` may come next. Must agree with apply().
   virtual bool allows(int32_t token) = 0;
+  // Whether the text is complete and nothing but the end may follow (generation stops).
+  virtual bool complete() const { return false; }
   // The first failure the stage met (e.g. a grammar too ambiguous to follow); generation
   // callers report it after the run. None by default.
   virtual std::optional<Error> error() const { return std::nullopt; }
@@ -111,6 +113,7 @@ class Sampler {
   // Sets the constraint that runs before the chain (see ConstraintStage); null: none.
   Sampler& set_constraint(std::unique_ptr<ConstraintStage> constraint);
   const ConstraintStage* constraint() const { return constraint_.get(); }
+  bool constraint_complete() const { return constraint_ != nullptr && constraint_->complete(); }
   // Runs the chain over one row of logits (n_vocab floats) and returns the chosen id.
   // With a constraint: when it rejects the pick, the candidates are refilled, masked by
   // the constraint and the chain runs once more. QRUN_CHECKs that the chain picked a token.
