@@ -65,6 +65,7 @@ int run_main(int argc, char** argv) {
   register_bench(app, &selected);
   register_quantize(app, &selected);
   register_perplexity(app, &selected);
+  register_grammar(app, &selected);
   try {
     std::vector<char*> args = with_aliases(argc, argv);
     app.parse(static_cast<int>(args.size()), args.data());

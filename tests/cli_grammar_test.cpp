@@ -197,6 +197,34 @@ TEST(CliGrammar, ChatTakesTheFlagAndSetGrammarFile) {
       << r.err;
 }
 
+// `qrun grammar`: the grammar made from a schema, printed, parses again as --grammar-file;
+// --accepts answers yes or no.
+TEST(CliGrammar, GrammarCommandPrintsAndChecks) {
+  const std::string schema = R"({"type": "object", "properties": {"a": {"type": "integer"}},
+      "required": ["a"]})";
+  const CommandResult printed = run_command(qrun() + " grammar -j " + quote(schema));
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  EXPECT_EQ(printed.out.rfind("root ::= ", 0), 0u) << printed.out;
+  const std::filesystem::path file = temp_dir() / "made.gbnf";
+  std::ofstream(file) << printed.out;
+  for (const auto& [text, want] :
+       {std::pair{R"({"a": 12})", "yes\n"}, std::pair{R"({ "a" : -3 })", "yes\n"},
+        std::pair{"{}", "no\n"}, std::pair{R"({"a": 1.5})", "no\n"}}) {
+    const CommandResult r = run_command(qrun() + " grammar --grammar-file " + quote(file.string()) +
+                                        " --accepts " + quote(text));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, want) << text;
+  }
+  const CommandResult none = run_command(qrun() + " grammar");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_EQ(none.err, "qrun: give one of -j, --json-schema-file, --grammar, --grammar-file\n");
+  const CommandResult bad = run_command(qrun() + " grammar --grammar 'root ::= x'");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "qrun: --grammar: line 1, column 10: expected a defined rule ('x' is not "
+            "defined)\n");
+}
+
 TEST(SamplingFlagsGrammar, SetClearAndDescribe) {
   cli::SamplingFlags f;
   ASSERT_TRUE(cli::set_sampling_flag(f, "grammar", R"(root ::= "a")").ok());
