@@ -51,7 +51,9 @@ Result<void> ChatRepl::rebuild_sampler() {
     settings_.sampling.seed = sp->seed;
     if (!settings_.quiet) std::fprintf(stderr, "qrun: seed %u\n", sp->seed);
   }
-  sampler_ = make_sampler(*sp);
+  Sampler sampler = make_sampler(*sp);
+  QRUN_TRY(attach_grammar(settings_.sampling, *s_.tokenizer, sampler));
+  sampler_ = std::move(sampler);
   return {};
 }
 
@@ -125,6 +127,9 @@ Result<void> ChatRepl::reply(std::optional<std::string> user_message) {
   }
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  if (sampler_.constraint() != nullptr && sampler_.constraint()->error()) {
+    return *sampler_.constraint()->error();
+  }
   ++n_turns_;
   total_generated_ += turn->generation.timings.n_gen;
   total_gen_ms_ += turn->generation.timings.gen_ms;

@@ -120,6 +120,7 @@ Result<void> run_generation(const RunOptions& o) {
   Result<SamplingParams> sp = resolve_sampling_params(o.sampling, *s.tokenizer);
   if (!sp.ok()) return sp.error();
   Sampler sampler = make_sampler(*sp);
+  QRUN_TRY(attach_grammar(o.sampling, *s.tokenizer, sampler));
   if (!o.quiet) {
     std::fprintf(stderr, "qrun: sampler %s", sampler.describe().c_str());
     if (sp->temperature > 0) std::fprintf(stderr, ", seed %u", sp->seed);
@@ -158,6 +159,9 @@ Result<void> run_generation(const RunOptions& o) {
     return generate(*s.model, *s.backend, s.kv, tokens, gp, sampler, on_token, is_eog);
   }();
   if (!r.ok()) return r.error();
+  if (sampler.constraint() != nullptr && sampler.constraint()->error()) {
+    return *sampler.constraint()->error();
+  }
   emit(filter.flush());
   r->timings.load_ms = s.load_ms;
 
@@ -212,6 +216,8 @@ void register_run(CLI::App& app, Action* selected) {
       "placed before the prompt (a newline is added between them). A terminal is never read.\n"
       "Sampling follows llama.cpp: logit bias, penalties, top-k, typical, top-p, min-p,\n"
       "temperature, then a seeded draw; --temp 0 is greedy; --mirostat replaces the filters.\n"
+      "--grammar/--grammar-file constrain the text to a GBNF grammar; generation ends when the\n"
+      "grammar is complete and nothing more can follow.\n"
       "Exit codes: 0 ok (whatever the stop reason, but an interruption), 1 runtime error,\n"
       "2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context overflow, 130 "
       "interrupted.");

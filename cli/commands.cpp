@@ -70,6 +70,7 @@ int run_main(int argc, char** argv) {
   register_bench(app, &selected);
   register_quantize(app, &selected);
   register_perplexity(app, &selected);
+  register_grammar(app, &selected);
   // CLI11 would call a misspelt command an extra argument; name it.
   if (argc > 1 && argv[1][0] != '-') {
     std::string names;

@@ -24,6 +24,7 @@ void register_template(CLI::App& app, Action* selected);
 void register_bench(CLI::App& app, Action* selected);
 void register_quantize(CLI::App& app, Action* selected);
 void register_perplexity(CLI::App& app, Action* selected);
+void register_grammar(CLI::App& app, Action* selected);
 
 int run_main(int argc, char** argv);
 

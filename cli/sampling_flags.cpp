@@ -11,6 +11,10 @@
 #include <cstdlib>
 #include <random>
 
+#include "cli/text_file.h"
+#include "core/grammar/grammar_stage.h"
+#include "core/grammar/json_schema.h"
+
 namespace qrun::cli {
 namespace {
 
@@ -146,6 +150,28 @@ std::string show_float(float f) {
   return format("%g", static_cast<double>(f));
 }
 
+// Parses `text` as the grammar; `flag` ("--grammar", "--grammar-file g.gbnf") leads errors.
+Result<void> set_grammar(SamplingFlags& f, const std::string& flag, std::string_view text,
+                         std::string_view file) {
+  Result<Grammar> g = parse_grammar(text);
+  if (!g.ok()) return make_error(ErrorCode::kUsage, flag + ": " + g.error().message);
+  f.grammar = std::make_shared<const Grammar>(std::move(*g));
+  f.grammar_file = std::string(file);
+  return {};
+}
+
+// Converts a JSON Schema to the grammar; `flag` leads errors.
+Result<void> set_schema(SamplingFlags& f, const std::string& flag, std::string_view schema) {
+  Result<std::string> gbnf = json_schema_to_grammar(schema);
+  if (!gbnf.ok()) return make_error(ErrorCode::kUsage, flag + ": " + gbnf.error().message);
+  Result<Grammar> g = parse_grammar(*gbnf);
+  QRUN_CHECK(g.ok(), "the grammar made from a JSON schema does not parse: %s\n%s",
+             g.error().message.c_str(), gbnf->c_str());
+  f.grammar = std::make_shared<const Grammar>(std::move(*g));
+  f.grammar_file.clear();
+  return {};
+}
+
 using Setter = Result<void> (*)(SamplingFlags&, std::string_view key, std::string_view value);
 using Getter = std::string (*)(const SamplingFlags&);
 
@@ -277,6 +303,54 @@ const FlagSpec kFlags[] = {
        return Result<void>();
      },
      [](const SamplingFlags& f) { return std::string(f.ignore_eos ? "true" : "false"); }},
+    {"--grammar", "grammar", "TEXT", "Constrain the output to a GBNF grammar (llama.cpp's syntax)",
+     [](SamplingFlags& f, std::string_view, std::string_view v) {
+       if (v.empty()) {
+         f.grammar = nullptr;
+         f.grammar_file.clear();
+         return Result<void>();
+       }
+       return set_grammar(f, "--grammar", v, "");
+     },
+     nullptr},
+    {"--grammar-file", "grammar-file", "FILE", "Constrain the output to the GBNF grammar in FILE",
+     [](SamplingFlags& f, std::string_view, std::string_view v) {
+       if (v.empty()) {
+         f.grammar = nullptr;
+         f.grammar_file.clear();
+         return Result<void>();
+       }
+       const std::string path(v);
+       Result<std::string> text = read_text_file("--grammar-file", path);
+       if (!text.ok()) return Result<void>(text.error());
+       return set_grammar(f, "--grammar-file " + path, *text, path);
+     },
+     nullptr},
+    {"-j,--json-schema", "json-schema", "SCHEMA",
+     "Constrain the output to JSON valid under a JSON Schema (a subset; see README)",
+     [](SamplingFlags& f, std::string_view, std::string_view v) {
+       if (v.empty()) {
+         f.grammar = nullptr;
+         f.grammar_file.clear();
+         return Result<void>();
+       }
+       return set_schema(f, "--json-schema", v);
+     },
+     nullptr},
+    {"--json-schema-file", "json-schema-file", "FILE",
+     "Constrain the output to JSON valid under the JSON Schema in FILE",
+     [](SamplingFlags& f, std::string_view, std::string_view v) {
+       if (v.empty()) {
+         f.grammar = nullptr;
+         f.grammar_file.clear();
+         return Result<void>();
+       }
+       const std::string path(v);
+       Result<std::string> text = read_text_file("--json-schema-file", path);
+       if (!text.ok()) return Result<void>(text.error());
+       return set_schema(f, "--json-schema-file " + path, *text);
+     },
+     nullptr},
 };
 
 void record(SamplingFlags& flags, Result<void> r) {
@@ -314,8 +388,8 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags) {
                    spec.cli_names,
                    [&flags, key, set](const std::string& v) { record(flags, set(flags, key, v)); },
                    spec.help)
-                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
-                ->default_str(spec.get(defaults));
+                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      if (spec.get != nullptr) opt->default_str(spec.get(defaults));
     }
     opt->group("Sampling");
     if (spec.type_name[0] != '\0') opt->type_name(spec.type_name);
@@ -343,6 +417,8 @@ std::string describe_sampling_flags(const SamplingFlags& flags) {
   }
   for (const std::string& b : flags.logit_bias) add("logit-bias", b);
   for (const std::string& s : flags.stops) add("stop", "\"" + escape(s) + "\"");
+  // An inline --grammar is not shown (it would not read back through /set's quoting).
+  if (!flags.grammar_file.empty()) add("grammar-file", "\"" + escape(flags.grammar_file) + "\"");
   return out;
 }
 
@@ -370,6 +446,23 @@ Result<SamplingParams> resolve_sampling_params(const SamplingFlags& flags,
     }
   }
   return p;
+}
+
+Result<void> attach_grammar(const SamplingFlags& flags, const Tokenizer& tokenizer,
+                            Sampler& sampler) {
+  if (flags.grammar == nullptr) return {};
+  const int32_t n_vocab = tokenizer.n_vocab();
+  std::vector<std::string> pieces(static_cast<size_t>(n_vocab));
+  std::vector<uint8_t> is_eog(static_cast<size_t>(n_vocab), 0);
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    pieces[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, /*render_special=*/false);
+    is_eog[static_cast<size_t>(id)] = tokenizer.is_eog(id) ? 1 : 0;
+  }
+  Result<std::unique_ptr<ConstraintStage>> stage =
+      make_grammar_stage(flags.grammar, std::move(pieces), std::move(is_eog));
+  if (!stage.ok()) return stage.error();
+  sampler.set_constraint(std::move(*stage));
+  return {};
 }
 
 }  // namespace qrun::cli

@@ -1,16 +1,19 @@
 // The sampling flags shared by `qrun run` and `qrun chat`, named as llama.cpp names them
 // (--temp, --top-k, --top-p, --min-p, --typical, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --mirostat, --mirostat-lr, --mirostat-ent,
-// --logit-bias, --ignore-eos, --stop, -s/--seed), declared once in a table that drives the
-// command line, the chat REPL's /set, /show and --help, and turned into a core SamplingParams.
+// --logit-bias, --ignore-eos, --stop, -s/--seed, --grammar, --grammar-file), declared once in a
+// table that drives the command line, the chat REPL's /set, /show and --help, and turned into a
+// core SamplingParams.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 #include "core/tokenizer/tokenizer.h"
 #include "ggml-like/result.h"
@@ -23,6 +26,10 @@ struct SamplingFlags {
   std::vector<std::string> stops;  // --stop, repeatable, backslash escapes processed
   bool ignore_eos = false;
   std::vector<std::string> logit_bias;  // raw "TOKEN(+|-)BIAS" strings, resolved per model
+  // --grammar TEXT or --grammar-file FILE (on the command line
+  // --grammar-file wins if both are given), parsed when set.
+  std::shared_ptr<const Grammar> grammar;
+  std::string grammar_file;  // the path, when the grammar came from --grammar-file
   // The first bad value given on the command line. CLI11 parse errors print two lines, so
   // the flags record it here and resolve_sampling_params reports it as one kUsage line.
   std::optional<Error> error;
@@ -36,7 +43,8 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags);
 // REPL's `/set temp=0.2` does. kUsage naming the flag for an unknown key or a bad value
 // (flags unchanged then). "stop" and "logit-bias" append; an empty value clears the list.
 // "ignore-eos" takes true/false/1/0/on/off (empty: true). "seed" takes -1 (random) or
-// 0..4294967295.
+// 0..4294967295. "grammar" and "grammar-file" parse the grammar at once (a file is read
+// then): errors name the flag, then the line and column; an empty value removes it.
 Result<void> set_sampling_flag(SamplingFlags& flags, std::string_view key, std::string_view value);
 
 // "temp=0.8 top-k=40 ..." for /show and logs; every key=value reads back through
@@ -50,5 +58,10 @@ std::string describe_sampling_flags(const SamplingFlags& flags);
 // is_eog to generate() when flags.ignore_eos.
 Result<SamplingParams> resolve_sampling_params(const SamplingFlags& flags,
                                                const Tokenizer& tokenizer);
+
+// With a grammar in `flags`, makes it the constraint of `sampler` (the tokens' pieces and
+// end-of-generation marks from `tokenizer`). kRuntime if the grammar cannot start.
+Result<void> attach_grammar(const SamplingFlags& flags, const Tokenizer& tokenizer,
+                            Sampler& sampler);
 
 }  // namespace qrun::cli

@@ -196,7 +196,8 @@ Result<TurnResult> Conversation::respond(Model& model, Backend& backend, KvCache
   kv.truncate(plan.n_reused);
   kv_tokens_.resize(static_cast<size_t>(plan.n_reused));
   sampler.reset();
-  for (int64_t i = 0; i < plan.n_reused; ++i) sampler.accept(plan.tokens[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < plan.n_reused; ++i)
+    sampler.accept_prompt(plan.tokens[static_cast<size_t>(i)]);
   turn.prepare_ms = ms_since(t0);
 
   StopStringFilter filter(tokenizer_, options.stops);

@@ -74,7 +74,7 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
                            kv.n_tokens(), kv, false, logits.data()));
   }
   result.timings.prompt_ms = ms_since(t_start);
-  for (const int32_t t : prompt) sampler.accept(t);
+  for (const int32_t t : prompt) sampler.accept_prompt(t);
 
   // Generation: sample, emit, feed. At most n_free + 1 tokens can be emitted.
   const int64_t max_gen =
@@ -102,6 +102,10 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
     }
     if (action == TokenAction::kInterrupt) {
       result.stop_reason = StopReason::kInterrupted;
+      break;
+    }
+    if (sampler.constraint_complete()) {  // a grammar allows nothing more: as at an EOS
+      result.stop_reason = StopReason::kEos;
       break;
     }
     if (params.n_predict >= 0 && result.timings.n_gen >= params.n_predict) {

@@ -25,7 +25,7 @@ struct GenerateParams {
 };
 
 enum class StopReason {
-  kEos,          // the sampler picked an end-of-generation token (not emitted, not fed)
+  kEos,          // an end-of-generation token (not emitted, not fed), or a complete grammar
   kLength,       // n_predict tokens were generated
   kContext,      // the KV cache is full
   kStop,         // on_token returned TokenAction::kStop (a stop string was completed)
@@ -67,8 +67,9 @@ using IsEog = std::function<bool(int32_t token)>;
 
 // Runs `prompt` (non-empty) at positions kv.n_tokens() .. and generates after it. The
 // cache keeps every fed token, so a chat can call generate() again with the next turn.
-// Every prompt token and every sampled token (EOG included) is passed to sampler.accept(),
-// as llama.cpp does, so repetition penalties see the prompt; reuse one Sampler across
+// Every prompt token goes to sampler.accept_prompt() and every sampled token (EOG
+// included) to sampler.accept(), as llama.cpp does, so repetition penalties see the prompt
+// and a grammar constraint sees only the generated text; reuse one Sampler across
 // chat turns to keep that history (Sampler::reset() forgets it).
 // Errors: an empty prompt or a bad token (kUsage); a prompt that does not fit in the
 // remaining context (kContextOverflow); an interruption during the prompt is not an error.

@@ -130,32 +130,57 @@ Sampler& Sampler::add(std::unique_ptr<SamplerStage> stage) {
   return *this;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+Sampler& Sampler::set_constraint(std::unique_ptr<ConstraintStage> constraint) {
+  constraint_ = std::move(constraint);
+  return *this;
+}
+
+void Sampler::fill(std::span<const float> logits) {
   candidates_.items.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
     candidates_.items[i] = TokenCandidate{static_cast<int32_t>(i), logits[i], 0.0f};
   }
   candidates_.n_sorted = 0;
   candidates_.selected = -1;
+}
+
+void Sampler::run_chain() {
   for (const std::unique_ptr<SamplerStage>& s : stages_) {
     s->apply(candidates_, rng_);
     if (candidates_.selected >= 0) break;
   }
   QRUN_CHECK(candidates_.selected >= 0, "sampler chain of %zu stages picked no token",
              stages_.size());
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  fill(logits);
+  run_chain();
+  if (constraint_ != nullptr && !constraint_->allows(candidates_.selected)) {
+    // Slow path: the pick breaks the constraint; mask every candidate and sample again.
+    fill(logits);
+    constraint_->apply(candidates_, rng_);
+    run_chain();
+  }
   return candidates_.selected;
 }
 
 void Sampler::accept(int32_t token) {
   for (const std::unique_ptr<SamplerStage>& s : stages_) s->accept(token);
+  if (constraint_ != nullptr) constraint_->accept(token);
+}
+
+void Sampler::accept_prompt(int32_t token) {
+  for (const std::unique_ptr<SamplerStage>& s : stages_) s->accept(token);
 }
 
 void Sampler::reset() {
   for (const std::unique_ptr<SamplerStage>& s : stages_) s->reset();
+  if (constraint_ != nullptr) constraint_->reset();
 }
 
 std::string Sampler::describe() const {
-  std::string out;
+  std::string out = constraint_ != nullptr ? std::string(constraint_->name()) : std::string();
   for (const std::unique_ptr<SamplerStage>& s : stages_) {
     if (!out.empty()) out += " -> ";
     out += s->name();

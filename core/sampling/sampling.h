@@ -7,11 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "ggml-like/result.h"
 
 namespace qrun {
 
@@ -50,6 +53,21 @@ class SamplerStage {
   virtual void accept(int32_t token) {}
   // Forgets the history and any adaptive state (mirostat's mu).
   virtual void reset() {}
+};
+
+// A stage that decides which tokens may come next (a grammar). The Sampler runs it apart
+// from the chain, with llama.cpp's fast path: the chain samples from the raw logits, and
+// only when allows() rejects its pick does apply() mask the disallowed candidates (to -inf)
+// before the chain runs again. accept() sees only sampled tokens, never the prompt.
+class ConstraintStage : public SamplerStage {
+ public:
+  // Whether `token` may come next. Must agree with apply().
+  virtual bool allows(int32_t token) = 0;
+  // Whether the text is complete and nothing but the end may follow (generation stops).
+  virtual bool complete() const { return false; }
+  // The first failure the stage met (e.g. a grammar too ambiguous to follow); generation
+  // callers report it after the run. None by default.
+  virtual std::optional<Error> error() const { return std::nullopt; }
 };
 
 struct LogitBias {
@@ -92,11 +110,18 @@ class Sampler {
   Sampler& operator=(Sampler&&) noexcept = default;
 
   Sampler& add(std::unique_ptr<SamplerStage> stage);
+  // Sets the constraint that runs before the chain (see ConstraintStage); null: none.
+  Sampler& set_constraint(std::unique_ptr<ConstraintStage> constraint);
+  const ConstraintStage* constraint() const { return constraint_.get(); }
+  bool constraint_complete() const { return constraint_ != nullptr && constraint_->complete(); }
   // Runs the chain over one row of logits (n_vocab floats) and returns the chosen id.
-  // QRUN_CHECKs that the chain picked a token. No allocation after the first call.
+  // With a constraint: when it rejects the pick, the candidates are refilled, masked by
+  // the constraint and the chain runs once more. QRUN_CHECKs that the chain picked a token.
   int32_t sample(std::span<const float> logits);
-  // Tells every stage that `token` joined the sequence.
+  // Tells every stage and the constraint that the sampled `token` joined the sequence.
   void accept(int32_t token);
+  // Tells the chain (not the constraint) that a prompt or history token is in the sequence.
+  void accept_prompt(int32_t token);
   // Resets every stage; the random generator keeps its state.
   void reset();
   size_t n_stages() const { return stages_.size(); }
@@ -104,7 +129,11 @@ class Sampler {
   std::string describe() const;
 
  private:
+  void fill(std::span<const float> logits);
+  void run_chain();
+
   std::vector<std::unique_ptr<SamplerStage>> stages_;
+  std::unique_ptr<ConstraintStage> constraint_;
   CandidateList candidates_;
   std::mt19937 rng_;
 };

@@ -1,0 +1,83 @@
+// GBNF grammars as llama.cpp defines them, parsed into a compact rule table, and the
+// matcher that follows a grammar one code point at a time. A rule is a flat list of
+// elements: alternatives separated by kAlt and closed by kEnd; a character set is a kChar
+// or kCharNot element followed by kCharAlt / kCharRngUpper elements. Groups and
+// repetitions become generated rules, as in llama.cpp. A parsed Grammar has no undefined
+// rule and no left recursion (through nullable prefixes too), so expanding it terminates.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ggml-like/result.h"
+
+namespace qrun {
+
+enum class GrammarOp : uint8_t {
+  kEnd,           // end of a rule
+  kAlt,           // start of another alternative
+  kRuleRef,       // value: the rule id
+  kChar,          // value: a code point (starts a positive set)
+  kCharNot,       // value: a code point (starts a negated set)
+  kCharRngUpper,  // value: the upper end of a range whose lower end is the previous element
+  kCharAlt,       // value: another code point of the same set
+  kCharAny,       // `.`: any code point
+};
+
+struct GrammarElement {
+  GrammarOp op;
+  uint32_t value;
+};
+
+struct Grammar {
+  std::vector<std::vector<GrammarElement>> rules;  // by rule id
+  std::vector<std::string> names;                  // rule names; generated ones contain '_'+n
+  uint32_t root = 0;
+};
+
+// Limits that keep a hostile grammar from exhausting memory.
+inline constexpr int64_t kGrammarMaxRepetition = 10000;    // m and n in {m,n}
+inline constexpr int64_t kGrammarMaxElements = 1'000'000;  // all rules together
+inline constexpr size_t kGrammarMaxStacks = 4096;          // matcher positions at once
+
+// Parses GBNF text. Errors (kUsage) read "line L, column C: expected ...".
+Result<Grammar> parse_grammar(std::string_view text);
+
+// Follows a grammar through the bytes of tokens. A position is a stack of element
+// pointers into the grammar; the matcher holds the set of all positions the text so far
+// can be at. An empty stack means the grammar is complete there.
+class GrammarMatcher {
+ public:
+  using Stack = std::vector<const GrammarElement*>;
+
+  // Starts at the root. kRuntime if the start already needs more than kGrammarMaxStacks.
+  static Result<GrammarMatcher> create(std::shared_ptr<const Grammar> grammar);
+
+  // Feeds bytes (any split of UTF-8 is fine: a trailing partial character is kept).
+  // true: accepted and the state advanced; false: rejected, state unchanged. kRuntime
+  // when the positions would exceed kGrammarMaxStacks.
+  Result<bool> accept(std::string_view bytes);
+  // Whether accept(bytes) would succeed, without changing the state.
+  Result<bool> can_accept(std::string_view bytes) const;
+  // Whether the text so far is a whole sentence of the grammar (EOS may come now).
+  bool can_end() const;
+  // Whether the text is complete and nothing more can follow.
+  bool must_end() const;
+  void reset();
+  size_t n_stacks() const { return stacks_.size(); }
+
+ private:
+  explicit GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {}
+  // Advances `stacks` by bytes; false when no position survives.
+  Result<bool> advance(std::vector<Stack>& stacks, std::string& partial,
+                       std::string_view bytes) const;
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::vector<Stack> stacks_;
+  std::string partial_;  // the bytes of an incomplete UTF-8 character at the end
+};
+
+}  // namespace qrun

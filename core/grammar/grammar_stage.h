@@ -1,0 +1,27 @@
+// The grammar as a sampling constraint: a token is allowed when its text (its piece, as
+// token_to_piece without special rendering) keeps the grammar matcher alive, and an
+// end-of-generation token when the grammar can end there. Pieces are passed in, so the
+// stage does not depend on a tokenizer; cli builds them from the model's vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/grammar/grammar.h"
+#include "core/sampling/sampling.h"
+#include "ggml-like/result.h"
+
+namespace qrun {
+
+// pieces[id] is token id's text; is_eog[id] marks end-of-generation tokens. Tokens with an
+// empty piece that are not end-of-generation are never allowed. If no token fits at some
+// point (the vocabulary cannot spell what the grammar needs), the end-of-generation tokens
+// are allowed so that generation ends. kRuntime if the grammar cannot start (too many
+// positions).
+Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(std::shared_ptr<const Grammar> grammar,
+                                                            std::vector<std::string> pieces,
+                                                            std::vector<uint8_t> is_eog);
+
+}  // namespace qrun
