@@ -57,11 +57,13 @@ struct Gemm {
   static constexpr int kLanes = Isa::kLanes;
   static_assert(sizeof(Act) % (4 * kLanes) == 0, "packed blocks stay vector aligned");
   static_assert(K::kVecs == 1 || sizeof(Act) % 64 == 0,
-                "two-vector tiles step over whole groups in Act units");
+                "two-vector tiles step over unpadded groups, n_blocks Acts apart");
 
   // Rounded up to 64 bytes, the alignment GemmKernels promises for every group.
   static size_t group_bytes(int64_t n) {
-    return (sizeof(Act) * static_cast<size_t>(n / K::kBlockElems) + 63) & ~size_t{63};
+    const size_t bytes = sizeof(Act) * static_cast<size_t>(n / K::kBlockElems);
+    if constexpr (sizeof(Act) % 64 == 0) return bytes;  // no padding: the same, folded
+    return (bytes + 63) & ~size_t{63};
   }
 
   static void pack_act(int64_t n, const uint8_t* act, size_t act_stride, int64_t n_valid,
@@ -83,7 +85,7 @@ struct Gemm {
     constexpr int64_t kLd = Isa::kTileVecs * kLanes;
     const int64_t n_blocks = n / K::kBlockElems;
     const size_t group = group_bytes(n);
-    const auto a_stride = static_cast<int64_t>(group / sizeof(Act));  // used when kVecs == 2
+    const int64_t a_stride = n_blocks;  // in Act units: groups of two-vector K are unpadded
     const size_t block_bytes = n_blocks > 0 ? w_stride / static_cast<size_t>(n_blocks) : 0;
     const size_t prefetch_bytes = block_bytes * kChunk;
 
