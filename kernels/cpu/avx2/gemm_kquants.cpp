@@ -309,16 +309,10 @@ struct Q6_K {
 
 }  // namespace
 
-GemmKernels gemm_q4_k_q8_k() {
-  return gemm::Gemm<Q4_K>::kernels();
-}
-
-GemmKernels gemm_q5_k_q8_k() {
-  return gemm::Gemm<Q5_K>::kernels();
-}
-
-GemmKernels gemm_q6_k_q8_k() {
-  return gemm::Gemm<Q6_K>::kernels();
+void fill_gemm_kquants(CpuKernels& k) {
+  k.for_type(DType::kQ4_K).gemm = gemm::Gemm<Q4_K>::kernels();
+  k.for_type(DType::kQ5_K).gemm = gemm::Gemm<Q5_K>::kernels();
+  k.for_type(DType::kQ6_K).gemm = gemm::Gemm<Q6_K>::kernels();
 }
 
 }  // namespace qrun::kernels::avx2

@@ -262,16 +262,10 @@ struct Q8_0 {
 
 }  // namespace
 
-GemmKernels gemm_q4_0_q8_0() {
-  return gemm::Gemm<Q4_0>::kernels();
-}
-
-GemmKernels gemm_q5_0_q8_0() {
-  return gemm::Gemm<Q5_0>::kernels();
-}
-
-GemmKernels gemm_q8_0_q8_0() {
-  return gemm::Gemm<Q8_0>::kernels();
+void fill_gemm_legacy(CpuKernels& k) {
+  k.for_type(DType::kQ4_0).gemm = gemm::Gemm<Q4_0>::kernels();
+  k.for_type(DType::kQ5_0).gemm = gemm::Gemm<Q5_0>::kernels();
+  k.for_type(DType::kQ8_0).gemm = gemm::Gemm<Q8_0>::kernels();
 }
 
 }  // namespace qrun::kernels::avx2
