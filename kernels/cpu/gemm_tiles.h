@@ -23,10 +23,13 @@ namespace qrun::kernels::gemm_tiles {
 //       y[t * ldy + r] = acc[r * ld + t] for r < nr, t < nt (acc has kTileRows rows)
 inline constexpr int64_t kTileRows = 128;  // weight rows per driver tile
 
-// Calls K::tile<R, V> for R == rm (1 <= rm <= kMax).
+// Calls K::tile<R, V> for R == rm (1 <= rm <= kMax). Not inlined into the driver: each
+// micro-kernel gets the registers to itself (inlined, GCC spilled AVX2 Q4_0's int16 sums to
+// the stack and pp128 lost ~14 %).
 template <class K, int V, int kMax>
-void tile_dispatch(int rm, const typename K::Wt* const* w, const typename K::Act* a,
-                   int64_t a_stride, int kb, float* acc, int64_t ld) {
+[[gnu::noinline]] void tile_dispatch(int rm, const typename K::Wt* const* w,
+                                     const typename K::Act* a, int64_t a_stride, int kb, float* acc,
+                                     int64_t ld) {
   if constexpr (kMax >= 1) {
     if (rm == kMax) {
       K::template tile<kMax, V>(w, a, a_stride, kb, acc, ld);
