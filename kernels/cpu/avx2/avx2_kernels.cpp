@@ -6,9 +6,10 @@
 namespace qrun::kernels {
 
 void fill_avx2_kernels(CpuKernels& k) {
-  avx2::fill_dot_kernels(k);   // vec_dot and activation quantizers (avx2/dot_*.cpp)
-  avx2::fill_gemm_kernels(k);  // batched tiles for prefill (avx2/gemm_*.cpp)
-  avx2::fill_op_kernels(k);    // attention, norms, element-wise (avx2/ops_*.cpp)
+  avx2::fill_dot_kernels(k);  // vec_dot and activation quantizers (avx2/dot_*.cpp)
+  avx2::fill_gemm_legacy(k);  // batched tiles for prefill (avx2/gemm_*.cpp)
+  avx2::fill_gemm_kquants(k);
+  avx2::fill_op_kernels(k);  // attention, norms, element-wise (avx2/ops_*.cpp)
 }
 
 }  // namespace qrun::kernels

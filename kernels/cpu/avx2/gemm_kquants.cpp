@@ -109,6 +109,7 @@ struct Q4_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 2;
   static constexpr int kRows = 4;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_KSums;
   using Wt = WtKScaleMin;
 
@@ -124,8 +125,10 @@ struct Q4_K {
     dst->dmin = half_to_float(b->dmin);
   }
 
-  template <int R>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+  template <int R, int V>
+  static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
+                   int64_t ld) {
+    static_assert(V == 1);
     __m256 f[R];
     for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
     for (int b = 0; b < kb; ++b) {
@@ -159,6 +162,7 @@ struct Q5_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 2;
   static constexpr int kRows = 4;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_KSums;
   using Wt = WtKScaleMin;
 
@@ -174,8 +178,10 @@ struct Q5_K {
     dst->dmin = half_to_float(b->dmin);
   }
 
-  template <int R>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+  template <int R, int V>
+  static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
+                   int64_t ld) {
+    static_assert(V == 1);
     __m256 f[R];
     for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
     for (int b = 0; b < kb; ++b) {
@@ -226,6 +232,7 @@ struct Q6_K {
   static constexpr int64_t kBlockElems = 256;
   static constexpr int kChunk = 1;  // its packed activations are twice as large
   static constexpr int kRows = 4;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_KAbs;
   using Wt = WtQ6_K;
 
@@ -261,8 +268,10 @@ struct Q6_K {
     dst->d = half_to_float(b->d);
   }
 
-  template <int R>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+  template <int R, int V>
+  static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
+                   int64_t ld) {
+    static_assert(V == 1);
     __m256 f[R];
     for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
     for (int b = 0; b < kb; ++b) {
@@ -300,16 +309,10 @@ struct Q6_K {
 
 }  // namespace
 
-GemmKernels gemm_q4_k_q8_k() {
-  return gemm::Gemm<Q4_K>::kernels();
-}
-
-GemmKernels gemm_q5_k_q8_k() {
-  return gemm::Gemm<Q5_K>::kernels();
-}
-
-GemmKernels gemm_q6_k_q8_k() {
-  return gemm::Gemm<Q6_K>::kernels();
+void fill_gemm_kquants(CpuKernels& k) {
+  k.for_type(DType::kQ4_K).gemm = gemm::Gemm<Q4_K>::kernels();
+  k.for_type(DType::kQ5_K).gemm = gemm::Gemm<Q5_K>::kernels();
+  k.for_type(DType::kQ6_K).gemm = gemm::Gemm<Q6_K>::kernels();
 }
 
 }  // namespace qrun::kernels::avx2

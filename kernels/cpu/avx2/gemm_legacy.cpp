@@ -57,6 +57,7 @@ struct Q4_0 {
   static constexpr int64_t kBlockElems = 32;
   static constexpr int kChunk = 16;
   static constexpr int kRows = 4;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_0;
   using Wt = WtQ4_0;
 
@@ -74,8 +75,10 @@ struct Q4_0 {
     dst->d = half_to_float(b->d);
   }
 
-  template <int R>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+  template <int R, int V>
+  static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
+                   int64_t ld) {
+    static_assert(V == 1);
     __m256 f[R];
     for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -122,6 +125,7 @@ struct Q5_0 {
   static constexpr int64_t kBlockElems = 32;
   static constexpr int kChunk = 16;
   static constexpr int kRows = 4;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_0;
   using Wt = WtQ5_0;
 
@@ -142,8 +146,10 @@ struct Q5_0 {
     dst->d = half_to_float(b->d);
   }
 
-  template <int R>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+  template <int R, int V>
+  static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
+                   int64_t ld) {
+    static_assert(V == 1);
     __m256 f[R];
     for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -192,6 +198,7 @@ struct Q8_0 {
   static constexpr int64_t kBlockElems = 32;
   static constexpr int kChunk = 8;
   static constexpr int kRows = 4;
+  static constexpr int kVecs = 1;
   using Act = ActQ8_0Wide;
   using Wt = WtQ8_0;
 
@@ -230,8 +237,10 @@ struct Q8_0 {
     dst->d = half_to_float(b->d);
   }
 
-  template <int R>
-  static void tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld) {
+  template <int R, int V>
+  static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
+                   int64_t ld) {
+    static_assert(V == 1);
     __m256 f[R];
     for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
     for (int b = 0; b < kb; ++b) {
@@ -253,16 +262,10 @@ struct Q8_0 {
 
 }  // namespace
 
-GemmKernels gemm_q4_0_q8_0() {
-  return gemm::Gemm<Q4_0>::kernels();
-}
-
-GemmKernels gemm_q5_0_q8_0() {
-  return gemm::Gemm<Q5_0>::kernels();
-}
-
-GemmKernels gemm_q8_0_q8_0() {
-  return gemm::Gemm<Q8_0>::kernels();
+void fill_gemm_legacy(CpuKernels& k) {
+  k.for_type(DType::kQ4_0).gemm = gemm::Gemm<Q4_0>::kernels();
+  k.for_type(DType::kQ5_0).gemm = gemm::Gemm<Q5_0>::kernels();
+  k.for_type(DType::kQ8_0).gemm = gemm::Gemm<Q8_0>::kernels();
 }
 
 }  // namespace qrun::kernels::avx2

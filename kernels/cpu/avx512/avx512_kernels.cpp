@@ -1,15 +1,15 @@
 // The avx512 entries of the CPU kernel table: each overrides its AVX2 twin (the table
 // starts as a copy of AVX2's) and is tested against the generic one (tests/kernels_*_test.cpp).
 #include "kernels/cpu/avx512/avx512_kernels.h"
-#include "kernels/cpu/avx512/avx512_gemm.h"
 #include "kernels/cpu/avx512/avx512_ops.h"
 
 namespace qrun::kernels {
 
 void fill_avx512_kernels(CpuKernels& k) {
-  avx512::fill_dot_kernels(k);   // vec_dot and gemv (avx512/dot_*.cpp)
-  avx512::fill_gemm_kernels(k);  // prefill tiles (avx512/gemm_*.cpp)
-  avx512::fill_op_kernels(k);    // attention (avx512/ops_*.cpp)
+  avx512::fill_dot_kernels(k);  // vec_dot and gemv (avx512/dot_*.cpp)
+  avx512::fill_gemm_legacy(k);  // prefill tiles (avx512/gemm_*.cpp)
+  avx512::fill_gemm_kquants(k);
+  avx512::fill_op_kernels(k);  // attention (avx512/ops_*.cpp)
 }
 
 }  // namespace qrun::kernels

@@ -1,6 +1,6 @@
-// Shared machinery of the AVX-512 VNNI gemm kernels (avx512/gemm_*.cpp): the tile driver
-// over activations packed once per matmul, and helpers to pack them "token-interleaved"
-// for 16 tokens: each group of 4 consecutive elements of a block is stored as
+// Shared machinery of the AVX-512 VNNI gemm kernels (avx512/gemm_*.cpp): the ISA side of the
+// tile driver (gemm_tiles.h) over activations packed once per matmul, and helpers to pack them
+// "token-interleaved" for 16 tokens: each group of 4 consecutive elements of a block is stored as
 // [token 0: 4 levels] .. [token 15: 4 levels], so one vpdpbusd of a broadcast 4-byte group of
 // unsigned weight levels against it adds 4 products to each token's int32 lane. Weight unpacking
 // and scale decoding are shared by 16 tokens, each packed activation by all rows of a micro-tile.
@@ -16,13 +16,11 @@
 
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx2/transpose.h"
-#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/gemm_tiles.h"
 
 namespace qrun::kernels::avx512::gemm {
 
-inline constexpr int kLanes = 16;          // tokens per vector
-inline constexpr int64_t kTileRows = 128;  // weight rows per driver tile
-inline constexpr int kTileVecs = 8;        // token vectors per driver tile (128 tokens)
+inline constexpr int kLanes = 16;  // tokens per vector
 
 // The 4 bytes at p, broadcast to all 16 lanes (one vpbroadcastd from memory).
 inline __m512i bcast32(const void* p) {
@@ -131,121 +129,20 @@ inline __m512i lane_sums_i8(const __m512i* v, int n_groups) {
   return s;
 }
 
-// Calls K::tile<R, V> for R == rm (1 <= rm <= kMax).
-template <class K, int V, int kMax>
-void tile_dispatch(int rm, const typename K::Wt* const* w, const typename K::Act* a,
-                   int64_t a_stride, int kb, float* acc, int64_t ld) {
-  if constexpr (kMax >= 1) {
-    if (rm == kMax) {
-      K::template tile<kMax, V>(w, a, a_stride, kb, acc, ld);
-    } else {
-      tile_dispatch<K, V, kMax - 1>(rm, w, a, a_stride, kb, acc, ld);
-    }
-  }
-}
+// The AVX-512 side of the shared tile driver (gemm_tiles.h): 128 rows by 8 vectors of 16
+// tokens, each row's next weight chunk prefetched, results stored 16 x 16 transposed.
+struct Isa {
+  static constexpr int kLanes = gemm::kLanes;
+  static constexpr int kTileVecs = 8;  // 128 tokens
+  static constexpr bool kPrefetch = true;
 
-// A gemm through kernel traits K, which define
-//   kBlockElems        elements per weight block
-//   kChunk             blocks per K chunk (a chunk of weight rows is unpacked at a time)
-//   kRows              rows per micro-tile
-//   kVecs              token vectors per micro-tile (1 or 2)
-//   Act                one block of 16 packed tokens; Wt: one unpacked weight block
-//   pack(rows, n_valid, block, Act*)       packs block `block` of 16 activation rows
-//   unpack(row, block, Wt*)                unpacks block `block` of one weight row
-//   tile<R, V>(const Wt* const w[R], const Act* a, int64_t a_stride, int kb, float* acc,
-//              int64_t ld)
-//     adds the dots of R unpacked rows (kb blocks each) with V vectors of 16 packed
-//     tokens (vector v's blocks at a + v * a_stride) to acc[r * ld + 16 * v + lane].
-// A packed group (GemmKernels in kernel_table.h) is one vector of 16 tokens: the Act
-// blocks of the whole row, in block order.
-template <class K>
-struct Gemm {
-  using Act = typename K::Act;
-  using Wt = typename K::Wt;
-  static_assert(sizeof(Act) % 64 == 0, "packed groups stay 64-byte aligned");
-
-  static size_t group_bytes(int64_t n) {
-    return sizeof(Act) * static_cast<size_t>(n / K::kBlockElems);
-  }
-
-  static void pack_act(int64_t n, const uint8_t* act, size_t act_stride, int64_t n_valid,
-                       uint8_t* dst) {
-    const uint8_t* rows[kLanes];
-    for (int64_t t = 0; t < n_valid; ++t) rows[t] = act + static_cast<size_t>(t) * act_stride;
-    auto* out = reinterpret_cast<Act*>(dst);
-    const int64_t n_blocks = n / K::kBlockElems;
-    for (int64_t b = 0; b < n_blocks; ++b) K::pack(rows, static_cast<int>(n_valid), b, &out[b]);
-  }
-
-  // Tiles of kTileRows rows by kTileVecs vectors: each chunk of kChunk blocks of a micro-tile
-  // of rows is unpacked once and meets every vector of the tile, whose packed blocks of
-  // that chunk stay in cache (L2) across the micro-tiles.
-  static void gemm(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
-                   const uint8_t* packed, int64_t n_tokens, float* y, int64_t ldy) {
-    constexpr int kChunk = K::kChunk;
-    constexpr int kR = K::kRows;
-    constexpr int64_t kLd = kTileVecs * kLanes;
-    const int64_t n_blocks = n / K::kBlockElems;
-    const size_t block_bytes = n_blocks > 0 ? w_stride / static_cast<size_t>(n_blocks) : 0;
-    const size_t prefetch_bytes = block_bytes * kChunk;
-    const auto* act = reinterpret_cast<const Act*>(packed);
-
-    alignas(64) Wt wbuf[kR][kChunk];
-    alignas(64) float acc[kTileRows * kLd];
-
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileVecs * kLanes) {
-      const int64_t nt = std::min<int64_t>(kTileVecs * kLanes, n_tokens - t0);
-      const int n_vecs = static_cast<int>((nt + kLanes - 1) / kLanes);
-      const Act* tile_act = act + (t0 / kLanes) * n_blocks;
-
-      for (int64_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
-        const int64_t nr = std::min(kTileRows, n_rows - r0);
-        std::fill(acc, acc + kTileRows * kLd, 0.0f);
-
-        for (int64_t k0 = 0; k0 < n_blocks; k0 += kChunk) {
-          const int kb = static_cast<int>(std::min<int64_t>(kChunk, n_blocks - k0));
-          for (int64_t r = 0; r < nr; r += kR) {
-            const int rm = static_cast<int>(std::min<int64_t>(kR, nr - r));
-            const Wt* wrows[kR];
-            for (int i = 0; i < rm; ++i) {
-              const uint8_t* row = w + static_cast<size_t>(r0 + r + i) * w_stride;
-              for (int b = 0; b < kb; ++b) K::unpack(row, k0 + b, &wbuf[i][b]);
-              // This row's next chunk, which the hardware prefetchers miss as rows alternate.
-              const size_t next = static_cast<size_t>(k0 + kb) * block_bytes;
-              for (size_t o = 0; o < prefetch_bytes && next + o < w_stride; o += 64) {
-                _mm_prefetch(reinterpret_cast<const char*>(row + next + o), _MM_HINT_T0);
-              }
-              wrows[i] = wbuf[i];
-            }
-            const Act* a = tile_act + k0;
-            float* out = acc + r * kLd;
-            int v = 0;
-            if constexpr (K::kVecs == 2) {
-              for (; v + 2 <= n_vecs; v += 2) {
-                tile_dispatch<K, 2, kR>(rm, wrows, a + v * n_blocks, n_blocks, kb, out + v * kLanes,
-                                        kLd);
-              }
-            }
-            for (; v < n_vecs; ++v) {
-              tile_dispatch<K, 1, kR>(rm, wrows, a + v * n_blocks, n_blocks, kb, out + v * kLanes,
-                                      kLd);
-            }
-          }
-        }
-
-        store_transposed(acc, kLd, nr, nt, y + t0 * ldy + r0, ldy);
-      }
-    }
-  }
-
-  static GemmKernels kernels() {
-    GemmKernels k;
-    k.group_tokens = kLanes;
-    k.group_bytes = group_bytes;
-    k.pack_act = pack_act;
-    k.gemm = gemm;
-    return k;
+  static void store(const float* acc, int64_t ld, int64_t nr, int64_t nt, float* y, int64_t ldy) {
+    store_transposed(acc, ld, nr, nt, y, ldy);
   }
 };
+
+// The gemm kernels of traits K (interface in gemm_tiles.h).
+template <class K>
+using Gemm = gemm_tiles::Gemm<Isa, K>;
 
 }  // namespace qrun::kernels::avx512::gemm

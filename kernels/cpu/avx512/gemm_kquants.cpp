@@ -11,7 +11,7 @@
 //     sub-block of a token) is packed with the activations and seeds the sub-block's
 //     accumulator, so no per-row correction is needed.
 #include "kernels/cpu/avx2/kquant_levels.h"
-#include "kernels/cpu/avx512/avx512_gemm.h"
+#include "kernels/cpu/avx512/avx512_kernels.h"
 #include "kernels/cpu/avx512/gemm_common.h"
 
 namespace qrun::kernels::avx512 {
@@ -294,16 +294,10 @@ struct Q6_K {
 
 }  // namespace
 
-GemmKernels gemm_q4_k_q8_k() {
-  return gemm::Gemm<Q4_K>::kernels();
-}
-
-GemmKernels gemm_q5_k_q8_k() {
-  return gemm::Gemm<Q5_K>::kernels();
-}
-
-GemmKernels gemm_q6_k_q8_k() {
-  return gemm::Gemm<Q6_K>::kernels();
+void fill_gemm_kquants(CpuKernels& k) {
+  k.for_type(DType::kQ4_K).gemm = gemm::Gemm<Q4_K>::kernels();
+  k.for_type(DType::kQ5_K).gemm = gemm::Gemm<Q5_K>::kernels();
+  k.for_type(DType::kQ6_K).gemm = gemm::Gemm<Q6_K>::kernels();
 }
 
 }  // namespace qrun::kernels::avx512

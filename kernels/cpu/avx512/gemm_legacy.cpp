@@ -5,7 +5,7 @@
 // offset 8; Q5_0: offset 16; Q8_0: u = q + 128, offset 128), and dot(u - offset, a) =
 // dot(u, a) - offset * sum(a). -offset * sum(a) is computed once per token at packing and
 // seeds each row's int32 accumulator; |dot| <= 32 * 255 * 127 + 128 * 32 * 127 fits int32.
-#include "kernels/cpu/avx512/avx512_gemm.h"
+#include "kernels/cpu/avx512/avx512_kernels.h"
 #include "kernels/cpu/avx512/gemm_common.h"
 
 namespace qrun::kernels::avx512 {
@@ -137,16 +137,10 @@ void unpack_q8_0(const uint8_t* row, int64_t block, WtU8* dst) {
 
 }  // namespace
 
-GemmKernels gemm_q4_0_q8_0() {
-  return gemm::Gemm<Legacy<8, unpack_q4_0>>::kernels();
-}
-
-GemmKernels gemm_q5_0_q8_0() {
-  return gemm::Gemm<Legacy<16, unpack_q5_0>>::kernels();
-}
-
-GemmKernels gemm_q8_0_q8_0() {
-  return gemm::Gemm<Legacy<128, unpack_q8_0>>::kernels();
+void fill_gemm_legacy(CpuKernels& k) {
+  k.for_type(DType::kQ4_0).gemm = gemm::Gemm<Legacy<8, unpack_q4_0>>::kernels();
+  k.for_type(DType::kQ5_0).gemm = gemm::Gemm<Legacy<16, unpack_q5_0>>::kernels();
+  k.for_type(DType::kQ8_0).gemm = gemm::Gemm<Legacy<128, unpack_q8_0>>::kernels();
 }
 
 }  // namespace qrun::kernels::avx512
