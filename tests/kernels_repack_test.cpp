@@ -26,7 +26,7 @@ namespace qrun::kernels {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
 
 // n_rows random rows of `type` (n columns), rows at varied scales.
 std::vector<uint8_t> random_weights(DType type, int64_t n, int64_t n_rows, uint32_t seed) {
@@ -93,6 +93,44 @@ TEST(KernelsRepack, LayoutIsTheDocumentedOne) {
                 split.data() + kRepackRows * row_bytes);
     EXPECT_EQ(std::memcmp(split.data(), p.data(), split.size()), 0);
   }
+}
+
+// Every Q5_0 level read back from the layout as repack.h describes it (scale at d[b][j],
+// nibbles from q[c][j], high bit at bit 2c + s of byte i of row j's h) is the GGML one.
+TEST(KernelsRepack, Q5_0LayoutIsTheDocumentedOne) {
+  const int64_t n = 3 * kQK;
+  const int64_t nb = n / kQK;
+  const int64_t n_rows = 2 * kRepackRows + 7;
+  const size_t row_bytes = row_size(DType::kQ5_0, n);
+  const std::vector<uint8_t> w = random_weights(DType::kQ5_0, n, n_rows, 14);
+  std::vector<uint8_t> p(w.size() + 8, 0xA5);
+  repack_rows(DType::kQ5_0, n, w.data(), n_rows, p.data());
+  for (int64_t g = 0; g < 2; ++g) {
+    const uint8_t* group = p.data() + g * kRepackRows * row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* h = group + nb * kRepackRows * 2 + b * (kRepackRows * 20);
+      const uint8_t* q = h + kRepackRows * 4;
+      for (int64_t j = 0; j < kRepackRows; ++j) {
+        const auto* block =
+            reinterpret_cast<const BlockQ5_0*>(w.data() + (g * kRepackRows + j) * row_bytes) + b;
+        ASSERT_EQ(std::memcmp(group + (b * kRepackRows + j) * 2, &block->d, 2), 0)
+            << "scale of group " << g << " block " << b << " row " << j;
+        uint32_t qh;
+        std::memcpy(&qh, block->qh, 4);
+        for (int e = 0; e < kQK; ++e) {
+          const int want = ((block->qs[e % 16] >> (4 * (e / 16))) & 15) | (((qh >> e) & 1) << 4);
+          const int s = e / 16, c = (e % 16) / 4, i = e % 4;
+          const uint8_t qbyte = q[(c * kRepackRows + j) * 4 + i];
+          const int high = (h[4 * j + i] >> (2 * c + s)) & 1;
+          ASSERT_EQ(((qbyte >> (4 * s)) & 15) | (high << 4), want)
+              << "group " << g << " block " << b << " row " << j << " element " << e;
+        }
+      }
+    }
+  }
+  const size_t tail = 2 * kRepackRows * row_bytes;
+  EXPECT_EQ(std::memcmp(p.data() + tail, w.data() + tail, w.size() - tail), 0);
+  for (size_t i = w.size(); i < p.size(); ++i) EXPECT_EQ(p[i], 0xA5) << "wrote past the end";
 }
 
 TEST(KernelsRepack, Q4KLayoutIsTheDocumentedOne) {
@@ -193,8 +231,9 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
       // for Q8_0 the largest vpmaddubsw pairs of kernels without VNNI (|q| = 127 or 128
       // times 127, twice: 32512; stored q + 128 = 255 must not reach vpmaddubsw unsigned).
       // The 3 Q8_0 levels cycle over blocks, the activation's over its 4 blocks: every pair.
-      // Q4_K: levels, scales and mins all at 0 or at their maximum (15, 63, 63); Q6_K:
-      // levels and scales all-zero bits or all-one bits (63 and -1).
+      // Q5_0: all levels 0 or 31 (high bits and nibbles); Q4_K: levels, scales and mins all
+      // at 0 or at their maximum (15, 63, 63); Q6_K: levels and scales all-zero bits or
+      // all-one bits (63 and -1).
       SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " extremes");
       const int64_t n = 4 * block;
       std::vector<uint8_t> w = random_weights(type, n, 5 * kRepackRows, ++seed);

@@ -64,6 +64,25 @@ void repack_group_q4_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t
   }
 }
 
+void repack_group_q5_0(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst) {
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* first = src + static_cast<size_t>(b) * sizeof(BlockQ5_0);
+    uint8_t* out = dst + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t) +
+                   static_cast<size_t>(b) * kQ5_0GroupBlockBytes;
+    for (int64_t j = 0; j < kRepackRows; ++j) {
+      const auto* block =
+          reinterpret_cast<const BlockQ5_0*>(first + static_cast<size_t>(j) * row_bytes);
+      std::memcpy(&d[b * kRepackRows + j], &block->d, sizeof(uint16_t));
+      uint32_t qh;
+      std::memcpy(&qh, block->qh, sizeof(qh));
+      const uint32_t h = regroup_q5_0_high_bits(qh);
+      std::memcpy(out + 4 * j, &h, sizeof(h));
+    }
+    interleave(first + offsetof(BlockQ5_0, qs), row_bytes, kQK / 2, out + kRepackRows * 4);
+  }
+}
+
 void repack_group_q6_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst) {
   auto* d = reinterpret_cast<uint16_t*>(dst);
   constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
@@ -87,8 +106,8 @@ void repack_group_q6_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t
 }  // namespace
 
 bool has_repacked_layout(DType type) {
-  return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K ||
-         type == DType::kQ6_K;
+  return type == DType::kQ4_0 || type == DType::kQ5_0 || type == DType::kQ8_0 ||
+         type == DType::kQ4_K || type == DType::kQ6_K;
 }
 
 void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint8_t* dst) {
@@ -102,6 +121,8 @@ void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint
     uint8_t* o = dst + static_cast<size_t>(g) * group_bytes;
     if (type == DType::kQ4_0) {
       repack_group<BlockQ4_0, kQK / 2, 0>(nb, s, row_bytes, o);
+    } else if (type == DType::kQ5_0) {
+      repack_group_q5_0(nb, s, row_bytes, o);
     } else if (type == DType::kQ4_K) {
       repack_group_q4_k(nb, s, row_bytes, o);
     } else if (type == DType::kQ6_K) {

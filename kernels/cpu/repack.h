@@ -1,8 +1,8 @@
-// Decode layouts for Q4_0, Q8_0, Q4_K and Q6_K weights: 16 rows interleaved so that one 512-bit
-// vector holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with 4 broadcast
-// activation bytes then adds 4 products to each row's int32 lane, and the 16 rows' fp16 scales are
-// one 32-byte load: the per-block work that a row-by-row gemv spends on horizontal sums and
-// scattered scale loads disappears.
+// Decode layouts for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K weights: 16 rows interleaved so that one
+// 512-bit vector holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with 4
+// broadcast activation bytes then adds 4 products to each row's int32 lane, and the 16 rows' fp16
+// scales are one 32-byte load: the per-block work that a row-by-row gemv spends on horizontal sums
+// and scattered scale loads disappears.
 //
 // A repacked tensor has the same size as the GGML one. Rows go in groups of kRepackRows;
 // group g occupies the bytes of GGML rows 16g .. 16g + 15 (16 * row_bytes, nb blocks per
@@ -13,6 +13,14 @@
 // high nibble element 16 + 4k + i) and K = 8 for Q8_0 (the 32 quants stored as q + 128,
 // unsigned, for vpdpbusd). Rows after the last whole group are copied unchanged, at their
 // GGML offsets. Nothing here depends on the ISA; the kernels that read it do.
+//
+// Q5_0 puts the rows' fp16 scales first, d[nb][16] (uint16), then 320 bytes per block b:
+//   h[16][4]        uint8   row j's 32 high bits, regrouped: bit 2c + s of byte i is the
+//                           high bit of element 16s + 4c + i (c < 4, s < 2, i < 4)
+//   q[4][16][4]     uint8   q[c][j][i] = qs byte 4c + i of row j (as Q4_0)
+// so the high bits of the 4 elements that column c's low (s = 0) or high (s = 1) nibbles
+// hold sit at the same bit, 2c + s, of the 4 bytes of a row's lane: one 16-bit shift by
+// 4 - (2c + s) and a mask put them at bit 4 of the levels.
 //
 // Q4_K keeps each super-block of the 16 rows together, 2304 bytes (16 * 144) at b * 2304:
 //   d[16], dmin[16]  uint16  the rows' fp16 super-block scales
@@ -37,7 +45,24 @@ namespace qrun::kernels {
 
 inline constexpr int64_t kRepackRows = 16;
 
-// Whether `type` has an x16 layout (Q4_0, Q8_0, Q4_K, Q6_K).
+// Bytes of one block of a Q5_0 group after the scales: 16 rows' high bits, then quants.
+inline constexpr size_t kQ5_0GroupBlockBytes = kRepackRows * (4 + 16);
+
+// The Q5_0 high bits of one row (qh as a little-endian uint32, bit e for element e) in
+// the regrouped order of the x16 layout.
+constexpr uint32_t regroup_q5_0_high_bits(uint32_t qh) {
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    for (int c = 0; c < 4; ++c) {
+      for (int s = 0; s < 2; ++s) {
+        out |= ((qh >> (16 * s + 4 * c + i)) & 1u) << (8 * i + 2 * c + s);
+      }
+    }
+  }
+  return out;
+}
+
+// Whether `type` has an x16 layout (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K).
 bool has_repacked_layout(DType type);
 
 // Repacks rows [0, n_rows) of a `type` matrix with n columns from GGML layout (src, rows

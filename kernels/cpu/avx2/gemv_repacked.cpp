@@ -13,6 +13,13 @@
 //     int32 lane k of a row is vec_dot's lane k for every input, saturating or not. Each
 //     row keeps vec_dot's 8 lane accumulators, acc_k = fma(d_x * d_y, float(lane_k), acc_k),
 //     reduced in hsum_f32x8's order at the end.
+//   Q5_0: vec_dot_q5_0_q8_0 keeps 8 int32 lanes per block, lane 4s + c summing (q - 16) . a
+//     over elements 16s + 4c .. + 3 (column c's low nibbles for s = 0, high for s = 1), and
+//     8 float accumulators, as Q8_0. Each row keeps those lanes: the levels (<= 31) are the
+//     nibbles with the regrouped high bit shifted to bit 4, vpmaddubsw with the 4 activation
+//     bytes gives pairs of at most 2 * 31 * 128 (no saturation), vpmaddwd widens them and
+//     -16 * (the group's sum of a) is added in int32: the exact lane. Float steps are
+//     vec_dot's, acc_k = fma(d_x * d_y, float(lane_k), acc_k), hsum_f32x8's order at the end.
 //   Q4_K: vec_dot_q4_k_q8_k (dot_kquants.cpp) keeps 8 int32 lanes per super-block, lane l
 //     of its 32-byte load j being qs bytes 32j + 4l .. + 3, and those are exactly column
 //     vector q[8j + l] of the layout. So each row carries 8 int32 sums sumi[l] in its lane
@@ -40,7 +47,7 @@
 //     2 * 24320 * 128 per lane), so sumi[l] is vec_dot's lane l whatever the order. Float
 //     steps per row: d = d_y * d_x, acc[l] = fma(d, float(sumi[l]), acc[l]) per
 //     super-block, hsum_f32x8(acc) at the end. Halves and layout as for Q4_K.
-// For Q4_0 and Q8_0 two groups go side by side and each prefetches its quants 2 KiB ahead
+// For Q4_0, Q5_0 and Q8_0 two groups go side by side and each prefetches its quants 2 KiB ahead
 // (x86 prefetches never fault): on the 2-core Xeon host, over an 850 MB matrix, that
 // streamed best of 1, 2 or 4 groups and 0, 512, 1024 or 2048 bytes (Q4_0 ~1.6x, Q8_0 ~1.4x
 // the row-wise AVX2 gemv).
@@ -142,6 +149,65 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
           const __m256i q = _mm256_xor_si256(load256(qb + 64 * k + 32 * h), bias);
           const __m256i lanes = dot_s8s8(q, bcast32(aq + 4 * k));
           acc[i][h][k] = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(lanes), acc[i][h][k]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < kG; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      _mm256_storeu_ps(y + i * kRepackRows + 8 * h, sum8_in_hsum_order(acc[i][h]));
+    }
+  }
+}
+
+// The high bits of a Q5_0 group's column c, nibbles s, at bit 4 of every byte of h (the
+// regrouped bits of repack.h: bit 2c + s of each byte; 16-bit shifts keep every bit that
+// lands on bit 4 within its byte, the rest is masked off by the caller).
+inline __m256i q5_0_high_at_bit4(__m256i h, int bit) {
+  if (bit < 4) return _mm256_slli_epi16(h, 4 - bit);
+  if (bit > 4) return _mm256_srli_epi16(h, bit - 4);
+  return h;
+}
+
+template <int kG>
+void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
+                 float* y) {
+  const __m256i sixteen = _mm256_set1_epi8(16);  // the offset, and bit 4 of the levels
+  const __m256i ones = _mm256_set1_epi16(1);
+  const size_t q_offset = static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  __m256 acc[kG][2][8];
+  for (auto& g : acc) {
+    for (auto& half : g) {
+      for (auto& v : half) v = _mm256_setzero_ps();
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* aq = a[b].qs;
+    // -16 * (sum of each 4-byte group of the activation), one int32 per group.
+    alignas(32) int32_t corr[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(corr),
+                       _mm256_sub_epi32(_mm256_setzero_si256(), dot_u8s8(sixteen, load256(aq))));
+    const __m256 da = _mm256_set1_ps(fp16_load(a[b].d));
+    for (int i = 0; i < kG; ++i) {
+      const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
+      const uint8_t* hb = gbase + q_offset + static_cast<size_t>(b) * kQ5_0GroupBlockBytes;
+      const uint8_t* qb = hb + kRepackRows * 4;
+      prefetch_ahead(hb, 5);
+      for (int half = 0; half < 2; ++half) {
+        const __m256 ds = row_scales(gbase, b, half, da);
+        const __m256i h = load256(hb + 32 * half);
+        for (int c = 0; c < 4; ++c) {
+          const __m256i w = load256(qb + 64 * c + 32 * half);
+          for (int s = 0; s < 2; ++s) {
+            const __m256i nib = s == 0 ? low_nibbles(w) : high_nibbles(w);
+            const __m256i lev =
+                _mm256_or_si256(nib, _mm256_and_si256(q5_0_high_at_bit4(h, 2 * c + s), sixteen));
+            const int k = 4 * s + c;
+            const __m256i lanes =
+                _mm256_add_epi32(_mm256_madd_epi16(pairs_u8s8(lev, bcast32(aq + 4 * k)), ones),
+                                 _mm256_set1_epi32(corr[k]));
+            acc[i][half][k] = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(lanes), acc[i][half][k]);
+          }
         }
       }
     }
@@ -337,6 +403,12 @@ void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
                    float* y) {
   run_group_passes<BlockQ4_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q4_0_groups<2>,
                                          q4_0_groups<1>);
+}
+
+void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  run_group_passes<BlockQ5_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q5_0_groups<2>,
+                                         q5_0_groups<1>);
 }
 
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,

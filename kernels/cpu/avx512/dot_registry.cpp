@@ -11,6 +11,7 @@ void fill_dot_kernels(CpuKernels& k) {
   k.for_type(DType::kQ4_0).vec_dot = vec_dot_q4_0_q8_0;
   k.for_type(DType::kQ4_0).gemv = gemv_q4_0_q8_0;
   k.for_type(DType::kQ4_0).gemv_repacked = gemv_q4_0_x16;
+  k.for_type(DType::kQ5_0).gemv_repacked = gemv_q5_0_x16;
   k.for_type(DType::kQ8_0).vec_dot = vec_dot_q8_0_q8_0;
   k.for_type(DType::kQ8_0).gemv_repacked = gemv_q8_0_x16;
   k.for_type(DType::kQ4_K).vec_dot = vec_dot_q4_k_q8_k;

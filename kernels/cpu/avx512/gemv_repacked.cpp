@@ -11,8 +11,17 @@
 //     activation, seeded with -128 * (that group's sum), is the exact group dot that
 //     vec_dot_q8_0_q8_0 forms in its 8 lanes; the 8 group accumulators per row are then
 //     reduced in hsum_f32x8's order, so every output is vec_dot's, bit for bit.
+//   Q5_0: vec_dot_q5_0_q8_0 (AVX2's, which AVX-512 keeps) has 8 int32 lanes per block, lane
+//     4s + c summing (q - 16) . a over elements 16s + 4c .. + 3: the low (s = 0) or high
+//     (s = 1) nibbles of column c. Each row keeps those 8 lanes as 8 vectors: the levels are
+//     the nibbles with the regrouped high bit moved to bit 4 (one shift, one vpternlogd),
+//     vpdpbusd adds level . a onto -16 * (that group's sum of a): the exact lane. The float
+//     steps are vec_dot's, acc_k = fma(d_x * d_y, float(lane_k), acc_k), reduced in
+//     hsum_f32x8's order at the end; two groups side by side, as Q8_0.
 //   Q4_K and Q6_K: two groups side by side, each reproducing its vec_dot lane by lane (see
 //     q4_k_super and q6_k_super).
+#include <type_traits>
+
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx512/dot_kernels.h"
 #include "kernels/cpu/repack.h"
@@ -123,6 +132,69 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
         const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[k]), load512(qb + 64 * k),
                                               bcast32(aq + 4 * k));
         acc[i][k] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(s), acc[i][k]);
+      }
+    }
+  }
+  for (int i = 0; i < kG; ++i) _mm512_storeu_ps(y + i * kRepackRows, sum8_in_hsum_order(acc[i]));
+}
+
+// The high bits of a Q5_0 group's column c, nibbles s, at bit 4 of every byte of h (the
+// regrouped bits of repack.h: bit 2c + s of each byte; 16-bit shifts keep every bit that
+// lands on bit 4 within its byte, the rest is masked off by the caller).
+template <int kBit>
+inline __m512i q5_0_high_at_bit4(__m512i h) {
+  if constexpr (kBit < 4) return _mm512_slli_epi16(h, 4 - kBit);
+  if constexpr (kBit > 4) return _mm512_srli_epi16(h, kBit - 4);
+  return h;
+}
+
+template <int kG>
+void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
+                 float* y) {
+  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i bit4 = _mm512_set1_epi8(16);
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  const size_t q_offset = static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  __m512 acc[kG][8];
+  for (auto& g : acc) {
+    for (auto& v : g) v = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* aq = a[b].qs;
+    // -16 * (sum of each 4-byte group of the activation), one int32 per group.
+    alignas(32) int32_t corr[8];
+    _mm256_store_si256(
+        reinterpret_cast<__m256i*>(corr),
+        _mm256_sub_epi32(_mm256_setzero_si256(),
+                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), sixteen, load256(aq))));
+    const __m512 da = _mm512_set1_ps(fp16_load(a[b].d));
+    for (int i = 0; i < kG; ++i) {
+      const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
+      const uint8_t* hb = gbase + q_offset + static_cast<size_t>(b) * kQ5_0GroupBlockBytes;
+      const uint8_t* qb = hb + kRepackRows * 4;
+      prefetch_ahead(hb, 5);
+      const __m512i h = load512(hb);
+      const __m256i d16 = load256(reinterpret_cast<const uint16_t*>(gbase) + b * kRepackRows);
+      const __m512 ds = _mm512_mul_ps(_mm512_cvtph_ps(d16), da);
+      __m512i s[8];
+      const auto column = [&](auto c_const) {
+        constexpr int c = decltype(c_const)::value;
+        const __m512i w = load512(qb + 64 * c);
+        const __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4),
+                                                     q5_0_high_at_bit4<2 * c>(h), bit4, kOrAnd);
+        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(w, 4), m4),
+                                                     q5_0_high_at_bit4<2 * c + 1>(h), bit4, kOrAnd);
+        s[c] = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[c]), lo, bcast32(aq + 4 * c));
+        s[4 + c] =
+            _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[4 + c]), hi, bcast32(aq + 16 + 4 * c));
+      };
+      column(std::integral_constant<int, 0>{});
+      column(std::integral_constant<int, 1>{});
+      column(std::integral_constant<int, 2>{});
+      column(std::integral_constant<int, 3>{});
+      for (int k = 0; k < 8; ++k) {
+        acc[i][k] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(s[k]), acc[i][k]);
       }
     }
   }
@@ -335,6 +407,12 @@ void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
                    float* y) {
   run_group_passes<BlockQ4_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4, q4_0_groups<4>,
                                          q4_0_groups<1>);
+}
+
+void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  run_group_passes<BlockQ5_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q5_0_groups<2>,
+                                         q5_0_groups<1>);
 }
 
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
