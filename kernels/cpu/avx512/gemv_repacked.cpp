@@ -1,9 +1,12 @@
 // AVX-512 VNNI decode gemv over the x16 layouts of kernels/cpu/repack.h: row j of a group in
 // int32 / float lane j, so nothing is summed across lanes until the end. Several groups
-// are read side by side (4 for Q4_0, 2 for the others), each prefetching its quants ahead
-// (2 KiB; Q6_K the next super-block): a single stream leaves the memory system idle
-// between the hardware's prefetches. Over an 800 MB matrix on the 2-core Xeon, one thread
-// streams Q4_0 about 1.5x as fast as the row-wise gemv that way, and Q8_0 about 1.1x.
+// are read side by side (4 for Q4_0, Q5_0 and Q8_0, 2 for the k-quants): a single stream
+// leaves the memory system idle between the hardware's prefetches. Q4_0 and the k-quants
+// also prefetch their quants ahead (2 KiB; Q6_K the next super-block): over an 800 MB
+// matrix on the 2-core Xeon, one thread streams Q4_0 about 1.5x as fast as the row-wise
+// gemv that way. Q8_0 and Q5_0 do not: on the 2-core EPYC guest, over Gemma 3's 178 MB
+// Q8_0 output matrix, 4 streams without software prefetch read 1.15x as fast as 2 streams
+// with it (the prefetches alone cost 10-15 %), and Q5_0 gained likewise.
 //   Q4_0: per block, 4 vectors of nibbles give 8 vpdpbusd against broadcast 4-byte groups
 //     of the activation, seeded with -8 * sum(a) (exact: (q - 8) . a); one fp16 load
 //     gives the 16 row scales. Each row's float chain is vec_dot_q4_0_q8_0's.
@@ -17,7 +20,7 @@
 //     the nibbles with the regrouped high bit moved to bit 4 (one shift, one vpternlogd),
 //     vpdpbusd adds level . a onto -16 * (that group's sum of a): the exact lane. The float
 //     steps are vec_dot's, acc_k = fma(d_x * d_y, float(lane_k), acc_k), reduced in
-//     hsum_f32x8's order at the end; two groups side by side, as Q8_0.
+//     hsum_f32x8's order at the end.
 //   Q4_K and Q6_K: two groups side by side, each reproducing its vec_dot lane by lane (see
 //     q4_k_super and q6_k_super).
 #include <type_traits>
@@ -125,7 +128,6 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
     for (int i = 0; i < kG; ++i) {
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
       const uint8_t* qb = gbase + q_offset + static_cast<size_t>(b) * 8 * 64;
-      prefetch_ahead(qb, 8);
       const __m256i h = load256(reinterpret_cast<const uint16_t*>(gbase) + b * kRepackRows);
       const __m512 ds = _mm512_mul_ps(_mm512_cvtph_ps(h), da);
       for (int k = 0; k < 8; ++k) {
@@ -173,7 +175,6 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
       const uint8_t* hb = gbase + q_offset + static_cast<size_t>(b) * kQ5_0GroupBlockBytes;
       const uint8_t* qb = hb + kRepackRows * 4;
-      prefetch_ahead(hb, 5);
       const __m512i h = load512(hb);
       const __m256i d16 = load256(reinterpret_cast<const uint16_t*>(gbase) + b * kRepackRows);
       const __m512 ds = _mm512_mul_ps(_mm512_cvtph_ps(d16), da);
@@ -411,13 +412,13 @@ void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
 
 void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  run_group_passes<BlockQ5_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q5_0_groups<2>,
+  run_group_passes<BlockQ5_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4, q5_0_groups<4>,
                                          q5_0_groups<1>);
 }
 
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  run_group_passes<BlockQ8_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q8_0_groups<2>,
+  run_group_passes<BlockQ8_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4, q8_0_groups<4>,
                                          q8_0_groups<1>);
 }
 
