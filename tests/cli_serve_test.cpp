@@ -15,6 +15,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -285,6 +286,37 @@ TEST(CliServe, StopStrings) {
     EXPECT_EQ(r["choices"][0]["text"], expected) << stops.dump();
     EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
     EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 24);
+  }
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// A seed makes a sampled reply reproducible; penalties reach the sampler (a strong
+// frequency penalty changes a greedy reply that repeats words).
+TEST(CliServe, SeedAndPenaltiesReachTheSampler) {
+  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf")});
+  ASSERT_SERVING(s);
+  httplib::Client c = s.client();
+  auto text = [&](const Json& extra) {
+    Json body = {{"prompt", kPrompt}, {"max_tokens", 24}};
+    body.update(extra);
+    return post(c, "/v1/completions", body, 200)["choices"][0]["text"].get<std::string>();
+  };
+  const Json sampled = {{"temperature", 1.5}, {"top_k", 0}, {"top_p", 1}, {"min_p", 0}};
+  Json seeded = sampled;
+  seeded["seed"] = 1234;
+  EXPECT_EQ(text(seeded), text(seeded));
+  std::set<std::string> distinct;
+  for (int seed = 0; seed < 4; ++seed) {
+    Json b = sampled;
+    b["seed"] = seed;
+    distinct.insert(text(b));
+  }
+  EXPECT_GT(distinct.size(), 1u);
+  const Json greedy = {{"temperature", 0}, {"max_tokens", 40}};
+  for (const char* penalty : {"frequency_penalty", "presence_penalty"}) {
+    Json b = greedy;
+    b[penalty] = 2;
+    EXPECT_NE(text(b), text(greedy)) << penalty;
   }
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
