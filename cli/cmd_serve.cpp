@@ -5,6 +5,7 @@
 // taken by one thread with sigtimedwait, so no handler runs on an HTTP or kernel thread.
 #include <httplib.h>
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <climits>
 #include <csignal>
@@ -103,6 +104,13 @@ Result<void> run_serve(const ServeOptions& o) {
   // One HTTP thread per running or queued request, and a few for /health and refusals.
   const size_t n_threads = static_cast<size_t>(o.n_parallel + o.max_queue + 4);
   http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and
+  // take half its connections; SO_REUSEADDR alone allows a restart past TIME_WAIT and makes
+  // a port in use an error.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http.set_keep_alive_timeout(2);  // idle keep-alive connections do not hold up shutdown long
   server.install(http, o.max_body);
 

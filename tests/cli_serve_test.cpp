@@ -173,6 +173,25 @@ TEST(CliServe, HealthModelsAndUnknownRoutes) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
+// A port already in use is exit code 3 with one line naming the address; bad flags are 2.
+TEST(CliServe, BusyPortAndBadFlags) {
+  ServeProcess s({"-m", model("stories260K.gguf")});
+  ASSERT_SERVING(s);
+  const ProcessResult busy =
+      run_process({qrun_binary().string(), "serve", "-m", model("stories260K.gguf"), "--port",
+                   std::to_string(s.port()), "-q"},
+                  StdinKind::kDevNull, "", 30s);
+  EXPECT_EQ(busy.exit_code, 3) << busy.err;
+  EXPECT_NE(busy.err.find("cannot listen on 127.0.0.1:" + std::to_string(s.port())),
+            std::string::npos)
+      << busy.err;
+  const ProcessResult bad =
+      run_process({qrun_binary().string(), "serve", "-m", model("stories260K.gguf"), "-np", "0"},
+                  StdinKind::kDevNull, "", 30s);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
 // The raw prompt through /v1/completions is tokenized and generated exactly as `qrun run`
 // does: same text, same token counts, finish_reason "length" at max_tokens.
 TEST(CliServe, GreedyCompletionEqualsQrunRun) {
