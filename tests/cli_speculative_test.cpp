@@ -1,0 +1,80 @@
+// `qrun run` with -md/--model-draft and --lookup-ngram through the built binary: the same
+// greedy text as without, the drafted/accepted figures in --json and on stderr, a draft
+// whose vocabulary differs refused with exit code 5 naming both files, and both drafters
+// at once refused as bad usage.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/test_data.h"
+
+namespace qrun::test {
+namespace {
+
+std::string model_path(const std::string& model) {
+  return data_path("models/" + model + ".gguf").string();
+}
+
+const char* kPark = "Lily and Tom went to the park. They";
+
+std::string run_line(const std::string& extra) {
+  return qrun_binary().string() + " run --no-stdin --temp 0 -n 64 -m '" +
+         model_path("stories260K") + "' -p '" + kPark + "' " + extra;
+}
+
+TEST(CliSpeculative, DraftedRunsPrintThePlainTextAndTheirFigures) {
+  const CommandResult plain = run_command(run_line("-q"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  for (const std::string& drafter :
+       {"-md '" + model_path("stories260K-Q4_0") + "'", std::string("--lookup-ngram 2"),
+        "--model-draft '" + model_path("stories260K") + "' --draft-max 4 --draft-p-min 0"}) {
+    SCOPED_TRACE(drafter);
+    const CommandResult r = run_command(run_line(drafter));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, plain.out);
+    EXPECT_NE(r.err.find("qrun: speculative: drafted "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("tokens per target pass"), std::string::npos) << r.err;
+
+    const CommandResult j = run_command(run_line("-q --json " + drafter));
+    ASSERT_EQ(j.exit_code, 0) << j.err;
+    const nlohmann::json t = nlohmann::json::parse(j.out)["timings"];
+    EXPECT_EQ(nlohmann::json::parse(j.out)["text"], plain.out);
+    const int64_t drafted = t.at("drafted").get<int64_t>();
+    const int64_t accepted = t.at("accepted").get<int64_t>();
+    EXPECT_GT(drafted, 0);
+    EXPECT_LE(accepted, drafted);
+    EXPECT_DOUBLE_EQ(t.at("acceptance_rate").get<double>(),
+                     static_cast<double>(accepted) / static_cast<double>(drafted));
+    EXPECT_DOUBLE_EQ(t.at("tokens_per_pass").get<double>(),
+                     64.0 / t.at("target_passes").get<double>());
+  }
+  // A plain run has none of these keys.
+  const CommandResult j = run_command(run_line("-q --json"));
+  EXPECT_FALSE(nlohmann::json::parse(j.out)["timings"].contains("drafted"));
+}
+
+TEST(CliSpeculative, DraftWithAnotherVocabularyIsRefused) {
+  const std::string draft = model_path("TinyLLama-v0-5M-Q4_0");
+  const CommandResult r = run_command(run_line("-md '" + draft + "'"));
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  const std::string last = r.err.substr(r.err.rfind("qrun: "));
+  EXPECT_NE(last.find(draft), std::string::npos) << last;
+  EXPECT_NE(last.find(model_path("stories260K")), std::string::npos) << last;
+  EXPECT_NE(last.find("vocabulary"), std::string::npos) << last;
+  EXPECT_EQ(std::count(last.begin(), last.end(), '\n'), 1) << last;
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(CliSpeculative, BadDraftFlagsAreUsageErrors) {
+  for (const std::string& flags :
+       {"-md '" + model_path("stories260K") + "' --lookup-ngram 2", std::string("--draft-max 0"),
+        std::string("--draft-p-min 1.5"), std::string("--lookup-ngram -1")}) {
+    SCOPED_TRACE(flags);
+    const CommandResult r = run_command(run_line("-q " + flags));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace qrun::test
