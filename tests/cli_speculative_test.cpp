@@ -1,6 +1,7 @@
 // `qrun run` with -md/--model-draft and --lookup-ngram through the built binary: the same
 // greedy text as without, the drafted/accepted figures in --json and on stderr, a draft
-// whose vocabulary differs refused with exit code 5 naming both files, and both drafters
+// whose vocabulary differs (in size, or in a token's text) refused with exit code 5 naming
+// both files, and both drafters
 // at once refused as bad usage.
 #include <gtest/gtest.h>
 
@@ -63,6 +64,23 @@ TEST(CliSpeculative, DraftWithAnotherVocabularyIsRefused) {
   EXPECT_NE(last.find("vocabulary"), std::string::npos) << last;
   EXPECT_EQ(std::count(last.begin(), last.end(), '\n'), 1) << last;
   EXPECT_TRUE(r.out.empty());
+}
+
+// llama.cpp's llama-spm vocabulary and TinyLLama-v0's both have 32000 tokens, but differ
+// from token 259 on: the size matches, the texts do not.
+TEST(CliSpeculative, DraftWithTheSameSizeButOtherTokensIsRefused) {
+  const std::string draft = (temp_dir() / "spm-draft.gguf").string();
+  const CommandResult synth =
+      run_command(qrun_binary().string() + " synth -o '" + draft + "' --like tiny --type f32 " +
+                  "--vocab '" + data_path("vocab/ggml-vocab-llama-spm.gguf").string() + "'");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::string target = model_path("TinyLLama-v0-5M-Q4_0");
+  const CommandResult r = run_command(qrun_binary().string() + " run -q --no-stdin -n 4 -m '" +
+                                      target + "' -md '" + draft + "' -p hi");
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_EQ(r.err, "qrun: -md " + draft + ": the draft model's vocabulary differs from the " +
+                       "target's (" + target + "): token 259 is '\xe2\x96\x81\xe2\x96\x81' " +
+                       "against '\xe2\x96\x81t'\n");
 }
 
 TEST(CliSpeculative, BadDraftFlagsAreUsageErrors) {
