@@ -1,8 +1,7 @@
 // `qrun run` with -md/--model-draft and --lookup-ngram through the built binary: the same
 // greedy text as without, the drafted/accepted figures in --json and on stderr, a draft
 // whose vocabulary differs (in size, or in a token's text) refused with exit code 5 naming
-// both files, and both drafters
-// at once refused as bad usage.
+// both files, and both drafters at once refused as bad usage.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
