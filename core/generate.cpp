@@ -81,7 +81,9 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
   }
   Drafter* drafter = params.speculative.drafter;
   if (drafter != nullptr) {  // the draft model reads the prompt with the target
-    QRUN_TRY(drafter->prefill(prompt));
+    std::vector<int32_t> seen(params.speculative.history.begin(), params.speculative.history.end());
+    seen.insert(seen.end(), prompt.begin(), prompt.end());
+    QRUN_TRY(drafter->prefill(seen));
   }
   result.timings.prompt_ms = ms_since(t_start);
   for (const int32_t t : prompt) sampler.accept_prompt(t);

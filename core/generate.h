@@ -29,6 +29,9 @@ struct SpeculativeParams {
   int64_t n_max = 16;          // most tokens drafted per round (also capped by n_batch - 1)
   int64_t n_min = 0;           // shorter drafts are dropped (that round decodes one token)
   uint32_t seed = 0;           // the acceptance draws of speculative sampling
+  // The tokens the cache holds before the prompt (a chat's earlier turns): the drafter
+  // reads them before the prompt. Empty for a fresh cache.
+  std::span<const int32_t> history;
 };
 
 struct GenerateParams {

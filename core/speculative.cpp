@@ -144,7 +144,8 @@ Result<StopReason> speculative_decode(Model& model, Backend& backend, KvCache& k
   const int64_t n_max = std::max<int64_t>(0, std::min(params.n_max, model.n_batch() - 1));
   std::mt19937 rng(params.seed);
 
-  std::vector<int32_t> sequence(prompt.begin(), prompt.end());          // what the drafter sees
+  std::vector<int32_t> sequence(params.history.begin(), params.history.end());
+  sequence.insert(sequence.end(), prompt.begin(), prompt.end());        // what the drafter sees
   std::vector<int32_t> batch;                                           // the pending token + draft
   std::vector<float> rows((static_cast<size_t>(n_max) + 1) * n_vocab);  // target logits
   std::vector<float> p(sampled ? n_vocab : 0);                          // target law

@@ -65,6 +65,34 @@ TEST(CliSpeculative, DraftWithAnotherVocabularyIsRefused) {
   EXPECT_TRUE(r.out.empty());
 }
 
+// A piped chat of three turns with a /regen and an /undo (the caches rewind and the drafter
+// re-syncs with the conversation): the same greedy replies with either drafter as without.
+TEST(CliSpeculative, ChatRepliesAreThePlainOnes) {
+  const std::string base = qrun_binary().string() + " chat -q --no-history --temp 0 -n 32 -m '" +
+                           model_path("TinyLLama-v0-5M-Q8_0") + "' --chat-template-file '" +
+                           data_path("templates/microsoft-Phi-3.5-mini-instruct.jinja").string() +
+                           "'";
+  const std::string input =
+      "Tell me a story about a cat.\nAnd then?\n/regen\nWhat did the dog do?\n/undo\nThe end?\n";
+  const CommandResult plain = run_command(base, input);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_GT(plain.out.size(), 100u) << plain.out;  // four replies
+  for (const std::string& drafter :
+       {"-md '" + model_path("TinyLLama-v0-5M-Q4_K_M") + "' --draft-p-min 0.3",
+        std::string("--lookup-ngram 2")}) {
+    SCOPED_TRACE(drafter);
+    const CommandResult r = run_command(base + " " + drafter, input);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, plain.out);
+    // The last reply drafted and kept some tokens (/stats goes to stderr).
+    const CommandResult stats = run_command(base + " " + drafter, input + "/stats\n");
+    const size_t at = stats.err.find("speculative: drafted ");
+    ASSERT_NE(at, std::string::npos) << stats.err;
+    EXPECT_EQ(stats.err.find("drafted 0,", at), std::string::npos) << stats.err;
+    EXPECT_EQ(stats.err.find("accepted 0 ", at), std::string::npos) << stats.err;
+  }
+}
+
 // llama.cpp's llama-spm vocabulary and TinyLLama-v0's both have 32000 tokens, but differ
 // from token 259 on: the size matches, the texts do not.
 TEST(CliSpeculative, DraftWithTheSameSizeButOtherTokensIsRefused) {
