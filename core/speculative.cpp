@@ -48,6 +48,34 @@ std::pair<int32_t, float> top_of_softmax(std::span<const float> logits) {
   return {static_cast<int32_t>(best), static_cast<float>(1.0 / sum)};
 }
 
+// One step of speculative sampling (Leviathan et al. 2023, Algorithm 1): keeps the draft d
+// with probability min(1, p(d) / q(d)), else draws from max(0, p - q) normalized. p is the
+// target chain's law on `row` (computed into `p`, n_vocab floats of scratch); q the draft's
+// law (n_vocab floats), or null for a point mass on d. Returns d when kept, else the token
+// drawn (not d: a rejected d has residual 0, but in the rounding fallback below, where d
+// is as good as kept, the caller treats it so).
+int32_t speculative_sample(std::span<const float> row, int32_t d, const float* q, Sampler& sampler,
+                           std::span<float> p, std::mt19937& rng) {
+  sampler.distribution(row, p);
+  const size_t di = static_cast<size_t>(d);
+  const double q_d = q == nullptr ? 1.0 : q[di];
+  if (uniform01(rng) * q_d < p[di]) return d;
+  double mass = 0.0;
+  if (q == nullptr) {
+    p[di] = 0.0f;
+    for (const float x : p) mass += x;
+  } else {
+    for (size_t j = 0; j < p.size(); ++j) {
+      p[j] = std::max(0.0f, p[j] - q[j]);
+      mass += p[j];
+    }
+  }
+  // p <= q everywhere happens only when p == q up to rounding, where a rejection is itself
+  // a rounding artefact: draw from p then.
+  if (!(mass > 0.0)) sampler.distribution(row, p);
+  return draw_weighted(p, rng);
+}
+
 }  // namespace
 
 ModelDrafter::ModelDrafter(Model& model, Backend& backend, KvCache& kv, float p_min, Sampler chain,
@@ -191,30 +219,9 @@ Result<StopReason> speculative_decode(Model& model, Backend& backend, KvCache& k
         token = sampler.sample(row);
         accepted = token == draft.tokens[i];
       } else {
-        const int32_t d = draft.tokens[i];
-        sampler.distribution(row, p);
-        const bool point = draft.probs.empty();
-        const float* q = point ? nullptr : draft.probs.data() + i * n_vocab;
-        const double q_d = point ? 1.0 : q[d];
-        accepted = uniform01(rng) * q_d < p[static_cast<size_t>(d)];
-        if (accepted) {
-          token = d;
-        } else {  // the residual max(0, p - q), normalized by the draw
-          double mass = 0.0;
-          if (point) {
-            p[static_cast<size_t>(d)] = 0.0f;
-            for (const float x : p) mass += x;
-          } else {
-            for (size_t j = 0; j < n_vocab; ++j) {
-              p[j] = std::max(0.0f, p[j] - q[j]);
-              mass += p[j];
-            }
-          }
-          // p <= q everywhere happens only when p == q up to rounding, where a rejection
-          // is itself a rounding artefact: draw from p then.
-          if (!(mass > 0.0)) sampler.distribution(row, p);
-          token = draw_weighted(p, rng);
-        }
+        const float* q = draft.probs.empty() ? nullptr : draft.probs.data() + i * n_vocab;
+        token = speculative_sample(row, draft.tokens[i], q, sampler, p, rng);
+        accepted = token == draft.tokens[i];
       }
       if (accepted) ++timings.n_accepted;
       // The cache holds pending and draft[0, i) before `token`: n + 1 + i positions.
