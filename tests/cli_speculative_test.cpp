@@ -1,5 +1,7 @@
 // `qrun run` with -md/--model-draft and --lookup-ngram through the built binary: the same
-// greedy text as without, the drafted/accepted figures in --json and on stderr, a draft
+// greedy text as without (and, in match mode, with a grammar or penalties, the same sampled
+// text for a seed; in a chat, the same replies), the drafted/accepted figures in --json and
+// on stderr, a draft
 // whose vocabulary differs (in size, or in a token's text) refused with exit code 5 naming
 // both files, and both drafters at once refused as bad usage.
 #include <gtest/gtest.h>
@@ -63,6 +65,30 @@ TEST(CliSpeculative, DraftWithAnotherVocabularyIsRefused) {
   EXPECT_NE(last.find("vocabulary"), std::string::npos) << last;
   EXPECT_EQ(std::count(last.begin(), last.end(), '\n'), 1) << last;
   EXPECT_TRUE(r.out.empty());
+}
+
+// A grammar and penalties put the chain in match mode, which samples every position as
+// plain decoding does: the same text for the same seed, greedy or not.
+TEST(CliSpeculative, GrammarAndPenaltiesGiveThePlainTextSeedForSeed) {
+  for (const std::string& sampling :
+       {std::string("--grammar 'root ::= [a-zA-Z .,]+' --temp 0"),
+        std::string("--grammar 'root ::= [a-zA-Z .,]+' --temp 0.9 -s 7 --repeat-penalty 1.2"),
+        std::string("--temp 1.2 -s 11 --repeat-penalty 1.3")}) {
+    SCOPED_TRACE(sampling);
+    const CommandResult plain = run_command(run_line("-q " + sampling));
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    for (const std::string& drafter :
+         {"-md '" + model_path("stories260K-Q4_0") + "' --draft-p-min 0.2",
+          std::string("--lookup-ngram 1")}) {
+      SCOPED_TRACE(drafter);
+      const CommandResult r = run_command(run_line("-q --json " + sampling + " " + drafter));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const nlohmann::json j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j["text"], plain.out);
+      // Penalties work against the repeats lookup proposes: it may keep none of them then.
+      EXPECT_GT(j["timings"][drafter[1] == 'm' ? "accepted" : "drafted"].get<int64_t>(), 0);
+    }
+  }
 }
 
 // A piped chat of three turns with a /regen and an /undo (the caches rewind and the drafter
