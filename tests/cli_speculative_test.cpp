@@ -1,9 +1,8 @@
 // `qrun run` with -md/--model-draft and --lookup-ngram through the built binary: the same
 // greedy text as without (and, in match mode, with a grammar or penalties, the same sampled
 // text for a seed; in a chat, the same replies), the drafted/accepted figures in --json and
-// on stderr, a draft
-// whose vocabulary differs (in size, or in a token's text) refused with exit code 5 naming
-// both files, and both drafters at once refused as bad usage.
+// on stderr, a draft whose vocabulary differs (in size, or in a token's text) refused with
+// exit code 5 naming both files, and both drafters at once refused as bad usage.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
