@@ -48,6 +48,18 @@ std::pair<int32_t, float> top_of_softmax(std::span<const float> logits) {
   return {static_cast<int32_t>(best), static_cast<float>(1.0 / sum)};
 }
 
+// probs = the softmax of logits.
+void softmax_into(std::span<const float> logits, std::span<float> probs) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    probs[i] = std::exp(logits[i] - max);
+    sum += probs[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (float& p : probs) p *= inv;
+}
+
 // One step of speculative sampling (Leviathan et al. 2023, Algorithm 1): keeps the draft d
 // with probability min(1, p(d) / q(d)), else draws from max(0, p - q) normalized. p is the
 // target chain's law on `row` (computed into `p`, n_vocab floats of scratch); q the draft's
@@ -119,7 +131,13 @@ Result<void> ModelDrafter::propose(std::span<const int32_t> sequence, int64_t n_
   for (int64_t i = 0; i < n_max; ++i) {
     int32_t token = 0;
     if (sampled) {
-      chain_.distribution(logits_, probs_);
+      // Any law q keeps the target's; the chain's when it has one (a chat's /set may have
+      // changed the target's chain since the drafter was made), else the raw softmax.
+      if (chain_.has_distribution()) {
+        chain_.distribution(logits_, probs_);
+      } else {
+        softmax_into(logits_, probs_);
+      }
       if (*std::max_element(probs_.begin(), probs_.end()) < p_min_) break;
       token = draw_weighted(probs_, rng_);
       out.probs.insert(out.probs.end(), probs_.begin(), probs_.end());

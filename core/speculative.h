@@ -63,7 +63,8 @@ class Drafter {
 // rest, then proposes while its most likely token has probability >= p_min. Under
 // speculative sampling it draws from `chain` (the target's chain, its own seed) and p_min
 // applies to the chain's law; otherwise it takes the top raw logit and p_min applies to
-// the softmax of the raw logits.
+// the softmax of the raw logits. (Where `chain` has no law, e.g. greedy, and the target's
+// chain has one, it draws from the softmax of the raw logits.)
 class ModelDrafter final : public Drafter {
  public:
   ModelDrafter(Model& model, Backend& backend, KvCache& kv, float p_min, Sampler chain,

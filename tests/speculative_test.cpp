@@ -314,6 +314,26 @@ TEST_F(Speculative, SpeculativeSamplingKeepsTheTargetsLaw) {
   }
 }
 
+// A chat's /set can give the target a chain with a law while the drafter was made with one
+// without (greedy, penalties): the drafter then draws from its raw softmax.
+TEST_F(Speculative, DrafterWithoutALawDrawsFromItsSoftmax) {
+  Loaded target = shared_model("stories260K.gguf");
+  Loaded draft = shared_model("stories260K-Q4_0.gguf");
+  const std::vector<int32_t> prompt = golden_prompt("stories260K.park");
+  SamplingParams sp;
+  sp.seed = 3;
+  for (const SamplingParams& chain : {greedy(), [] {
+                                        SamplingParams p;
+                                        p.repeat_penalty = 1.2f;
+                                        return p;
+                                      }()}) {
+    const GenerateResult r =
+        run_drafted(*target.model, *draft.model, prompt, sp, 48, 0.0f, 4, 512, &chain);
+    EXPECT_EQ(r.tokens.size(), 48u);
+    EXPECT_GT(r.timings.n_accepted, 0);
+  }
+}
+
 TEST(SpeculativeSampler, DistributionIsTheLawOfTheChain) {
   SamplingParams sp;
   sp.top_k = 2;
