@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/draft_flags.h"
 #include "cli/repl_commands.h"
 #include "cli/text_file.h"
 #include "cli/timings_report.h"
@@ -105,6 +106,7 @@ Result<void> ChatRepl::reply(std::optional<std::string> user_message) {
   options.generate.n_predict = settings_.n_predict;
   options.generate.n_batch = settings_.n_batch;
   options.generate.interrupt = &sigint_flag();
+  options.generate.speculative = settings_.speculative;
   options.stops = settings_.sampling.stops;
   if (!settings_.sampling.ignore_eos) {
     options.is_eog = [this](int32_t token) {
@@ -280,6 +282,7 @@ void ChatRepl::stats() const {
                static_cast<long long>(last_->n_fed), t.prompt_ms, j["prompt_tok_s"].get<double>(),
                static_cast<long long>(t.n_gen), t.gen_ms, j["gen_tok_s"].get<double>(),
                last_->ttft_ms, stop_reason_name(last_->generation.stop_reason));
+  if (t.speculative) std::fprintf(info_, "speculative: %s\n", speculative_summary(t).c_str());
   std::fprintf(info_, "session: %d replies, %lld tokens generated (%.1f tok/s)\n", n_turns_,
                static_cast<long long>(total_generated_),
                tokens_per_second(total_generated_, total_gen_ms_));

@@ -23,8 +23,9 @@ struct ChatSettings {
   int64_t n_predict = -1;  // per reply; < 0: until end of turn or a full context
   int64_t n_batch = 512;   // prompt tokens per forward pass
   ContextPolicy policy = ContextPolicy::kDropOldest;
-  bool color = false;  // escape codes on stdout (only ever true when it is a terminal)
-  bool quiet = false;  // no load log and no per-reply notes on stderr
+  bool color = false;             // escape codes on stdout (only ever true when it is a terminal)
+  bool quiet = false;             // no load log and no per-reply notes on stderr
+  SpeculativeParams speculative;  // a drafter (-md, --lookup-ngram), or none
 };
 
 class ChatRepl {

@@ -12,6 +12,7 @@
 
 #include "cli/chat_repl.h"
 #include "cli/commands.h"
+#include "cli/draft_flags.h"
 #include "cli/repl_input.h"
 #include "cli/session.h"
 #include "cli/text_file.h"
@@ -24,6 +25,7 @@ namespace {
 struct ChatOptions {
   ModelFlags model;
   SamplingFlags sampling;
+  DraftFlags draft;
   int64_t n_predict = -1;
   std::string system_prompt;
   std::string system_prompt_file;
@@ -108,6 +110,15 @@ Result<void> run_chat(const ChatOptions& o) {
 
   ChatSettings settings;
   settings.sampling = o.sampling;
+  DraftSetup draft;  // owns the drafter settings.speculative points to
+  if (o.draft.enabled()) {
+    Result<SamplingParams> sp = resolve_sampling_params(o.sampling, *s.tokenizer);
+    if (!sp.ok()) return sp.error();
+    Result<DraftSetup> d = open_drafter(o.draft, o.model, s, *sp, !o.quiet);
+    if (!d.ok()) return d.error();
+    draft = std::move(*d);
+    settings.speculative = draft.params;
+  }
   settings.n_predict = o.n_predict;
   settings.n_batch = o.model.batch_size;
   settings.policy = *policy;
@@ -144,6 +155,7 @@ void register_chat(CLI::App& app, Action* selected) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_flag("-q,--quiet", o->quiet, "No logs or notes on stderr");
   add_sampling_flags(cmd, o->sampling);
+  add_draft_flags(cmd, o->draft);
   cmd->footer(
       "Type a message and press Enter. A line ending in \\ continues on the next line; a line\n"
       "\"\"\" opens a block that another \"\"\" line closes. /help lists the slash commands.\n"

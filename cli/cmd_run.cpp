@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "cli/draft_flags.h"
 #include "cli/repl_input.h"
 #include "cli/sampling_flags.h"
 #include "cli/session.h"
@@ -30,6 +31,7 @@ struct RunOptions {
   std::string prompt_file;
   int64_t n_predict = -1;
   SamplingFlags sampling;
+  DraftFlags draft;
   bool echo = false;
   bool quiet = false;
   bool json = false;
@@ -96,6 +98,8 @@ void print_timings(const GenerateResult& r) {
                t.load_ms, static_cast<long long>(t.n_prompt), t.prompt_ms,
                j["prompt_tok_s"].get<double>(), static_cast<long long>(t.n_gen), t.gen_ms,
                j["gen_tok_s"].get<double>(), t.ttft_ms, stop_reason_name(r.stop_reason));
+  if (t.speculative)
+    std::fprintf(stderr, "qrun: speculative: %s\n", speculative_summary(t).c_str());
 }
 
 Result<void> run_generation(const RunOptions& o) {
@@ -127,8 +131,16 @@ Result<void> run_generation(const RunOptions& o) {
     std::fprintf(stderr, "\n");
   }
 
+  DraftSetup draft;
+  if (o.draft.enabled()) {
+    Result<DraftSetup> d = open_drafter(o.draft, o.model, s, *sp, !o.quiet);
+    if (!d.ok()) return d.error();
+    draft = std::move(*d);
+  }
+
   GenerateParams gp;
   gp.n_predict = o.n_predict;
+  gp.speculative = draft.params;
   gp.n_batch = o.model.batch_size;
   gp.interrupt = &sigint_flag();  // set by SIGINT while the guard below is in place
 
@@ -208,6 +220,7 @@ void register_run(CLI::App& app, Action* selected) {
                 "Print one JSON object (tokens, text, stop reason, timings) instead of the text");
   cmd->add_flag("--no-stdin", o->no_stdin, "Never read stdin, even when it is a pipe");
   add_sampling_flags(cmd, o->sampling);
+  add_draft_flags(cmd, o->draft);
   cmd->footer(
       "stdout carries only the generated text (with --json, one JSON object: tokens, text,\n"
       "stop_reason eos|length|context|stop|interrupted, token counts, seed, sampler, timings);\n"
@@ -218,6 +231,8 @@ void register_run(CLI::App& app, Action* selected) {
       "temperature, then a seeded draw; --temp 0 is greedy; --mirostat replaces the filters.\n"
       "--grammar/--grammar-file constrain the text to a GBNF grammar; generation ends when the\n"
       "grammar is complete and nothing more can follow.\n"
+      "-md/--model-draft or --lookup-ngram: speculative decoding, the same output law as\n"
+      "without (token for token under --temp 0); timings add drafted and accepted tokens.\n"
       "Exit codes: 0 ok (whatever the stop reason, but an interruption), 1 runtime error,\n"
       "2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context overflow, 130 "
       "interrupted.");

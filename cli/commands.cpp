@@ -47,10 +47,12 @@ std::string version_text() {
 std::vector<char*> with_aliases(int argc, char** argv) {
   static char kSystemPrompt[] = "--system-prompt";
   static char kParallel[] = "--parallel";
+  static char kModelDraft[] = "--model-draft";
   std::vector<char*> args(argv, argv + argc);
   for (char*& a : args) {
     if (std::string_view(a) == "-sys") a = kSystemPrompt;
     if (std::string_view(a) == "-np") a = kParallel;
+    if (std::string_view(a) == "-md") a = kModelDraft;
   }
   return args;
 }

@@ -12,7 +12,8 @@ namespace qrun::cli {
 
 double tokens_per_second(int64_t n_tokens, double ms);
 // {"load_ms", "prompt_ms", "prompt_tokens", "prompt_tok_s", "gen_ms", "gen_tokens",
-//  "gen_tok_s", "ttft_ms"}
+//  "gen_tok_s", "ttft_ms"}, and after speculative decoding "drafted", "accepted",
+//  "acceptance_rate" (accepted / drafted), "target_passes", "tokens_per_pass"
 nlohmann::json timings_json(const GenerateTimings& t);
 
 }  // namespace qrun::cli

@@ -211,8 +211,10 @@ Result<TurnResult> Conversation::respond(Model& model, Backend& backend, KvCache
     emit(chunk.text);
     return chunk.stopped ? TokenAction::kStop : TokenAction::kContinue;
   };
-  Result<GenerateResult> generated = generate(model, backend, kv, plan.feed(), options.generate,
-                                              sampler, on_token, options.is_eog);
+  GenerateParams params = options.generate;
+  params.speculative.history = kv_tokens_;  // what the cache holds before plan.feed()
+  Result<GenerateResult> generated =
+      generate(model, backend, kv, plan.feed(), params, sampler, on_token, options.is_eog);
 
   // The cache holds a prefix of the prompt followed by the generated tokens: every one but
   // the last, which is not fed when generation stops on it.

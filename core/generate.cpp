@@ -1,10 +1,16 @@
 // The generation loop. The prompt goes through the model in n_batch chunks (only the last
 // chunk's final logits are kept); then each step samples from the latest logits, emits the
-// token and feeds it back. The logits row is the only allocation, made once per call.
+// token and feeds it back, or, with a drafter, speculative decoding takes over after the
+// first token (speculative.cpp). The logits row is the only allocation of the plain loop,
+// made once per call.
 #include "core/generate.h"
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+
+#include "core/generate_emit.h"
+#include "core/speculative.h"
 
 namespace qrun {
 namespace {
@@ -73,55 +79,42 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
     QRUN_TRY(model.forward(backend, prompt.subspan(static_cast<size_t>(i), static_cast<size_t>(n)),
                            kv.n_tokens(), kv, false, logits.data()));
   }
+  Drafter* drafter = params.speculative.drafter;
+  if (drafter != nullptr) {  // the draft model reads the prompt with the target
+    std::vector<int32_t> seen(params.speculative.history.begin(), params.speculative.history.end());
+    seen.insert(seen.end(), prompt.begin(), prompt.end());
+    QRUN_TRY(drafter->prefill(seen));
+  }
   result.timings.prompt_ms = ms_since(t_start);
   for (const int32_t t : prompt) sampler.accept_prompt(t);
+  result.timings.n_passes = 1;  // the prompt's last pass gives the first token
 
-  // Generation: sample, emit, feed. At most n_free + 1 tokens can be emitted.
+  // Generation. At most n_free + 1 tokens can be emitted.
   const int64_t max_gen =
       params.n_predict >= 0 ? std::min(params.n_predict, kv.n_free() + 1) : kv.n_free() + 1;
   result.tokens.reserve(static_cast<size_t>(max_gen));
   const auto t_gen = Clock::now();
-  for (;;) {
-    if (params.n_predict >= 0 && result.timings.n_gen >= params.n_predict) {
-      result.stop_reason = StopReason::kLength;
-      break;
+  TokenEmitter emitter(params, sampler, on_token, is_eog, result, t_start);
+  if (emitter.budget_spent()) {
+    result.stop_reason = StopReason::kLength;
+  } else if (drafter != nullptr) {
+    result.timings.speculative = true;
+    Result<StopReason> stop = speculative_decode(model, backend, kv, prompt, params.speculative,
+                                                 sampler, emitter, logits, result.timings);
+    if (!stop.ok()) return stop.error();
+    result.stop_reason = *stop;
+  } else {
+    // Plain decoding: sample, emit, feed one token per pass.
+    for (;;) {
+      const int32_t token = sampler.sample(logits);
+      if (const std::optional<StopReason> stop = emitter.emit(token, kv.n_free())) {
+        result.stop_reason = *stop;
+        break;
+      }
+      QRUN_TRY(model.forward(backend, std::span<const int32_t>(&token, 1), kv.n_tokens(), kv, false,
+                             logits.data()));
+      ++result.timings.n_passes;
     }
-    const int32_t token = sampler.sample(logits);
-    if (result.timings.n_gen == 0) result.timings.ttft_ms = ms_since(t_start);
-    ++result.timings.n_gen;
-    sampler.accept(token);
-    if (is_eog && is_eog(token)) {
-      result.stop_reason = StopReason::kEos;
-      break;
-    }
-    result.tokens.push_back(token);
-    const TokenAction action = on_token ? on_token(token) : TokenAction::kContinue;
-    if (action == TokenAction::kStop) {
-      result.stop_reason = StopReason::kStop;
-      break;
-    }
-    if (action == TokenAction::kInterrupt) {
-      result.stop_reason = StopReason::kInterrupted;
-      break;
-    }
-    if (sampler.constraint_complete()) {  // a grammar allows nothing more: as at an EOS
-      result.stop_reason = StopReason::kEos;
-      break;
-    }
-    if (params.n_predict >= 0 && result.timings.n_gen >= params.n_predict) {
-      result.stop_reason = StopReason::kLength;
-      break;
-    }
-    if (kv.n_free() == 0) {
-      result.stop_reason = StopReason::kContext;
-      break;
-    }
-    if (interrupted(params)) {
-      result.stop_reason = StopReason::kInterrupted;
-      break;
-    }
-    QRUN_TRY(model.forward(backend, std::span<const int32_t>(&token, 1), kv.n_tokens(), kv, false,
-                           logits.data()));
   }
   result.timings.gen_ms = ms_since(t_gen);
   return result;

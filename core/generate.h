@@ -18,10 +18,27 @@
 
 namespace qrun {
 
+class Drafter;  // core/speculative.h
+
+// Speculative decoding (core/speculative.h): each round the drafter proposes up to n_max
+// tokens, the target scores them in one forward pass and keeps the longest accepted prefix
+// plus one token of its own. The output follows the target alone: token for token under a
+// greedy chain, in distribution otherwise.
+struct SpeculativeParams {
+  Drafter* drafter = nullptr;  // null: plain decoding
+  int64_t n_max = 16;          // most tokens drafted per round (also capped by n_batch - 1)
+  int64_t n_min = 0;           // shorter drafts are dropped (that round decodes one token)
+  uint32_t seed = 0;           // the acceptance draws of speculative sampling
+  // The tokens the cache holds before the prompt (a chat's earlier turns): the drafter
+  // reads them before the prompt. Empty for a fresh cache.
+  std::span<const int32_t> history;
+};
+
 struct GenerateParams {
   int64_t n_predict = -1;  // tokens to generate; < 0: until EOG or the context is full
   int64_t n_batch = 512;   // prompt tokens per forward call (interruptions are seen between)
   const std::atomic<bool>* interrupt = nullptr;  // set (e.g. by SIGINT) to stop early
+  SpeculativeParams speculative;
 };
 
 enum class StopReason {
@@ -41,6 +58,12 @@ struct GenerateTimings {
   double ttft_ms = 0.0;    // start of generate() to the first sampled token
   int64_t n_prompt = 0;
   int64_t n_gen = 0;  // tokens sampled (emitted ones and a final EOG)
+  // Target forward passes that produced sampled tokens (the prompt's last one included):
+  // n_gen / n_passes is the tokens per target pass, 1 for plain decoding.
+  int64_t n_passes = 0;
+  int64_t n_drafted = 0;     // tokens a drafter proposed (speculative decoding)
+  int64_t n_accepted = 0;    // of those, the ones the target kept
+  bool speculative = false;  // a drafter ran
 };
 
 struct GenerateResult {

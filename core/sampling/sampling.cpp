@@ -21,6 +21,7 @@ class TemperatureStage final : public SamplerStage {
  public:
   explicit TemperatureStage(float t) : t_(t) {}
   std::string_view name() const override { return "temperature"; }
+  Kind kind() const override { return Kind::kFilter; }
   // A positive scale keeps the order, so n_sorted stays valid.
   void apply(CandidateList& c, std::mt19937&) override {
     for (TokenCandidate& tc : c.items) tc.logit /= t_;
@@ -33,6 +34,7 @@ class TemperatureStage final : public SamplerStage {
 class GreedyStage final : public SamplerStage {
  public:
   std::string_view name() const override { return "greedy"; }
+  Kind kind() const override { return Kind::kGreedy; }
   void apply(CandidateList& c, std::mt19937&) override {
     QRUN_CHECK(!c.items.empty(), "greedy: no candidates");
     const TokenCandidate* best = &c.items[0];
@@ -46,6 +48,7 @@ class GreedyStage final : public SamplerStage {
 class DistStage final : public SamplerStage {
  public:
   std::string_view name() const override { return "dist"; }
+  Kind kind() const override { return Kind::kDraw; }
   void apply(CandidateList& c, std::mt19937& rng) override {
     QRUN_CHECK(!c.items.empty(), "dist: no candidates");
     softmax(c);
@@ -177,6 +180,29 @@ void Sampler::accept_prompt(int32_t token) {
 void Sampler::reset() {
   for (const std::unique_ptr<SamplerStage>& s : stages_) s->reset();
   if (constraint_ != nullptr) constraint_->reset();
+}
+
+bool Sampler::has_distribution() const {
+  if (constraint_ != nullptr || stages_.empty()) return false;
+  for (size_t i = 0; i + 1 < stages_.size(); ++i) {
+    if (stages_[i]->kind() != SamplerStage::Kind::kFilter) return false;
+  }
+  return stages_.back()->kind() == SamplerStage::Kind::kDraw;
+}
+
+void Sampler::distribution(std::span<const float> logits, std::span<float> probs) {
+  QRUN_CHECK(has_distribution(), "sampler chain %s has no fixed distribution", describe().c_str());
+  QRUN_CHECK(probs.size() == logits.size(), "distribution: %zu probabilities for %zu logits",
+             probs.size(), logits.size());
+  fill(logits);
+  for (size_t i = 0; i + 1 < stages_.size(); ++i) stages_[i]->apply(candidates_, rng_);
+  softmax(candidates_);  // as the dist stage does before its draw
+  std::fill(probs.begin(), probs.end(), 0.0f);
+  for (const TokenCandidate& tc : candidates_.items) probs[static_cast<size_t>(tc.id)] = tc.p;
+}
+
+bool Sampler::is_greedy() const {
+  return !stages_.empty() && stages_.back()->kind() == SamplerStage::Kind::kGreedy;
 }
 
 std::string Sampler::describe() const {

@@ -46,8 +46,17 @@ size_t draw_index(const CandidateList& c, std::mt19937& rng);
 
 class SamplerStage {
  public:
+  // What a stage is to speculative sampling, which needs the chain's law as a distribution.
+  enum class Kind {
+    kFilter,  // a function of the candidates alone (bias, top-k, typical, top-p, min-p, temp)
+    kDraw,    // picks by a draw from the softmax of the candidates
+    kGreedy,  // picks the highest logit
+    kOther,   // depends on history or adaptive state (penalties, mirostat): no fixed law
+  };
   virtual ~SamplerStage() = default;
   virtual std::string_view name() const = 0;
+  // kOther unless a stage says otherwise, so a new stage is never assumed history-free.
+  virtual Kind kind() const { return Kind::kOther; }
   virtual void apply(CandidateList& candidates, std::mt19937& rng) = 0;
   // Sees every token that joins the sequence (for repetition penalties).
   virtual void accept(int32_t token) {}
@@ -124,6 +133,14 @@ class Sampler {
   void accept_prompt(int32_t token);
   // Resets every stage; the random generator keeps its state.
   void reset();
+  // Whether sample() draws from a law that depends on the logits alone: no constraint,
+  // filters only, then a draw (dist). Speculative sampling needs it.
+  bool has_distribution() const;
+  // That law for one row of logits: probs (n_vocab floats) gets the probability sample()
+  // would pick each token with, 0 outside the kept candidates. Needs has_distribution().
+  void distribution(std::span<const float> logits, std::span<float> probs);
+  // Whether the chain ends in a greedy pick (temperature 0).
+  bool is_greedy() const;
   size_t n_stages() const { return stages_.size(); }
   // The stage names in order, "logit-bias -> penalties -> ... -> dist".
   std::string describe() const;

@@ -26,6 +26,7 @@ class LogitBiasStage final : public SamplerStage {
  public:
   explicit LogitBiasStage(std::vector<LogitBias> biases) : biases_(std::move(biases)) {}
   std::string_view name() const override { return "logit-bias"; }
+  Kind kind() const override { return Kind::kFilter; }
   void apply(CandidateList& c, std::mt19937&) override {
     for (const LogitBias& b : biases_) {
       if (TokenCandidate* tc = find_candidate(c, b.token)) tc->logit += b.bias;
@@ -110,6 +111,7 @@ class TopKStage final : public SamplerStage {
  public:
   explicit TopKStage(int32_t k) : k_(k) {}
   std::string_view name() const override { return "top-k"; }
+  Kind kind() const override { return Kind::kFilter; }
   void apply(CandidateList& c, std::mt19937&) override {
     const int64_t n = static_cast<int64_t>(c.items.size());
     if (k_ <= 0 || k_ >= n) return;
@@ -128,6 +130,7 @@ class TypicalStage final : public SamplerStage {
  public:
   explicit TypicalStage(float p) : p_(p) {}
   std::string_view name() const override { return "typical"; }
+  Kind kind() const override { return Kind::kFilter; }
   void apply(CandidateList& c, std::mt19937&) override {
     if (p_ >= 1.0f || c.items.empty()) return;
     softmax(c);
@@ -175,6 +178,7 @@ class TopPStage final : public SamplerStage {
  public:
   explicit TopPStage(float p) : p_(p) {}
   std::string_view name() const override { return "top-p"; }
+  Kind kind() const override { return Kind::kFilter; }
   void apply(CandidateList& c, std::mt19937&) override {
     if (p_ >= 1.0f || c.items.empty()) return;
     softmax(c);
@@ -203,6 +207,7 @@ class MinPStage final : public SamplerStage {
  public:
   explicit MinPStage(float p) : p_(p) {}
   std::string_view name() const override { return "min-p"; }
+  Kind kind() const override { return Kind::kFilter; }
   void apply(CandidateList& c, std::mt19937&) override {
     if (p_ <= 0.0f || c.items.empty()) return;
     float max = -INFINITY;
