@@ -31,6 +31,14 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float e
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,
           const RopeParams& params, Stream stream);
 
+// ---- ops_attention.cu ----
+// Backend::attention over an F16 cache in device memory (k, v, q, out device pointers),
+// head_dim a multiple of 32 up to 256. scratch holds attention_scratch_floats(...) floats.
+inline constexpr int64_t kSplit = 256;  // positions per split of the split-K kernel
+size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
+void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
+               const AttentionParams& params, float* scratch, float* out, Stream stream);
+
 // ---- quantized matrix-vector products (ops_matmul.cu) ----
 // The activation blocks the integer dot products read: 32 values x[i] ~ d * qs[i], and
 // the sum of qs (for the weight types with an offset or a min). Quantized as llama.cpp's
