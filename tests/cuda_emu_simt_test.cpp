@@ -141,6 +141,14 @@ TEST(CudaEmuSimtDeathTest, WaitsThatCannotEndAbort) {
                "deadlock");
 }
 
+TEST(CudaEmuSimtDeathTest, LaunchesAGpuWouldRefuseAbort) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DeviceArray<int> out(64);
+  EXPECT_DEATH(launch(ids_kernel, dim3(1, 65536), dim3(32), Stream{}, out.data()), "65535");
+  EXPECT_DEATH(launch(ids_kernel, dim3(1), dim3(1025), Stream{}, out.data()), "block");
+  EXPECT_DEATH(launch(ids_kernel, dim3(1), dim3(32, 32, 2), Stream{}, out.data()), "block");
+}
+
 TEST(CudaEmuSimt, AllocationsStartAsNaN) {
   DeviceArray<float> a(5);
   for (float v : a.download()) EXPECT_TRUE(std::isnan(v));

@@ -169,7 +169,11 @@ void run_grid(dim3 grid, dim3 block, void (*body)(void*), void* arg) {
   const int64_t n_threads = static_cast<int64_t>(block.x) * block.y * block.z;
   if (n_threads <= 0 || n_threads > kMaxBlockThreads)
     fail("block size out of range (1..1024 threads)");
+  // The limits of every GPU qrun builds for (compute capability 8.0 and later), so that a
+  // launch the GPU would refuse fails here too.
+  if (block.x > 1024 || block.y > 1024 || block.z > 64) fail("block dimension over 1024/1024/64");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) fail("empty grid");
+  if (grid.y > 65535 || grid.z > 65535) fail("grid y or z dimension over 65535");
   if (t_run != nullptr) fail("a kernel launched from inside a kernel");
   BlockRun r;
   r.n_threads = static_cast<int>(n_threads);
