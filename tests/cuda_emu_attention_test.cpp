@@ -131,7 +131,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{128, 4, 1, 255, 3, 0, 300},     // several tokens across a split edge
                       Case{64, 8, 2, 500, 2, 100, 128},    // sliding window over a ring
                       Case{256, 2, 2, 1000, 1, 300, 512},  // window spanning two splits
-                      Case{96, 3, 3, 20, 1, 0, 32}));      // head_dim 96: three dims per lane
+                      Case{96, 3, 3, 20, 1, 0, 32},        // head_dim 96: three dims per lane
+                      Case{4, 16, 16, 300, 2, 0, 512},     // head_dim 4 (TinyLlama 5M)
+                      Case{80, 4, 2, 40, 1, 0, 64}));      // head_dim 80: lanes idle in round 3
 
 }  // namespace
 }  // namespace qrun::kernels::cuda

@@ -39,7 +39,8 @@ Tensor matrix(DType type, int64_t n_in, int64_t n_out, const void* data) {
 TEST(CudaEmuBackend, SupportsWhatItHasKernelsFor) {
   CudaBackend b;
   EXPECT_TRUE(b.supports(Op::kMatMul, DType::kQ4_K));
-  EXPECT_FALSE(b.supports(Op::kMatMul, DType::kF32));
+  EXPECT_TRUE(b.supports(Op::kMatMul, DType::kF16));
+  EXPECT_FALSE(b.supports(Op::kMatMul, DType::kBF16));
   EXPECT_TRUE(b.supports(Op::kAttention, DType::kF16));
   EXPECT_FALSE(b.supports(Op::kAttention, DType::kF32));
   EXPECT_TRUE(b.supports(Op::kRmsNorm, DType::kF32));

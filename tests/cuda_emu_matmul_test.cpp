@@ -143,6 +143,45 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaEmuMmvq,
                                            DType::kQ5_K, DType::kQ6_K),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
+// F16 and F32 weights: against the reference vec_dot over x converted to the weight's
+// vec_dot_type (F16: x rounded to F16), both float sums of the same exact products, so
+// within (n_in / 32 + 64) * eps * sum|w x| of each other.
+TEST(CudaEmuMatmul, FloatWeightsMatchTheReference) {
+  for (DType type : {DType::kF16, DType::kF32}) {
+    const TypeTraits& tt = type_traits(type);
+    for (int64_t n_in : {1, 7, 33, 172, 4097}) {
+      const int64_t n_out = 5, n_tokens = 2;
+      SCOPED_TRACE(::testing::Message() << tt.name << " n_in " << n_in);
+      const std::vector<float> wf = random_vector(n_in * n_out, 41);
+      const std::vector<float> x = random_vector(n_in * n_tokens, 42);
+      std::vector<uint8_t> w(row_size(type, n_in) * n_out);
+      tt.from_float(wf.data(), w.data(), n_in * n_out);
+      DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};
+      DeviceArray<float> dx{std::span<const float>(x)};
+      DeviceArray<float> dy(static_cast<size_t>(n_out * n_tokens));
+      mmv_float(type, dw.data(), n_in, n_out, dx.data(), n_tokens, dy.data(), Stream{});
+      const std::vector<float> y = dy.download();
+      const TypeTraits& act = type_traits(tt.vec_dot_type);
+      std::vector<uint8_t> xa(row_size(tt.vec_dot_type, n_in));
+      std::vector<float> wd(static_cast<size_t>(n_in)), xd(static_cast<size_t>(n_in));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        act.from_float(x.data() + t * n_in, xa.data(), n_in);
+        act.to_float(xa.data(), xd.data(), n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          const uint8_t* row = w.data() + o * row_size(type, n_in);
+          tt.to_float(row, wd.data(), n_in);
+          double magnitude = 0.0;
+          for (int64_t j = 0; j < n_in; ++j) magnitude += std::fabs(double{wd[j]} * xd[j]);
+          const double tol = (static_cast<double>(n_in) / 32.0 + 64.0) *
+                             std::numeric_limits<float>::epsilon() * magnitude;
+          EXPECT_NEAR(y[t * n_out + o], tt.vec_dot(n_in, row, xa.data()), tol)
+              << "row " << o << " token " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaEmuMatmul, SupportedTypes) {
   for (const TypeTraits& t : all_types()) {
     const bool want = t.type == DType::kQ4_0 || t.type == DType::kQ5_0 || t.type == DType::kQ8_0 ||

@@ -23,7 +23,7 @@ enum Slot { kIn0, kIn1, kOut, kAux, kPositions, kAttnScratch };
 bool CudaBackend::supports(Op op, DType type) const {
   switch (op) {
     case Op::kMatMul:
-      return mmvq_supports(type);
+      return mmvq_supports(type) || type == DType::kF16 || type == DType::kF32;
     case Op::kGetRows:
       return type_traits(type).to_float != nullptr;
     case Op::kKvStore:
@@ -67,11 +67,20 @@ float* CudaBackend::upload(int slot, const float* host, int64_t n) {
 }
 
 void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
-  QRUN_CHECK(mmvq_supports(w.type), "cuda matmul: no kernel for %s weights", dtype_name(w.type));
+  QRUN_CHECK(supports(Op::kMatMul, w.type), "cuda matmul: no kernel for %s weights",
+             dtype_name(w.type));
   const int64_t n_in = w.ne[0];
   const int64_t n_out = w.n_rows();
   const void* dw = device_copy(w.data, w.n_bytes());
   const float* dx = upload(kIn0, x, n_tokens * n_in);
+  if (!mmvq_supports(w.type)) {
+    auto* dy = static_cast<float*>(
+        scratch_[kOut].get(static_cast<size_t>(n_tokens * n_out) * sizeof(float)));
+    mmv_float(w.type, dw, n_in, n_out, dx, n_tokens, dy, stream_);
+    copy_to_host(y, dy, static_cast<size_t>(n_tokens * n_out) * sizeof(float), stream_);
+    synchronize(stream_);
+    return;
+  }
   auto* dq = static_cast<BlockQ8_1*>(
       scratch_[kAux].get(static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
   auto* dy = static_cast<float*>(

@@ -33,7 +33,7 @@ void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const in
 
 // ---- ops_attention.cu ----
 // Backend::attention over an F16 cache in device memory (k, v, q, out device pointers),
-// head_dim a multiple of 32 up to 256. scratch holds attention_scratch_floats(...) floats.
+// head_dim up to 256. scratch holds attention_scratch_floats(...) floats.
 inline constexpr int64_t kSplit = 256;  // positions per split of the split-K kernel
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
@@ -62,5 +62,9 @@ bool mmvq_supports(DType type);
 // n_in must be a multiple of the type's block size.
 void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
           int64_t n_tokens, float* y, Stream stream);
+
+// y[t][o] = sum_i w[o][i] * x[t][i] for F16 or F32 weights (any n_in) and float x.
+void mmv_float(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
+               int64_t n_tokens, float* y, Stream stream);
 
 QRUN_CUDA_NAMESPACE_END

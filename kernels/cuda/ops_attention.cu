@@ -1,7 +1,7 @@
 // Decode attention over an F16 KV cache, split-K ("flash decoding"): the positions a token
 // attends are cut into splits of kSplit; one block of 4 warps per (head, split, token)
 // runs an online softmax over its split (each warp over every 4th position, each lane over
-// head_dim / 32 dimensions), merges its warps, and writes the split's (max, sum, unscaled
+// every 32nd dimension), merges its warps, and writes the split's (max, sum, unscaled
 // output) to scratch; a second kernel merges the splits. Numerics: q.k and the output are
 // summed in float (q unrounded); the CPU reference instead follows llama.cpp's CPU flash
 // attention, which rounds q and its accumulator to F16, so the two agree to about F16
@@ -48,7 +48,9 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   const int64_t t = blockIdx.z;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int dims = static_cast<int>(g.head_dim / kWarp);
+  // Lane owns dimensions lane + 32 i for i < dims; the last round may leave lanes idle
+  // (their terms are 0), so any head_dim up to 256 works.
+  const int dims = static_cast<int>((g.head_dim + kWarp - 1) / kWarp);
 
   const int64_t hi = g.pos0 + t;  // last position attended
   const int64_t lo = g.window > 0 && hi - g.window + 1 > 0 ? hi - g.window + 1 : 0;
@@ -60,7 +62,8 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   float qr[kMaxDimsPerLane];
   float acc[kMaxDimsPerLane];
   for (int i = 0; i < dims; ++i) {
-    qr[i] = qh[lane + kWarp * i];
+    const int64_t d = lane + kWarp * i;
+    qr[i] = d < g.head_dim ? qh[d] : 0.0f;
     acc[i] = 0.0f;
   }
   float m = kNegInf;
@@ -70,7 +73,10 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     const uint16_t* kr = k + row * g.row_elems + kv_offset;
     const uint16_t* vr = v + row * g.row_elems + kv_offset;
     float dot = 0.0f;
-    for (int i = 0; i < dims; ++i) dot += qr[i] * f16_to_f32(kr[lane + kWarp * i]);
+    for (int i = 0; i < dims; ++i) {
+      const int64_t d = lane + kWarp * i;
+      if (d < g.head_dim) dot += qr[i] * f16_to_f32(kr[d]);
+    }
     const float score = warp_sum(dot) * g.scale;
     if (score > m) {
       const float ms = expf(m - score);  // 0 on the first position (m = -inf)
@@ -79,7 +85,10 @@ __global__ void __launch_bounds__(kWarps* kWarp)
       l *= ms;
     }
     const float vs = expf(score - m);
-    for (int i = 0; i < dims; ++i) acc[i] += vs * f16_to_f32(vr[lane + kWarp * i]);
+    for (int i = 0; i < dims; ++i) {
+      const int64_t d = lane + kWarp * i;
+      if (d < g.head_dim) acc[i] += vs * f16_to_f32(vr[d]);
+    }
     l += vs;
   }
 
@@ -88,7 +97,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     warp_m[warp] = m;
     warp_l[warp] = l;
   }
-  for (int i = 0; i < dims; ++i) warp_acc[warp][lane + kWarp * i] = acc[i];
+  for (int i = 0; i < dims; ++i) warp_acc[warp][lane + kWarp * i] = acc[i];  // idle lanes: 0
   __syncthreads();
   float block_m = kNegInf;
   for (int w = 0; w < kWarps; ++w) block_m = fmaxf(block_m, warp_m[w]);
@@ -151,10 +160,10 @@ void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView
                const AttentionParams& params, float* scratch, float* out, Stream stream) {
   QRUN_CHECK(cache.type == DType::kF16, "cuda attention: %s cache (only f16)",
              dtype_name(cache.type));
-  QRUN_CHECK(params.head_dim % kWarp == 0 && params.head_dim <= kWarp * kMaxDimsPerLane &&
+  QRUN_CHECK(params.head_dim > 0 && params.head_dim <= kWarp * kMaxDimsPerLane &&
                  params.head_dim == cache.head_dim && params.n_head_kv == cache.n_head_kv &&
                  params.n_head_kv > 0 && params.n_head % params.n_head_kv == 0,
-             "cuda attention: head_dim %lld (a multiple of 32, at most 256), %lld heads, %lld "
+             "cuda attention: head_dim %lld (at most 256), %lld heads, %lld "
              "KV heads",
              static_cast<long long>(params.head_dim), static_cast<long long>(params.n_head),
              static_cast<long long>(params.n_head_kv));
