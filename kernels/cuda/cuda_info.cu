@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "kernels/cuda/cuda_info.h"
 
@@ -24,10 +25,11 @@ std::string device_description(int device) {
   cudaDeviceProp prop{};
   const cudaError_t err = cudaGetDeviceProperties(&prop, device);
   if (err != cudaSuccess) return cudaGetErrorString(err);
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
+  // The name apart: it may fill its 256 bytes, which GCC's -Wformat-truncation rightly flags.
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " (sm_%d%d, %.1f GiB)", prop.major, prop.minor,
                 static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
+  return std::string(prop.name, strnlen(prop.name, sizeof prop.name)) + buf;
 }
 
 }  // namespace qrun::kernels::cuda

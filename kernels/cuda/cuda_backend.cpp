@@ -1,0 +1,216 @@
+// CudaBackend: host-side glue from the Backend ops to the kernels of ops.h (see
+// cuda_backend.h for what is copied where).
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "ggml-like/fp16.h"
+#include "ggml-like/result.h"
+
+QRUN_CUDA_NAMESPACE_BEGIN
+
+namespace {
+
+// Scratch slots.
+enum Slot { kIn0, kIn1, kOut, kAux, kPositions, kAttnScratch };
+
+}  // namespace
+
+bool CudaBackend::supports(Op op, DType type) const {
+  switch (op) {
+    case Op::kMatMul:
+      return mmvq_supports(type) || type == DType::kF16 || type == DType::kF32;
+    case Op::kGetRows:
+      return type_traits(type).to_float != nullptr;
+    case Op::kKvStore:
+    case Op::kAttention:
+      return type == DType::kF16;
+    case Op::kRmsNorm:
+    case Op::kRope:
+    case Op::kSwiglu:
+    case Op::kGeglu:
+    case Op::kAdd:
+    case Op::kScale:
+    case Op::kSoftcap:
+      return type == DType::kF32;
+  }
+  return false;
+}
+
+const void* CudaBackend::device_copy(const void* host, size_t bytes) {
+  // The first and last 64 bytes, checked on every use (as the CPU backend checks its
+  // repacked copies), so that other data later at the same address is never read through
+  // a stale copy.
+  std::array<uint8_t, 128> ends{};
+  const auto* h = static_cast<const uint8_t*>(host);
+  const size_t edge = std::min<size_t>(64, bytes);
+  std::memcpy(ends.data(), h, edge);
+  std::memcpy(ends.data() + 64, h + bytes - edge, edge);
+  auto it = weights_.find(host);
+  if (it == weights_.end() || it->second.bytes.size() != bytes || it->second.ends != ends) {
+    WeightCopy copy{DeviceArray<uint8_t>(bytes), ends};
+    copy.bytes.upload(std::span(h, bytes), stream_);
+    it = weights_.insert_or_assign(host, std::move(copy)).first;
+  }
+  return it->second.bytes.data();
+}
+
+float* CudaBackend::upload(int slot, const float* host, int64_t n) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  void* d = scratch_[slot].get(bytes);
+  copy_to_device(d, host, bytes, stream_);
+  return static_cast<float*>(d);
+}
+
+void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
+  QRUN_CHECK(supports(Op::kMatMul, w.type), "cuda matmul: no kernel for %s weights",
+             dtype_name(w.type));
+  const int64_t n_in = w.ne[0];
+  const int64_t n_out = w.n_rows();
+  const void* dw = device_copy(w.data, w.n_bytes());
+  const float* dx = upload(kIn0, x, n_tokens * n_in);
+  if (!mmvq_supports(w.type)) {
+    auto* dy = static_cast<float*>(
+        scratch_[kOut].get(static_cast<size_t>(n_tokens * n_out) * sizeof(float)));
+    mmv_float(w.type, dw, n_in, n_out, dx, n_tokens, dy, stream_);
+    copy_to_host(y, dy, static_cast<size_t>(n_tokens * n_out) * sizeof(float), stream_);
+    synchronize(stream_);
+    return;
+  }
+  auto* dq = static_cast<BlockQ8_1*>(
+      scratch_[kAux].get(static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
+  auto* dy = static_cast<float*>(
+      scratch_[kOut].get(static_cast<size_t>(n_tokens * n_out) * sizeof(float)));
+  quantize_q8_1(dx, n_tokens, n_in, dq, stream_);
+  mmvq(w.type, dw, n_in, n_out, dq, n_tokens, dy, stream_);
+  copy_to_host(y, dy, static_cast<size_t>(n_tokens * n_out) * sizeof(float), stream_);
+  synchronize(stream_);
+}
+
+void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) {
+  const TypeTraits& tt = type_traits(table.type);
+  QRUN_CHECK(tt.to_float != nullptr, "get_rows: type %s cannot be dequantized", tt.name);
+  const int64_t n = table.ne[0];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    QRUN_CHECK(ids[i] >= 0 && ids[i] < table.n_rows(), "get_rows: row %d out of range [0, %lld)",
+               ids[i], static_cast<long long>(table.n_rows()));
+    tt.to_float(table.row(ids[i]), out + static_cast<int64_t>(i) * n, n);
+  }
+}
+
+void CudaBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows, int64_t n,
+                           float eps, float* y) {
+  QRUN_CHECK(weight.type == DType::kF32 && weight.n_elements() == n,
+             "cuda rms_norm: weight %s of %lld elements for rows of %lld", dtype_name(weight.type),
+             static_cast<long long>(weight.n_elements()), static_cast<long long>(n));
+  const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
+  float* dx = upload(kIn0, x, n_rows * n);
+  cuda::rms_norm(dx, dw, n_rows, n, eps, dx, stream_);
+  copy_to_host(y, dx, static_cast<size_t>(n_rows * n) * sizeof(float), stream_);
+  synchronize(stream_);
+}
+
+void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
+                       std::span<const int32_t> positions, const RopeParams& params) {
+  QRUN_CHECK(static_cast<int64_t>(positions.size()) >= n_tokens,
+             "rope: %zu positions for %lld tokens", positions.size(),
+             static_cast<long long>(n_tokens));
+  const int64_t n = n_tokens * n_head * head_dim;
+  float* dx = upload(kIn0, x, n);
+  void* dpos = scratch_[kPositions].get(static_cast<size_t>(n_tokens) * sizeof(int32_t));
+  copy_to_device(dpos, positions.data(), static_cast<size_t>(n_tokens) * sizeof(int32_t), stream_);
+  RopeParams dp = params;
+  if (params.freq_factors != nullptr) {
+    dp.freq_factors = static_cast<const float*>(
+        device_copy(params.freq_factors, static_cast<size_t>(params.n_rot / 2) * sizeof(float)));
+  }
+  cuda::rope(dx, n_tokens, n_head, head_dim, static_cast<const int32_t*>(dpos), dp, stream_);
+  copy_to_host(x, dx, static_cast<size_t>(n) * sizeof(float), stream_);
+  synchronize(stream_);
+}
+
+void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
+                           const float* v) {
+  QRUN_CHECK(cache.type == DType::kF16, "cuda kv_store: %s cache (only f16)",
+             dtype_name(cache.type));
+  QRUN_CHECK(pos >= 0 && n_tokens >= 0 && n_tokens <= cache.n_rows,
+             "kv_store: %lld tokens at position %lld in a cache of %lld rows",
+             static_cast<long long>(n_tokens), static_cast<long long>(pos),
+             static_cast<long long>(cache.n_rows));
+  const int64_t n = cache.row_elems();
+  const size_t rows = static_cast<size_t>(cache.n_rows);
+  DeviceKv& mirror = kv_[cache.k];
+  if (mirror.k.size() != rows * static_cast<size_t>(n)) {
+    // A new layer (or one whose shape changed): mirror what the host cache holds so far.
+    mirror.k = DeviceArray<uint16_t>(std::span(static_cast<const uint16_t*>(cache.k), rows * n));
+    mirror.v = DeviceArray<uint16_t>(std::span(static_cast<const uint16_t*>(cache.v), rows * n));
+  }
+  std::vector<uint16_t> row(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t r = (pos + t) % cache.n_rows;
+    for (const auto& [src, host, dev] :
+         {std::tuple{k, cache.k, mirror.k.data()}, std::tuple{v, cache.v, mirror.v.data()}}) {
+      for (int64_t e = 0; e < n; ++e) row[static_cast<size_t>(e)] = fp32_to_fp16(src[t * n + e]);
+      std::memcpy(static_cast<uint16_t*>(host) + r * n, row.data(), row.size() * sizeof(uint16_t));
+      copy_to_device(dev + r * n, row.data(), row.size() * sizeof(uint16_t), stream_);
+      synchronize(stream_);  // row is reused for the next copy
+    }
+  }
+}
+
+void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
+                            const KvLayerView& cache, const AttentionParams& params, float* out) {
+  auto it = kv_.find(cache.k);
+  QRUN_CHECK(it != kv_.end(), "cuda attention: the cache layer was never written by kv_store");
+  const int64_t n = n_tokens * params.n_head * params.head_dim;
+  const float* dq = upload(kIn0, q, n);
+  auto* dout = static_cast<float*>(scratch_[kOut].get(static_cast<size_t>(n) * sizeof(float)));
+  auto* dscratch = static_cast<float*>(
+      scratch_[kAttnScratch].get(attention_scratch_floats(n_tokens, pos0, params) * sizeof(float)));
+  KvLayerView dcache = cache;
+  dcache.k = it->second.k.data();
+  dcache.v = it->second.v.data();
+  cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream_);
+  copy_to_host(out, dout, static_cast<size_t>(n) * sizeof(float), stream_);
+  synchronize(stream_);
+}
+
+void CudaBackend::elementwise2(void (*op)(const float*, const float*, int64_t, float*, Stream),
+                               const float* a, const float* b, int64_t n, float* out) {
+  const float* da = upload(kIn0, a, n);
+  const float* db = upload(kIn1, b, n);
+  auto* dout = static_cast<float*>(scratch_[kOut].get(static_cast<size_t>(n) * sizeof(float)));
+  op(da, db, n, dout, stream_);
+  copy_to_host(out, dout, static_cast<size_t>(n) * sizeof(float), stream_);
+  synchronize(stream_);
+}
+
+void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  elementwise2(cuda::swiglu, gate, up, n, out);
+}
+void CudaBackend::geglu(const float* gate, const float* up, int64_t n, float* out) {
+  elementwise2(cuda::geglu, gate, up, n, out);
+}
+void CudaBackend::add(const float* a, const float* b, int64_t n, float* out) {
+  elementwise2(cuda::add, a, b, n, out);
+}
+
+void CudaBackend::scale(const float* x, int64_t n, float s, float* out) {
+  float* dx = upload(kIn0, x, n);
+  cuda::scale(dx, n, s, dx, stream_);
+  copy_to_host(out, dx, static_cast<size_t>(n) * sizeof(float), stream_);
+  synchronize(stream_);
+}
+
+void CudaBackend::softcap(const float* x, int64_t n, float cap, float* out) {
+  float* dx = upload(kIn0, x, n);
+  cuda::softcap(dx, n, cap, dx, stream_);
+  copy_to_host(out, dx, static_cast<size_t>(n) * sizeof(float), stream_);
+  synchronize(stream_);
+}
+
+QRUN_CUDA_NAMESPACE_END

@@ -1,0 +1,70 @@
+// Host entry points of the CUDA kernels. Every pointer is device memory (runtime.h); the
+// call queues the kernel on `stream` and returns. Each op computes the function its
+// Backend counterpart documents (ggml-like/backend.h); where the GPU's rounding differs
+// from the scalar reference, the kernel's file says how and by how much.
+#pragma once
+
+#include <cstdint>
+
+#include "ggml-like/backend.h"
+#include "ggml-like/dtype.h"
+#include "kernels/cuda/namespace.h"
+#include "kernels/cuda/runtime.h"
+
+QRUN_CUDA_NAMESPACE_BEGIN
+
+// ---- element-wise (ops_elementwise.cu); out may alias an input ----
+void add(const float* a, const float* b, int64_t n, float* out, Stream stream);
+void scale(const float* x, int64_t n, float s, float* out, Stream stream);
+void softcap(const float* x, int64_t n, float cap, float* out, Stream stream);
+void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream stream);
+void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream);
+
+// ---- ops_norm.cu ----
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for n_rows rows of n; y may alias x.
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y,
+              Stream stream);
+
+// ---- ops_rope.cu ----
+// Backend::rope on x: [n_tokens, n_head, head_dim]; positions: [n_tokens] and
+// params.freq_factors ([n_rot / 2] or null) in device memory.
+void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,
+          const RopeParams& params, Stream stream);
+
+// ---- ops_attention.cu ----
+// Backend::attention over an F16 cache in device memory (k, v, q, out device pointers),
+// head_dim up to 256. scratch holds attention_scratch_floats(...) floats.
+inline constexpr int64_t kSplit = 256;  // positions per split of the split-K kernel
+size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
+void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
+               const AttentionParams& params, float* scratch, float* out, Stream stream);
+
+// ---- quantized matrix-vector products (ops_matmul.cu) ----
+// The activation blocks the integer dot products read: 32 values x[i] ~ d * qs[i], and
+// the sum of qs (for the weight types with an offset or a min). Quantized as llama.cpp's
+// x86 CPU backend quantizes Q8_0 activations (quantize_q8_0_act in ggml-like/quants.h):
+// d = amax / 127 rounded to F16, qs = round-half-even(x * 127 / amax). d is kept as a
+// float (holding the F16 value) so the block is 4-byte aligned for 32-bit loads.
+struct BlockQ8_1 {
+  float d;
+  int32_t sum;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8_1) == 40, "q8_1 activation block must be 40 bytes");
+
+// Quantizes n_rows rows of n elements (n a multiple of 32) into n / 32 blocks per row.
+void quantize_q8_1(const float* x, int64_t n_rows, int64_t n, BlockQ8_1* out, Stream stream);
+
+// Whether mmvq has a kernel for weights of `type`.
+bool mmvq_supports(DType type);
+// y[t][o] = sum_i w[o][i] * x[t][i] for t < n_tokens, o < n_out: w holds n_out rows of
+// n_in elements of `type` (GGML layout), x n_tokens rows of n_in / 32 activation blocks.
+// n_in must be a multiple of the type's block size.
+void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+          int64_t n_tokens, float* y, Stream stream);
+
+// y[t][o] = sum_i w[o][i] * x[t][i] for F16 or F32 weights (any n_in) and float x.
+void mmv_float(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
+               int64_t n_tokens, float* y, Stream stream);
+
+QRUN_CUDA_NAMESPACE_END

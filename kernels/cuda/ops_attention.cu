@@ -1,0 +1,190 @@
+// Decode attention over an F16 KV cache, split-K ("flash decoding"): the positions a token
+// attends are cut into splits of kSplit; one block of 4 warps per (head, split, token)
+// runs an online softmax over its split (each warp over every 4th position, each lane over
+// every 32nd dimension), merges its warps, and writes the split's (max, sum, unscaled
+// output) to scratch; a second kernel merges the splits. Numerics: q.k and the output are
+// summed in float (q unrounded); the CPU reference instead follows llama.cpp's CPU flash
+// attention, which rounds q and its accumulator to F16, so the two agree to about F16
+// precision while this kernel is closer to exact (tests/cuda_emu_attention_test.cpp).
+#include <cmath>
+
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/simt.h"
+
+QRUN_CUDA_NAMESPACE_BEGIN
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
+constexpr float kNegInf = -INFINITY;
+
+struct Geometry {
+  int64_t n_head;
+  int64_t group;  // query heads per KV head
+  int64_t head_dim;
+  int64_t row_elems;  // n_head_kv * head_dim
+  int64_t n_rows;     // cache rows (a ring when shorter than the context)
+  int64_t pos0;
+  int64_t window;  // 0: whole context
+  int64_t n_splits;
+  float scale;
+};
+
+// Partial result of one split: [m, l, acc[head_dim]].
+__device__ __forceinline__ float* partial_of(float* scratch, const Geometry& g, int64_t t,
+                                             int64_t h, int64_t s) {
+  return scratch + ((t * g.n_head + h) * g.n_splits + s) * (g.head_dim + 2);
+}
+
+__global__ void __launch_bounds__(kWarps* kWarp)
+    attention_split_kernel(const float* q, const uint16_t* k, const uint16_t* v, Geometry g,
+                           float* scratch) {
+  __shared__ float warp_m[kWarps];
+  __shared__ float warp_l[kWarps];
+  __shared__ float warp_acc[kWarps][kWarp * kMaxDimsPerLane];
+  const int64_t h = blockIdx.x;
+  const int64_t s = blockIdx.y;
+  const int64_t t = blockIdx.z;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  // Lane owns dimensions lane + 32 i for i < dims; the last round may leave lanes idle
+  // (their terms are 0), so any head_dim up to 256 works.
+  const int dims = static_cast<int>((g.head_dim + kWarp - 1) / kWarp);
+
+  const int64_t hi = g.pos0 + t;  // last position attended
+  const int64_t lo = g.window > 0 && hi - g.window + 1 > 0 ? hi - g.window + 1 : 0;
+  const int64_t begin = lo + s * kSplit;
+  const int64_t end = begin + kSplit < hi + 1 ? begin + kSplit : hi + 1;
+  const float* qh = q + (t * g.n_head + h) * g.head_dim;
+  const int64_t kv_offset = (h / g.group) * g.head_dim;
+
+  float qr[kMaxDimsPerLane];
+  float acc[kMaxDimsPerLane];
+  for (int i = 0; i < dims; ++i) {
+    const int64_t d = lane + kWarp * i;
+    qr[i] = d < g.head_dim ? qh[d] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = kNegInf;
+  float l = 0.0f;
+  for (int64_t p = begin + warp; p < end; p += kWarps) {
+    const int64_t row = p % g.n_rows;
+    const uint16_t* kr = k + row * g.row_elems + kv_offset;
+    const uint16_t* vr = v + row * g.row_elems + kv_offset;
+    float dot = 0.0f;
+    for (int i = 0; i < dims; ++i) {
+      const int64_t d = lane + kWarp * i;
+      if (d < g.head_dim) dot += qr[i] * f16_to_f32(kr[d]);
+    }
+    const float score = warp_sum(dot) * g.scale;
+    if (score > m) {
+      const float ms = expf(m - score);  // 0 on the first position (m = -inf)
+      m = score;
+      for (int i = 0; i < dims; ++i) acc[i] *= ms;
+      l *= ms;
+    }
+    const float vs = expf(score - m);
+    for (int i = 0; i < dims; ++i) {
+      const int64_t d = lane + kWarp * i;
+      if (d < g.head_dim) acc[i] += vs * f16_to_f32(vr[d]);
+    }
+    l += vs;
+  }
+
+  // Merge the warps: rescale each to the block's max (a warp with no position has l = 0).
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_l[warp] = l;
+  }
+  for (int i = 0; i < dims; ++i) warp_acc[warp][lane + kWarp * i] = acc[i];  // idle lanes: 0
+  __syncthreads();
+  float block_m = kNegInf;
+  for (int w = 0; w < kWarps; ++w) block_m = fmaxf(block_m, warp_m[w]);
+  float factor[kWarps];
+  float block_l = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    factor[w] = warp_l[w] > 0.0f ? expf(warp_m[w] - block_m) : 0.0f;
+    block_l += warp_l[w] * factor[w];
+  }
+  float* out = partial_of(scratch, g, t, h, s);
+  if (threadIdx.x == 0) {
+    out[0] = block_m;
+    out[1] = block_l;
+  }
+  for (int64_t d = threadIdx.x; d < g.head_dim; d += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kWarps; ++w) a += warp_acc[w][d] * factor[w];
+    out[2 + d] = a;
+  }
+}
+
+__global__ void __launch_bounds__(kWarps* kWarp)
+    attention_merge_kernel(Geometry g, const float* scratch, float* out) {
+  const int64_t h = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const float* first = scratch + ((t * g.n_head + h) * g.n_splits) * (g.head_dim + 2);
+  const int64_t stride = g.head_dim + 2;
+  float m = kNegInf;
+  for (int64_t s = 0; s < g.n_splits; ++s) m = fmaxf(m, first[s * stride]);
+  float l = 0.0f;
+  for (int64_t s = 0; s < g.n_splits; ++s) {
+    const float ls = first[s * stride + 1];
+    if (ls > 0.0f) l += ls * expf(first[s * stride] - m);
+  }
+  const float inv = 1.0f / l;
+  float* o = out + (t * g.n_head + h) * g.head_dim;
+  for (int64_t d = threadIdx.x; d < g.head_dim; d += blockDim.x) {
+    float a = 0.0f;
+    for (int64_t s = 0; s < g.n_splits; ++s) {
+      const float ls = first[s * stride + 1];
+      if (ls > 0.0f) a += first[s * stride + 2 + d] * expf(first[s * stride] - m);
+    }
+    o[d] = a * inv;
+  }
+}
+
+int64_t splits_for(int64_t pos0, int64_t n_tokens, int64_t window) {
+  const int64_t longest = window > 0 && window < pos0 + n_tokens ? window : pos0 + n_tokens;
+  return (longest + kSplit - 1) / kSplit;
+}
+
+}  // namespace
+
+size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params) {
+  return static_cast<size_t>(n_tokens * params.n_head * splits_for(pos0, n_tokens, params.window) *
+                             (params.head_dim + 2));
+}
+
+void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
+               const AttentionParams& params, float* scratch, float* out, Stream stream) {
+  QRUN_CHECK(cache.type == DType::kF16, "cuda attention: %s cache (only f16)",
+             dtype_name(cache.type));
+  QRUN_CHECK(params.head_dim > 0 && params.head_dim <= kWarp * kMaxDimsPerLane &&
+                 params.head_dim == cache.head_dim && params.n_head_kv == cache.n_head_kv &&
+                 params.n_head_kv > 0 && params.n_head % params.n_head_kv == 0,
+             "cuda attention: head_dim %lld (at most 256), %lld heads, %lld "
+             "KV heads",
+             static_cast<long long>(params.head_dim), static_cast<long long>(params.n_head),
+             static_cast<long long>(params.n_head_kv));
+  if (n_tokens == 0) return;
+  Geometry g{};
+  g.n_head = params.n_head;
+  g.group = params.n_head / params.n_head_kv;
+  g.head_dim = params.head_dim;
+  g.row_elems = cache.row_elems();
+  g.n_rows = cache.n_rows;
+  g.pos0 = pos0;
+  g.window = params.window;
+  g.n_splits = splits_for(pos0, n_tokens, params.window);
+  g.scale = params.scale;
+  const dim3 split_grid(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_splits),
+                        static_cast<unsigned>(n_tokens));
+  launch(attention_split_kernel, split_grid, dim3(kWarps * kWarp), stream, q,
+         static_cast<const uint16_t*>(cache.k), static_cast<const uint16_t*>(cache.v), g, scratch);
+  launch(attention_merge_kernel,
+         dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(n_tokens)),
+         dim3(kWarps * kWarp), stream, g, static_cast<const float*>(scratch), out);
+}
+
+QRUN_CUDA_NAMESPACE_END

@@ -1,0 +1,92 @@
+// Element-wise kernels: add, scale, softcap, SwiGLU and GELU-gated, one thread per element
+// (grid-stride). Numerics: add and scale are exact. SwiGLU, softcap and GELU call expf and
+// tanhf, which on the GPU may differ from glibc's by an ulp or two; under the emulator
+// they are glibc's and the results equal the scalar reference bit for bit. GELU follows
+// the reference (gate rounded to F16, GELU of it rounded to F16), so on the GPU a one-ulp
+// tanhf difference can move the F16 result by one F16 ulp (2^-11 relative).
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/simt.h"
+
+QRUN_CUDA_NAMESPACE_BEGIN
+
+namespace {
+
+constexpr int kThreads = 256;
+
+dim3 grid_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return dim3(static_cast<unsigned>(blocks < 65535 ? blocks : 65535));
+}
+
+__device__ __forceinline__ int64_t first_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+__global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+}
+
+__global__ void scale_kernel(const float* x, int64_t n, float s, float* out) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = x[i] * s;
+}
+
+__global__ void softcap_kernel(const float* x, int64_t n, float cap, float* out) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = cap * tanhf(x[i] * inv);
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+// GELU, tanh approximation, of the F16 value nearest g, rounded to F16: llama.cpp's table.
+__device__ __forceinline__ float gelu_f16(float g) {
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  const float x = f16_to_f32(f32_to_f16(g));
+  return f16_to_f32(
+      f32_to_f16(0.5f * x * (1.0f + tanhf(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)))));
+}
+
+__global__ void geglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float g = gate[i];
+    float gelu = g;  // GELU(x) = x to float precision for x >= 10
+    if (g <= -10.0f) {
+      gelu = 0.0f;
+    } else if (g < 10.0f || g != g) {
+      gelu = gelu_f16(g);
+    }
+    out[i] = gelu * up[i];
+  }
+}
+
+}  // namespace
+
+void add(const float* a, const float* b, int64_t n, float* out, Stream stream) {
+  if (n > 0) launch(add_kernel, grid_for(n), dim3(kThreads), stream, a, b, n, out);
+}
+
+void scale(const float* x, int64_t n, float s, float* out, Stream stream) {
+  if (n > 0) launch(scale_kernel, grid_for(n), dim3(kThreads), stream, x, n, s, out);
+}
+
+void softcap(const float* x, int64_t n, float cap, float* out, Stream stream) {
+  if (n > 0) launch(softcap_kernel, grid_for(n), dim3(kThreads), stream, x, n, cap, out);
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream stream) {
+  if (n > 0) launch(swiglu_kernel, grid_for(n), dim3(kThreads), stream, gate, up, n, out);
+}
+
+void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream) {
+  if (n > 0) launch(geglu_kernel, grid_for(n), dim3(kThreads), stream, gate, up, n, out);
+}
+
+QRUN_CUDA_NAMESPACE_END

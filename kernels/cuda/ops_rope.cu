@@ -1,0 +1,71 @@
+// RoPE: one block per token. Pair i's angle is formed as the CPU backend forms it
+// (ops_rope.cpp, after ggml): p multiplied i times by theta_scale = base^(-2/n_rot), in
+// float, so every angle has the reference's bits; thread i does its own i multiplications
+// rather than reading a sequential product. cos and sin go to shared memory, then the
+// block rotates every (head, pair) of the token. Under the emulator cosf/sinf are glibc's
+// and the result equals the reference bit for bit; on the GPU they may differ by an ulp
+// or two and nvcc contracts x0 * c - x1 * s into an FMA, a few float ulps per element.
+#include <cmath>
+
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/simt.h"
+
+QRUN_CUDA_NAMESPACE_BEGIN
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxPairs = 512;  // head_dim <= 1024
+
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(float* x, int64_t n_head, int64_t head_dim, const int32_t* positions, int64_t n_rot,
+                float theta_scale, float freq_scale, const float* freq_factors, float attn_factor,
+                bool neox) {
+  __shared__ float cos_sin[2 * kMaxPairs];
+  const int64_t t = blockIdx.x;
+  const int64_t n_pairs = n_rot / 2;
+  for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
+    float theta = static_cast<float>(positions[t]);
+    for (int64_t k = 0; k < i; ++k) theta *= theta_scale;
+    const float ff = freq_factors != nullptr ? freq_factors[i] : 1.0f;
+    const float angle = freq_scale * (theta / ff);
+    cos_sin[2 * i] = cosf(angle) * attn_factor;
+    cos_sin[2 * i + 1] = sinf(angle) * attn_factor;
+  }
+  __syncthreads();
+  // Pair i of a head is (v[i * stride], v[i * stride + offset]).
+  const int64_t stride = neox ? 1 : 2;
+  const int64_t offset = neox ? n_pairs : 1;
+  float* token = x + t * n_head * head_dim;
+  for (int64_t j = threadIdx.x; j < n_head * n_pairs; j += blockDim.x) {
+    const int64_t h = j / n_pairs;
+    const int64_t i = j % n_pairs;
+    const float c = cos_sin[2 * i];
+    const float s = cos_sin[2 * i + 1];
+    float* p0 = token + h * head_dim + i * stride;
+    float* p1 = p0 + offset;
+    const float x0 = *p0;
+    const float x1 = *p1;
+    *p0 = x0 * c - x1 * s;
+    *p1 = x0 * s + x1 * c;
+  }
+}
+
+}  // namespace
+
+void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,
+          const RopeParams& params, Stream stream) {
+  const int64_t n_rot = params.n_rot;
+  QRUN_CHECK(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim && n_rot / 2 <= kMaxPairs,
+             "rope: n_rot %lld must be even, positive and <= head_dim %lld (at most %d)",
+             static_cast<long long>(n_rot), static_cast<long long>(head_dim), 2 * kMaxPairs);
+  QRUN_CHECK(n_tokens >= 0 && n_tokens <= 0x7fffffff, "rope: %lld tokens",
+             static_cast<long long>(n_tokens));
+  if (n_tokens == 0) return;
+  const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(n_rot));
+  launch(rope_kernel, dim3(static_cast<unsigned>(n_tokens)), dim3(kThreads), stream, x, n_head,
+         head_dim, positions, n_rot, theta_scale, params.freq_scale, params.freq_factors,
+         params.attn_factor, params.mode == RopeMode::kNeox);
+}
+
+QRUN_CUDA_NAMESPACE_END

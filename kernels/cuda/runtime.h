@@ -1,0 +1,70 @@
+// The host side of the CUDA backend: device memory, copies and streams. runtime.cu
+// implements it with the CUDA runtime; emu/runtime_emu.cpp with host memory for the
+// emulated build, where every call is synchronous. Failures are bugs or exhausted device
+// memory and abort with the runtime's message (the backend plans its memory up front).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/namespace.h"
+
+QRUN_CUDA_NAMESPACE_BEGIN
+
+// A CUDA stream (cudaStream_t); the null handle is the default stream.
+struct Stream {
+  void* handle = nullptr;
+};
+
+// "cuda" or "emulated".
+const char* runtime_name();
+// 256-byte aligned device memory (never null: aborts when exhausted).
+void* device_alloc(size_t bytes);
+void device_free(void* ptr);
+void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream = {});
+void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream = {});
+// Waits for everything queued on the stream.
+void synchronize(Stream stream = {});
+
+// An owned device array of n trivially copyable T.
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t n) : n_(n), ptr_(static_cast<T*>(device_alloc(n * sizeof(T)))) {}
+  explicit DeviceArray(std::span<const T> host) : DeviceArray(host.size()) { upload(host); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept
+      : n_(std::exchange(o.n_, 0)), ptr_(std::exchange(o.ptr_, nullptr)) {}
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(n_, o.n_);
+    std::swap(ptr_, o.ptr_);
+    return *this;
+  }
+  ~DeviceArray() {
+    if (ptr_ != nullptr) device_free(ptr_);
+  }
+
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  size_t size() const { return n_; }
+  void upload(std::span<const T> host, Stream stream = {}) {
+    copy_to_device(ptr_, host.data(), host.size_bytes(), stream);
+  }
+  std::vector<T> download(Stream stream = {}) const {
+    std::vector<T> out(n_);
+    copy_to_host(out.data(), ptr_, n_ * sizeof(T), stream);
+    synchronize(stream);
+    return out;
+  }
+
+ private:
+  size_t n_ = 0;
+  T* ptr_ = nullptr;
+};
+
+QRUN_CUDA_NAMESPACE_END

@@ -1,0 +1,120 @@
+// The portability layer every kernel of kernels/cuda/ is written against. Kernels use the
+// CUDA vocabulary (__global__, __shared__, threadIdx, __syncthreads(), __shfl_xor_sync,
+// __dp4a) and the helpers below; nvcc compiles them for the GPU, and the host compiler
+// compiles the same source under the SIMT emulator (emu/simt_emu.h, QRUN_SIMT_EMU).
+// Launches go through launch(), the one place that differs: <<<...>>> on the GPU, the
+// emulator's grid runner on the host. Blocks must be whole warps (32 threads) wherever a
+// kernel shuffles.
+#pragma once
+
+#include <cstdint>
+#include <tuple>
+#include <utility>
+
+#include "ggml-like/result.h"
+#include "kernels/cuda/namespace.h"
+#include "kernels/cuda/runtime.h"
+
+#if defined(QRUN_SIMT_EMU)
+#include "ggml-like/fp16.h"
+#include "kernels/cuda/emu/simt_emu.h"
+#else
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#endif
+
+QRUN_CUDA_NAMESPACE_BEGIN
+
+inline constexpr int kWarp = 32;
+
+#if defined(QRUN_SIMT_EMU)
+
+inline float f16_to_f32(uint16_t h) {
+  return fp16_to_fp32(h);
+}
+inline uint16_t f32_to_f16(float f) {
+  return fp32_to_fp16(f);
+}
+
+// Runs kernel(args...) on a grid of `grid` blocks of `block` threads; parameters are
+// converted to the kernel's parameter types once and every thread gets its own copy.
+template <class... P, class... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream, A&&... args) {
+  const std::tuple<P...> params(std::forward<A>(args)...);
+  struct Call {
+    void (*kernel)(P...);
+    const std::tuple<P...>* params;
+  } call{kernel, &params};
+  simt::emu::run_grid(
+      grid, block,
+      [](void* c) {
+        const Call& k = *static_cast<const Call*>(c);
+        std::apply(k.kernel, *k.params);
+      },
+      &call);
+}
+
+#else
+
+__device__ __forceinline__ float f16_to_f32(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ uint16_t f32_to_f16(float f) {
+  return __half_as_ushort(__float2half_rn(f));
+}
+
+template <class... P, class... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream stream, A&&... args) {
+  // clang-format reads this .h as C++ and would split the launch chevrons.
+  // clang-format off
+  kernel<<<grid, block, 0, static_cast<cudaStream_t>(stream.handle)>>>(
+      static_cast<P>(std::forward<A>(args))...);
+  // clang-format on
+  const cudaError_t err = cudaGetLastError();
+  QRUN_CHECK(err == cudaSuccess, "kernel launch: %s", cudaGetErrorString(err));
+}
+
+#endif
+
+// A 32-bit little-endian load from an address that is only 2-byte aligned (the quant
+// blocks of 18, 22, 34 and 210 bytes), as two 16-bit loads.
+__device__ __forceinline__ int load_i32_a2(const void* p) {
+  const uint16_t* h = static_cast<const uint16_t*>(p);
+  return static_cast<int>(static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16));
+}
+__device__ __forceinline__ int load_i32_a4(const void* p) {
+  return *static_cast<const int*>(p);
+}
+
+// Sums over the 32 lanes of a warp (butterfly: every lane gets the total, in the same
+// order on every lane, so all lanes hold the same bits).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int m = kWarp / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ __forceinline__ int warp_sum(int v) {
+  for (int m = kWarp / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int m = kWarp / 2; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+
+// Sums v over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread
+// gets the total. Uses 32 floats of shared memory and two __syncthreads().
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[kWarp];
+  v = warp_sum(v);
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int n_warps = static_cast<int>(blockDim.x) / kWarp;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? partial[lane] : 0.0f;
+  v = warp_sum(v);
+  __syncthreads();  // partial may be reused by the caller's next block_sum
+  return v;
+}
+
+QRUN_CUDA_NAMESPACE_END

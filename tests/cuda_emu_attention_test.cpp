@@ -1,0 +1,139 @@
+// The CUDA split-K decode attention, run under the SIMT emulator, over an F16 KV cache:
+// head sizes 64/128/256, GQA ratios 1, 4 and 6, contexts shorter and longer than a split,
+// several tokens at once (causal), and a sliding window over a ring cache.
+// Oracles:
+//  - a double-precision softmax attention over the same F16 keys and values: the kernel
+//    sums q.k in float, so a score is off by at most head_dim * eps * scale * sum|q k|
+//    (ds); the softmax weights then move by a factor within exp(+-2 ds), and the float
+//    sums of the output add about (n / 4 / 256 + 8) eps relative; the check allows
+//    (4 ds + 64 eps) * max|v|, per token and head;
+//  - the CPU backend's attention (llama.cpp's F16-accumulator numerics), within F16
+//    precision: 2^-8 * max|v|.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ggml-like/fp16.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/ops.h"
+
+namespace qrun::kernels::cuda {
+namespace {
+
+struct Case {
+  int64_t head_dim;
+  int64_t n_head;
+  int64_t n_head_kv;
+  int64_t pos0;
+  int64_t n_tokens;
+  int64_t window;  // 0: whole context
+  int64_t n_rows;  // cache rows (a ring when < pos0 + n_tokens)
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "head_dim " << c.head_dim << " heads " << c.n_head << "/" << c.n_head_kv << " pos0 "
+      << c.pos0 << " tokens " << c.n_tokens << " window " << c.window << " rows " << c.n_rows;
+}
+
+class CudaEmuAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
+  const Case c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.head_dim * 131 + c.pos0 + c.n_head));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t row_elems = c.n_head_kv * c.head_dim;
+  std::vector<uint16_t> k(static_cast<size_t>(c.n_rows * row_elems));
+  std::vector<uint16_t> v(k.size());
+  // Keys with a per-row bias so some positions dominate the softmax.
+  for (int64_t r = 0; r < c.n_rows; ++r) {
+    const float bias = (r % 17 == 3) ? 2.0f : 0.0f;
+    for (int64_t e = 0; e < row_elems; ++e) {
+      k[r * row_elems + e] = fp32_to_fp16(dist(rng) + bias);
+      v[r * row_elems + e] = fp32_to_fp16(dist(rng));
+    }
+  }
+  std::vector<float> q(static_cast<size_t>(c.n_tokens * c.n_head * c.head_dim));
+  for (float& x : q) x = dist(rng);
+  AttentionParams p;
+  p.n_head = c.n_head;
+  p.n_head_kv = c.n_head_kv;
+  p.head_dim = c.head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.window = c.window;
+
+  DeviceArray<uint16_t> dk{std::span<const uint16_t>(k)};
+  DeviceArray<uint16_t> dv{std::span<const uint16_t>(v)};
+  DeviceArray<float> dq{std::span<const float>(q)};
+  DeviceArray<float> dscratch(attention_scratch_floats(c.n_tokens, c.pos0, p));
+  DeviceArray<float> dout(q.size());
+  KvLayerView dcache{DType::kF16, dk.data(), dv.data(), c.n_rows, c.n_head_kv, c.head_dim};
+  attention(dq.data(), c.n_tokens, c.pos0, dcache, p, dscratch.data(), dout.data(), Stream{});
+  const std::vector<float> got = dout.download();
+
+  CpuBackend cpu(1, Isa::kGeneric);
+  std::vector<float> cpu_out(q.size());
+  KvLayerView hcache{DType::kF16, k.data(), v.data(), c.n_rows, c.n_head_kv, c.head_dim};
+  cpu.attention(q.data(), c.n_tokens, c.pos0, hcache, p, cpu_out.data());
+
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    const int64_t hi = c.pos0 + t;
+    const int64_t lo = c.window > 0 ? std::max<int64_t>(0, hi - c.window + 1) : 0;
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      const float* qh = q.data() + (t * c.n_head + h) * c.head_dim;
+      const int64_t kv_off = (h / (c.n_head / c.n_head_kv)) * c.head_dim;
+      std::vector<double> scores;
+      double max_score = -std::numeric_limits<double>::infinity(), ds = 0.0, vmax = 0.0;
+      for (int64_t pos = lo; pos <= hi; ++pos) {
+        const uint16_t* kr = k.data() + (pos % c.n_rows) * row_elems + kv_off;
+        double dot = 0.0, mag = 0.0;
+        for (int64_t d = 0; d < c.head_dim; ++d) {
+          dot += static_cast<double>(qh[d]) * fp16_to_fp32(kr[d]);
+          mag += std::fabs(static_cast<double>(qh[d]) * fp16_to_fp32(kr[d]));
+        }
+        scores.push_back(dot * p.scale);
+        max_score = std::max(max_score, scores.back());
+        ds = std::max(ds, static_cast<double>(c.head_dim) * eps * p.scale * mag);
+      }
+      double l = 0.0;
+      std::vector<double> want(static_cast<size_t>(c.head_dim), 0.0);
+      for (int64_t pos = lo; pos <= hi; ++pos) {
+        const double w = std::exp(scores[static_cast<size_t>(pos - lo)] - max_score);
+        l += w;
+        const uint16_t* vr = v.data() + (pos % c.n_rows) * row_elems + kv_off;
+        for (int64_t d = 0; d < c.head_dim; ++d) {
+          want[static_cast<size_t>(d)] += w * fp16_to_fp32(vr[d]);
+          vmax = std::max(vmax, std::fabs(static_cast<double>(fp16_to_fp32(vr[d]))));
+        }
+      }
+      const double tol = (4.0 * ds + 64.0 * eps) * vmax;
+      for (int64_t d = 0; d < c.head_dim; ++d) {
+        const size_t i = static_cast<size_t>((t * c.n_head + h) * c.head_dim + d);
+        ASSERT_NEAR(got[i], want[static_cast<size_t>(d)] / l, tol)
+            << "token " << t << " head " << h << " dim " << d;
+        ASSERT_NEAR(got[i], cpu_out[i], vmax / 256.0)
+            << "token " << t << " head " << h << " dim " << d;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaEmuAttention,
+    ::testing::Values(Case{64, 4, 4, 0, 1, 0, 16},         // the first token: one position
+                      Case{128, 8, 2, 37, 1, 0, 64},       // GQA 4, one partial split
+                      Case{256, 6, 1, 700, 1, 0, 1024},    // GQA 6, three splits
+                      Case{128, 4, 1, 255, 3, 0, 300},     // several tokens across a split edge
+                      Case{64, 8, 2, 500, 2, 100, 128},    // sliding window over a ring
+                      Case{256, 2, 2, 1000, 1, 300, 512},  // window spanning two splits
+                      Case{96, 3, 3, 20, 1, 0, 32},        // head_dim 96: three dims per lane
+                      Case{4, 16, 16, 300, 2, 0, 512},     // head_dim 4 (TinyLlama 5M)
+                      Case{80, 4, 2, 40, 1, 0, 64}));      // head_dim 80: lanes idle in round 3
+
+}  // namespace
+}  // namespace qrun::kernels::cuda

@@ -1,0 +1,185 @@
+// CudaBackend (kernels/cuda/cuda_backend.h) under the SIMT emulator, through the Backend
+// interface, against the CPU backend's scalar references: the glue (uploads, weight and KV
+// mirrors, scratch reuse, in-place calls) on top of the kernels their own tests check.
+// Tolerances: as the kernel tests (cuda_emu_*_test.cpp) state; here the emulated
+// element-wise ops, RMS norm and RoPE are bit-exact, matmul is within its activation
+// quantization bound, attention within F16 precision of the CPU's F16 accumulator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "ggml-like/fp16.h"
+#include "ggml-like/quants.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace qrun::kernels::cuda {
+namespace {
+
+std::vector<float> random_vector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+Tensor matrix(DType type, int64_t n_in, int64_t n_out, const void* data) {
+  Tensor t;
+  t.type = type;
+  t.n_dims = 2;
+  t.ne = {n_in, n_out, 1, 1};
+  t.data = data;
+  return t;
+}
+
+TEST(CudaEmuBackend, SupportsWhatItHasKernelsFor) {
+  CudaBackend b;
+  EXPECT_TRUE(b.supports(Op::kMatMul, DType::kQ4_K));
+  EXPECT_TRUE(b.supports(Op::kMatMul, DType::kF16));
+  EXPECT_FALSE(b.supports(Op::kMatMul, DType::kBF16));
+  EXPECT_TRUE(b.supports(Op::kAttention, DType::kF16));
+  EXPECT_FALSE(b.supports(Op::kAttention, DType::kF32));
+  EXPECT_TRUE(b.supports(Op::kRmsNorm, DType::kF32));
+}
+
+TEST(CudaEmuBackend, ElementwiseNormRopeMatchCpu) {
+  CudaBackend gpu;
+  CpuBackend cpu(1, Isa::kGeneric);
+  const int64_t n_tokens = 3, n_head = 4, head_dim = 64, n = n_head * head_dim;
+  const std::vector<float> a = random_vector(n_tokens * n, 1);
+  const std::vector<float> b = random_vector(n_tokens * n, 2);
+  const std::vector<float> w = random_vector(n, 3);
+  const Tensor wt = matrix(DType::kF32, n, 1, w.data());
+  std::vector<float> g(a.size()), c(a.size());
+  gpu.rms_norm(a.data(), wt, n_tokens, n, 1e-5f, g.data());
+  cpu.rms_norm(a.data(), wt, n_tokens, n, 1e-5f, c.data());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], c[i], 4e-7f * std::fabs(c[i])) << i;
+  gpu.swiglu(a.data(), b.data(), n_tokens * n, g.data());
+  cpu.swiglu(a.data(), b.data(), n_tokens * n, c.data());
+  EXPECT_EQ(g, c);
+  gpu.geglu(a.data(), b.data(), n_tokens * n, g.data());
+  cpu.geglu(a.data(), b.data(), n_tokens * n, c.data());
+  EXPECT_EQ(g, c);
+  gpu.softcap(a.data(), n_tokens * n, 1.5f, g.data());
+  cpu.softcap(a.data(), n_tokens * n, 1.5f, c.data());
+  EXPECT_EQ(g, c);
+  gpu.scale(a.data(), n_tokens * n, -0.5f, g.data());
+  cpu.scale(a.data(), n_tokens * n, -0.5f, c.data());
+  EXPECT_EQ(g, c);
+  g = a;  // in place
+  gpu.add(g.data(), b.data(), n_tokens * n, g.data());
+  cpu.add(a.data(), b.data(), n_tokens * n, c.data());
+  EXPECT_EQ(g, c);
+  const std::vector<int32_t> positions = {5, 6, 900};
+  RopeParams p;
+  p.n_rot = head_dim;
+  p.mode = RopeMode::kNeox;
+  g = a;
+  c = a;
+  gpu.rope(g.data(), n_tokens, n_head, head_dim, positions, p);
+  cpu.rope(c.data(), n_tokens, n_head, head_dim, positions, p);
+  EXPECT_EQ(g, c);
+}
+
+TEST(CudaEmuBackend, MatmulAndGetRowsMatchCpu) {
+  CudaBackend gpu;
+  CpuBackend cpu(1, Isa::kGeneric);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    SCOPED_TRACE(dtype_name(type));
+    const int64_t n_in = 512, n_out = 9, n_tokens = 2;
+    const TypeTraits& tt = type_traits(type);
+    const std::vector<float> wf = random_vector(n_in * n_out, 4);
+    std::vector<uint8_t> wq(row_size(type, n_in) * n_out);
+    tt.from_float(wf.data(), wq.data(), n_in * n_out);
+    const Tensor w = matrix(type, n_in, n_out, wq.data());
+    const std::vector<float> x = random_vector(n_in * n_tokens, 5);
+    std::vector<float> g(static_cast<size_t>(n_out * n_tokens)), c(g.size());
+    for (int rep = 0; rep < 2; ++rep) {  // the second call reads the cached weight copy
+      gpu.matmul(w, x.data(), n_tokens, g.data());
+      cpu.matmul(w, x.data(), n_tokens, c.data());
+      std::vector<float> wd(static_cast<size_t>(n_in));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t o = 0; o < n_out; ++o) {
+          tt.to_float(w.row(o), wd.data(), n_in);
+          // Both sides quantize x to 8 bits with scales <= amax / 127 per block of at most
+          // 256: each is within 0.6 * amax / 127 * sum|w| of the exact product.
+          double bound = 0.0;
+          for (int64_t j = 0; j < n_in; j += 256) {
+            float amax = 0.0f, wsum = 0.0f;
+            for (int64_t e = j; e < j + 256; ++e) {
+              amax = std::max(amax, std::fabs(x[t * n_in + e]));
+              wsum += std::fabs(wd[e]);
+            }
+            bound += 2.0 * 0.6 * amax / 127.0 * wsum;
+          }
+          ASSERT_NEAR(g[t * n_out + o], c[t * n_out + o], bound) << "token " << t << " row " << o;
+        }
+      }
+    }
+    std::vector<float> rg(static_cast<size_t>(n_in * 2)), rc(rg.size());
+    const std::vector<int32_t> ids = {8, 0};
+    gpu.get_rows(w, ids, rg.data());
+    cpu.get_rows(w, ids, rc.data());
+    EXPECT_EQ(rg, rc);
+  }
+}
+
+// Other weights later at the same address (a model unloaded and another loaded) must not
+// be multiplied through the first one's device copy.
+TEST(CudaEmuBackend, NewDataAtAWeightsAddressIsCopiedAgain) {
+  CudaBackend gpu;
+  const int64_t n_in = 256, n_out = 3;
+  std::vector<uint8_t> wq(row_size(DType::kQ8_0, n_in) * n_out);
+  const Tensor w = matrix(DType::kQ8_0, n_in, n_out, wq.data());
+  const std::vector<float> x = random_vector(n_in, 7);
+  std::vector<float> first(n_out), second(n_out), want(n_out);
+  for (uint32_t seed : {8u, 9u}) {
+    const std::vector<float> wf = random_vector(n_in * n_out, seed);
+    quantize_q8_0(wf.data(), wq.data(), n_in * n_out);
+    gpu.matmul(w, x.data(), 1, second.data());
+    if (seed == 8) first = second;
+  }
+  CudaBackend fresh;
+  fresh.matmul(w, x.data(), 1, want.data());
+  EXPECT_EQ(second, want);
+  EXPECT_NE(first, second);
+}
+
+TEST(CudaEmuBackend, KvStoreAndAttentionDecodeMatchCpu) {
+  CudaBackend gpu;
+  CpuBackend cpu(1, Isa::kGeneric);
+  const int64_t n_head = 8, n_head_kv = 2, head_dim = 128, n_rows = 64;
+  const int64_t row = n_head_kv * head_dim;
+  std::vector<uint16_t> gk(static_cast<size_t>(n_rows * row)), gv(gk.size());
+  std::vector<uint16_t> ck(gk.size()), cv(gk.size());
+  const KvLayerView gcache{DType::kF16, gk.data(), gv.data(), n_rows, n_head_kv, head_dim};
+  const KvLayerView ccache{DType::kF16, ck.data(), cv.data(), n_rows, n_head_kv, head_dim};
+  AttentionParams p{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(128.0f), 40};
+  // A prompt of 5 tokens, then single-token steps past the ring's end (window 40 < 64 rows).
+  int64_t pos = 0;
+  for (int64_t step = 0; step < 8; ++step) {
+    const int64_t n_tokens = step == 0 ? 5 : 1;
+    const std::vector<float> k = random_vector(n_tokens * row, 100 + static_cast<uint32_t>(step));
+    const std::vector<float> v = random_vector(n_tokens * row, 200 + static_cast<uint32_t>(step));
+    const std::vector<float> q =
+        random_vector(n_tokens * n_head * head_dim, 300 + static_cast<uint32_t>(step));
+    gpu.kv_store(gcache, pos, n_tokens, k.data(), v.data());
+    cpu.kv_store(ccache, pos, n_tokens, k.data(), v.data());
+    ASSERT_EQ(gk, ck);  // the host cache is written as the CPU backend writes it
+    ASSERT_EQ(gv, cv);
+    std::vector<float> g(q.size()), c(q.size());
+    gpu.attention(q.data(), n_tokens, pos, gcache, p, g.data());
+    cpu.attention(q.data(), n_tokens, pos, ccache, p, c.data());
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], c[i], 4.0f / 256.0f) << step << " " << i;
+    pos += n_tokens;
+    if (step == 1) pos = 60;  // jump ahead so the later steps wrap the ring
+  }
+}
+
+}  // namespace
+}  // namespace qrun::kernels::cuda

@@ -1,0 +1,194 @@
+// The CUDA decode matmul (quantize_q8_1 + mmvq), run under the SIMT emulator, for every
+// weight type it has, odd row counts and several tokens, into NaN-filled outputs.
+// Oracles:
+//  - quantize_q8_1 gives the bits of the CPU reference's activation quantizer
+//    (quantize_q8_0_act), so the legacy types see the very activations the CPU backend
+//    multiplies with;
+//  - mmvq equals, within float rounding, the double-precision dot of the reference
+//    dequantization of the weights with the dequantized activation blocks: each chunk's
+//    integer sum is exact, and the rest is about n_in / 32 float additions and a few float
+//    products per chunk, so |error| <= (n_chunks + 64) * eps * sum_j |w_j * a_j|. One wrong
+//    element out of n_in moves the result by about sum_j |w_j * a_j| / n_in, 10x the bound
+//    even at n_in = 4096;
+//  - mmvq is within the activation quantization error of the exact float product w . x:
+//    |x_j - a_j| <= d / 2 plus d's rounding to F16 (127 * 2^-11 * d), under 0.6 * d;
+//  - for the legacy types, the reference vec_dot over the same Q8_0 activations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/fp16.h"
+#include "ggml-like/quants.h"
+#include "kernels/cuda/ops.h"
+
+namespace qrun::kernels::cuda {
+namespace {
+
+std::vector<float> random_vector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  // A few outliers, as real activations have, so block scales differ widely.
+  for (size_t i = 5; i < v.size(); i += 97) v[i] *= 20.0f;
+  return v;
+}
+
+// The reference's activation blocks, as BlockQ8_1.
+std::vector<BlockQ8_1> reference_q8_1(const std::vector<float>& x) {
+  const int64_t n_blocks = static_cast<int64_t>(x.size()) / 32;
+  std::vector<BlockQ8_0> q(static_cast<size_t>(n_blocks));
+  quantize_q8_0_act(x.data(), q.data(), static_cast<int64_t>(x.size()));
+  std::vector<BlockQ8_1> out(q.size());
+  for (size_t b = 0; b < q.size(); ++b) {
+    out[b].d = fp16_to_fp32(q[b].d);
+    out[b].sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      out[b].qs[j] = q[b].qs[j];
+      out[b].sum += q[b].qs[j];
+    }
+  }
+  return out;
+}
+
+TEST(CudaEmuMatmul, QuantizeQ8_1MatchesTheReferenceBits) {
+  for (int64_t n : {32, 96, 4096}) {
+    std::vector<float> x = random_vector(2 * n, 11);
+    x[3] = 0.0f;
+    std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block: d = 0
+    const std::vector<BlockQ8_1> want = reference_q8_1(x);
+    DeviceArray<float> dx{std::span<const float>(x)};
+    DeviceArray<BlockQ8_1> dq(want.size());
+    quantize_q8_1(dx.data(), 2, n, dq.data(), Stream{});
+    const std::vector<BlockQ8_1> got = dq.download();
+    for (size_t b = 0; b < want.size(); ++b) {
+      ASSERT_EQ(got[b].d, want[b].d) << "block " << b;
+      ASSERT_EQ(got[b].sum, want[b].sum) << "block " << b;
+      ASSERT_EQ(std::memcmp(got[b].qs, want[b].qs, 32), 0) << "block " << b;
+    }
+  }
+}
+
+class CudaEmuMmvq : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaEmuMmvq, MatchesReferences) {
+  const DType type = GetParam();
+  ASSERT_TRUE(mmvq_supports(type));
+  const TypeTraits& tt = type_traits(type);
+  const bool k_quant = tt.block_elems == 256;
+  const std::vector<int64_t> n_ins =
+      k_quant ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 4096};
+  for (int64_t n_in : n_ins) {
+    for (int64_t n_out : {1, 7, 33}) {
+      const int64_t n_tokens = n_out == 7 ? 3 : 1;
+      SCOPED_TRACE(::testing::Message() << tt.name << " n_in " << n_in << " n_out " << n_out
+                                        << " n_tokens " << n_tokens);
+      const size_t row_bytes = row_size(type, n_in);
+      std::vector<uint8_t> w(row_bytes * static_cast<size_t>(n_out));
+      const std::vector<float> wf = random_vector(n_in * n_out, 21 + static_cast<uint32_t>(n_in));
+      for (int64_t o = 0; o < n_out; ++o)
+        tt.from_float(wf.data() + o * n_in, w.data() + o * row_bytes, n_in);
+      const std::vector<float> x =
+          random_vector(n_in * n_tokens, 31 + static_cast<uint32_t>(n_out));
+
+      DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};
+      DeviceArray<float> dx{std::span<const float>(x)};
+      DeviceArray<BlockQ8_1> dq(static_cast<size_t>(n_in / 32 * n_tokens));
+      DeviceArray<float> dy(static_cast<size_t>(n_out * n_tokens));
+      quantize_q8_1(dx.data(), n_tokens, n_in, dq.data(), Stream{});
+      mmvq(type, dw.data(), n_in, n_out, dq.data(), n_tokens, dy.data(), Stream{});
+      const std::vector<float> y = dy.download();
+
+      const std::vector<BlockQ8_1> act = reference_q8_1(x);
+      std::vector<float> wd(static_cast<size_t>(n_in));
+      std::vector<uint8_t> act_q8_0(row_size(DType::kQ8_0, n_in));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const BlockQ8_1* a = act.data() + t * (n_in / 32);
+        quantize_q8_0_act(x.data() + t * n_in, act_q8_0.data(), n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          tt.to_float(w.data() + o * row_bytes, wd.data(), n_in);
+          double same_math = 0.0, magnitude = 0.0, exact = 0.0, quant_bound = 0.0;
+          for (int64_t j = 0; j < n_in; ++j) {
+            const BlockQ8_1& blk = a[j / 32];
+            const double aj = static_cast<double>(blk.d) * blk.qs[j % 32];
+            same_math += static_cast<double>(wd[j]) * aj;
+            magnitude += std::fabs(static_cast<double>(wd[j]) * aj);
+            exact += static_cast<double>(wd[j]) * x[t * n_in + j];
+            quant_bound += 0.6 * blk.d * std::fabs(wd[j]);
+          }
+          const double eps = std::numeric_limits<float>::epsilon();
+          const double tol = (static_cast<double>(n_in / 32) + 64.0) * eps * magnitude;
+          const float got = y[t * n_out + o];
+          ASSERT_FALSE(std::isnan(got)) << "row " << o << " token " << t << " not written";
+          EXPECT_NEAR(got, same_math, tol) << "row " << o << " token " << t;
+          EXPECT_NEAR(got, exact, quant_bound + tol) << "row " << o << " token " << t;
+          if (!k_quant) {
+            const float ref = tt.vec_dot(n_in, w.data() + o * row_bytes, act_q8_0.data());
+            EXPECT_NEAR(got, ref, 2.0 * tol) << "row " << o << " token " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CudaEmuMmvq,
+                         ::testing::Values(DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
+                                           DType::kQ5_K, DType::kQ6_K),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+// F16 and F32 weights: against the reference vec_dot over x converted to the weight's
+// vec_dot_type (F16: x rounded to F16), both float sums of the same exact products, so
+// within (n_in / 32 + 64) * eps * sum|w x| of each other.
+TEST(CudaEmuMatmul, FloatWeightsMatchTheReference) {
+  for (DType type : {DType::kF16, DType::kF32}) {
+    const TypeTraits& tt = type_traits(type);
+    for (int64_t n_in : {1, 7, 33, 172, 4097}) {
+      const int64_t n_out = 5, n_tokens = 2;
+      SCOPED_TRACE(::testing::Message() << tt.name << " n_in " << n_in);
+      const std::vector<float> wf = random_vector(n_in * n_out, 41);
+      const std::vector<float> x = random_vector(n_in * n_tokens, 42);
+      std::vector<uint8_t> w(row_size(type, n_in) * n_out);
+      tt.from_float(wf.data(), w.data(), n_in * n_out);
+      DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};
+      DeviceArray<float> dx{std::span<const float>(x)};
+      DeviceArray<float> dy(static_cast<size_t>(n_out * n_tokens));
+      mmv_float(type, dw.data(), n_in, n_out, dx.data(), n_tokens, dy.data(), Stream{});
+      const std::vector<float> y = dy.download();
+      const TypeTraits& act = type_traits(tt.vec_dot_type);
+      std::vector<uint8_t> xa(row_size(tt.vec_dot_type, n_in));
+      std::vector<float> wd(static_cast<size_t>(n_in)), xd(static_cast<size_t>(n_in));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        act.from_float(x.data() + t * n_in, xa.data(), n_in);
+        act.to_float(xa.data(), xd.data(), n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          const uint8_t* row = w.data() + o * row_size(type, n_in);
+          tt.to_float(row, wd.data(), n_in);
+          double magnitude = 0.0;
+          for (int64_t j = 0; j < n_in; ++j) magnitude += std::fabs(double{wd[j]} * xd[j]);
+          const double tol = (static_cast<double>(n_in) / 32.0 + 64.0) *
+                             std::numeric_limits<float>::epsilon() * magnitude;
+          EXPECT_NEAR(y[t * n_out + o], tt.vec_dot(n_in, row, xa.data()), tol)
+              << "row " << o << " token " << t;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaEmuMatmul, SupportedTypes) {
+  for (const TypeTraits& t : all_types()) {
+    const bool want = t.type == DType::kQ4_0 || t.type == DType::kQ5_0 || t.type == DType::kQ8_0 ||
+                      t.type == DType::kQ4_K || t.type == DType::kQ5_K || t.type == DType::kQ6_K;
+    EXPECT_EQ(mmvq_supports(t.type), want) << t.name;
+  }
+}
+
+}  // namespace
+}  // namespace qrun::kernels::cuda

@@ -1,0 +1,176 @@
+// The CUDA element-wise, RMS norm and RoPE kernels, run under the SIMT emulator, against
+// the scalar references of the CPU backend, on awkward sizes with NaN-filled outputs
+// (emulated device memory starts as NaN). Under the emulator the kernels call glibc's
+// expf/tanhf/cosf/sinf and are compiled without FMA contraction, so they must equal the
+// references bit for bit (kUlps = 0); a GPU run of the same checks would allow the few
+// float ulps that its math functions and FMA contraction differ by (see each .cu file).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ggml-like/fp16.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/ref_kernels.h"
+#include "kernels/cuda/ops.h"
+
+namespace qrun::kernels::cuda {
+namespace {
+
+#if defined(QRUN_SIMT_EMU)
+constexpr float kUlps = 0.0f;
+#else
+constexpr float kUlps = 4.0f;
+#endif
+
+constexpr int64_t kSizes[] = {1, 7, 31, 32, 33, 255, 256, 4097};
+
+std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 3.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// |got - want| <= ulps float ulps of `magnitude` (the size of the terms that were rounded).
+void expect_near_ulps(const std::vector<float>& got, const std::vector<float>& want,
+                      const std::vector<float>& magnitude, float ulps, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+    const float tol = ulps * std::numeric_limits<float>::epsilon() * magnitude[i];
+    const bool ok = ulps == 0.0f
+                        ? std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(want[i])
+                        : std::fabs(got[i] - want[i]) <= tol;
+    if (!ok) {
+      ++bad;
+      ADD_FAILURE() << what << " [" << i << "] of " << got.size() << ": got " << got[i] << ", want "
+                    << want[i];
+    }
+  }
+}
+
+std::vector<float> abs_of(const std::vector<float>& v) {
+  std::vector<float> a(v.size());
+  for (size_t i = 0; i < v.size(); ++i) a[i] = std::fabs(v[i]);
+  return a;
+}
+
+TEST(CudaEmuOps, ElementwiseMatchesReference) {
+  for (int64_t n : kSizes) {
+    const std::vector<float> a = random_vector(n, 1);
+    std::vector<float> b = random_vector(n, 2);
+    // GELU's three regimes: below -10 (0), the F16 table, at or above 10 (identity).
+    if (n > 3) {
+      b[0] = -12.0f;
+      b[1] = 10.0f;
+      b[2] = 9.99f;
+    }
+    DeviceArray<float> da{std::span<const float>(a)};
+    DeviceArray<float> db{std::span<const float>(b)};
+    DeviceArray<float> dout(static_cast<size_t>(n));
+    std::vector<float> want(static_cast<size_t>(n));
+    std::vector<float> mag(static_cast<size_t>(n));
+    for (size_t i = 0; i < mag.size(); ++i) mag[i] = std::fabs(a[i]) + std::fabs(b[i]);
+
+    add(da.data(), db.data(), n, dout.data(), Stream{});
+    ref::add(a.data(), b.data(), n, want.data());
+    expect_near_ulps(dout.download(), want, mag, 0.0f, "add");  // exact on any device
+
+    swiglu(db.data(), da.data(), n, dout.data(), Stream{});
+    ref::swiglu(b.data(), a.data(), n, want.data());
+    expect_near_ulps(dout.download(), want, abs_of(want), kUlps, "swiglu");
+
+    // One F16 ulp (2^-10 relative, covering a tanhf ulp that moves the F16 rounding).
+    geglu(db.data(), da.data(), n, dout.data(), Stream{});
+    ref::geglu(b.data(), a.data(), n, want.data());
+    expect_near_ulps(dout.download(), want, abs_of(want), kUlps == 0.0f ? 0.0f : 8192.0f, "geglu");
+
+    scale(da.data(), n, 0.37f, dout.data(), Stream{});
+    for (int64_t i = 0; i < n; ++i) want[i] = a[i] * 0.37f;
+    expect_near_ulps(dout.download(), want, mag, 0.0f, "scale");
+
+    softcap(da.data(), n, 2.5f, dout.data(), Stream{});
+    for (int64_t i = 0; i < n; ++i) want[i] = 2.5f * std::tanh(a[i] * (1.0f / 2.5f));
+    expect_near_ulps(dout.download(), want, abs_of(want), kUlps, "softcap");
+
+    // In place: out aliases the first input.
+    add(da.data(), db.data(), n, da.data(), Stream{});
+    ref::add(a.data(), b.data(), n, want.data());
+    expect_near_ulps(da.download(), want, mag, 0.0f, "add in place");
+  }
+}
+
+// RMS norm: the mean of squares is summed in double in another order than the reference,
+// which can move the float mean by one ulp at a rounding boundary, hence 4 ulps of |y|.
+TEST(CudaEmuOps, RmsNormMatchesReference) {
+  for (int64_t n : kSizes) {
+    for (int64_t n_rows : {1, 3}) {
+      const std::vector<float> x = random_vector(n * n_rows, 3);
+      const std::vector<float> w = random_vector(n, 4, 1.0f);
+      DeviceArray<float> dx{std::span<const float>(x)};
+      DeviceArray<float> dw{std::span<const float>(w)};
+      DeviceArray<float> dy(x.size());
+      rms_norm(dx.data(), dw.data(), n_rows, n, 1e-6f, dy.data(), Stream{});
+      std::vector<float> want(x.size());
+      for (int64_t r = 0; r < n_rows; ++r) {
+        ref::rms_norm_row(x.data() + r * n, w.data(), n, 1e-6f, want.data() + r * n);
+      }
+      expect_near_ulps(dy.download(), want, abs_of(want), 4.0f, "rms_norm");
+      // In place.
+      rms_norm(dx.data(), dw.data(), n_rows, n, 1e-6f, dx.data(), Stream{});
+      expect_near_ulps(dx.download(), want, abs_of(want), 4.0f, "rms_norm in place");
+    }
+  }
+}
+
+struct RopeCase {
+  int64_t head_dim;
+  int64_t n_rot;
+  RopeMode mode;
+  bool freq_factors;
+};
+
+TEST(CudaEmuOps, RopeMatchesCpuBackend) {
+  CpuBackend cpu(1, Isa::kGeneric);
+  const RopeCase cases[] = {{64, 64, RopeMode::kNormal, false}, {128, 128, RopeMode::kNeox, false},
+                            {256, 256, RopeMode::kNeox, true},  {128, 64, RopeMode::kNormal, true},
+                            {96, 32, RopeMode::kNeox, false},   {2, 2, RopeMode::kNormal, false}};
+  for (const RopeCase& c : cases) {
+    const int64_t n_tokens = 5, n_head = 3;
+    const std::vector<int32_t> positions = {0, 1, 17, 4095, 131071};
+    const std::vector<float> x = random_vector(n_tokens * n_head * c.head_dim, 5);
+    std::vector<float> factors(static_cast<size_t>(c.n_rot / 2));
+    for (size_t i = 0; i < factors.size(); ++i)
+      factors[i] = 1.0f + 0.25f * static_cast<float>(i % 5);
+    RopeParams p;
+    p.n_rot = c.n_rot;
+    p.freq_base = 500000.0f;
+    p.freq_scale = 0.5f;
+    p.mode = c.mode;
+    p.attn_factor = 1.125f;
+    DeviceArray<float> dx{std::span<const float>(x)};
+    DeviceArray<int32_t> dpos{std::span<const int32_t>(positions)};
+    DeviceArray<float> dff{std::span<const float>(factors)};
+    RopeParams dp = p;
+    if (c.freq_factors) {
+      p.freq_factors = factors.data();
+      dp.freq_factors = dff.data();
+    }
+    rope(dx.data(), n_tokens, n_head, c.head_dim, dpos.data(), dp, Stream{});
+    std::vector<float> want = x;
+    cpu.rope(want.data(), n_tokens, n_head, c.head_dim, positions, p);
+    // Each output is x0 * c - x1 * s: a few ulps of |x0| + |x1| on a GPU.
+    std::vector<float> mag(x.size());
+    for (size_t i = 0; i < x.size(); ++i) mag[i] = 2.0f * (std::fabs(x[i]) + 4.0f);
+    expect_near_ulps(dx.download(), want, mag, kUlps, "rope");
+  }
+}
+
+}  // namespace
+}  // namespace qrun::kernels::cuda
