@@ -46,9 +46,11 @@ std::string version_text() {
 // long flags they stand for.
 std::vector<char*> with_aliases(int argc, char** argv) {
   static char kSystemPrompt[] = "--system-prompt";
+  static char kJsonSchemaFile[] = "--json-schema-file";
   std::vector<char*> args(argv, argv + argc);
   for (char*& a : args) {
     if (std::string_view(a) == "-sys") a = kSystemPrompt;
+    if (std::string_view(a) == "-jf") a = kJsonSchemaFile;
   }
   return args;
 }
