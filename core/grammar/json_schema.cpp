@@ -9,10 +9,12 @@
 //   tail_i ::= "," space kv_i tail_{i+1} | tail_{i+1}
 #include "core/grammar/json_schema.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "core/grammar/grammar.h"
@@ -103,11 +105,12 @@ class Converter {
   static Error error_at(const std::string& path, const std::string& what) {
     return make_error(ErrorCode::kUsage, what + " at " + path);
   }
-  static bool has_assertions(const json& s, std::initializer_list<const char*> except) {
-    for (const auto& [key, v] : s.items()) {
-      if (kAnnotations.count(key)) continue;
-      if (std::find_if(except.begin(), except.end(), [&](const char* e) { return key == e; }) ==
-          except.end()) {
+  // Whether `s` has keywords other than annotations and those in `except`.
+  static bool has_assertions(const json& s, std::initializer_list<std::string_view> except) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      const std::string& key = it.key();
+      if (!kAnnotations.count(key) &&
+          std::find(except.begin(), except.end(), key) == except.end()) {
         return true;
       }
     }
