@@ -297,7 +297,11 @@ void print_markdown(const BenchContext& c, const std::vector<BenchRecord>& recor
                     const std::map<int, kernels::MemBandwidth>& memory) {
   // llama-bench's columns, then the tg roofline: effective GB/s and its share of the
   // measured read bandwidth.
-  const std::vector<int> widths = {30, -10, -10, 12, -7, -8, -20, -9, -7};
+  int test_width = 8;  // wider for "tg128 grammar"
+  for (const BenchRecord& r : records) {
+    test_width = std::max(test_width, static_cast<int>(test_name(r).size()));
+  }
+  const std::vector<int> widths = {30, -10, -10, 12, -7, -test_width, -20, -9, -7};
   print_row({"model", "size", "params", "backend", "threads", "test", "t/s", "eff. GB/s", "% mem"},
             widths);
   std::vector<std::string> rule;
