@@ -86,6 +86,25 @@ TEST(JsonSchema, ArraysEnumsConstsAndTypeLists) {
   EXPECT_FALSE(accepts(nested, R"({"p":{}})"));
 }
 
+// enum and const keep to `type` (an enum under allOf with a type, too).
+TEST(JsonSchema, EnumAndConstKeepToTheType) {
+  const auto g = schema_grammar(R"({"type": "string", "enum": ["a", 1, null, "b"]})");
+  EXPECT_TRUE(accepts(g, R"("a")"));
+  EXPECT_TRUE(accepts(g, R"("b")"));
+  EXPECT_FALSE(accepts(g, "1"));
+  EXPECT_FALSE(accepts(g, "null"));
+  const auto ints =
+      schema_grammar(R"({"allOf": [{"enum": [1, 2.0, 2.5, "3"]}, {"type": "integer"}]})");
+  EXPECT_TRUE(accepts(ints, "1"));
+  EXPECT_TRUE(accepts(ints, "2.0"));
+  EXPECT_FALSE(accepts(ints, "2.5"));
+  EXPECT_FALSE(accepts(ints, R"("3")"));
+  EXPECT_EQ(schema_error(R"({"type": "string", "const": 1})"),
+            "the value is not of 'type' at $.const");
+  EXPECT_EQ(schema_error(R"({"type": "null", "enum": [1, "a"]})"),
+            "no value is of 'type' at $.enum");
+}
+
 TEST(JsonSchema, UnsupportedKeywordsNameTheKeywordAndPath) {
   EXPECT_EQ(schema_error(R"({"type": "string", "not": {"const": "a"}})"),
             "unsupported keyword 'not' at $");

@@ -216,18 +216,7 @@ class Converter {
     }
     if (s.contains("allOf")) return visit_all_of(s, path, depth);
     if (s.contains("anyOf") || s.contains("oneOf")) return visit_any_of(s, path, depth);
-    if (s.contains("const")) {
-      use("space");
-      return add_rule(literal(s["const"]));
-    }
-    if (s.contains("enum")) {
-      const json& e = s["enum"];
-      if (!e.is_array() || e.empty()) return error_at(path + ".enum", "expected a non-empty array");
-      use("space");
-      std::string body;
-      for (const json& v : e) body += (body.empty() ? "" : " | ") + literal(v);
-      return add_rule(body);
-    }
+    if (s.contains("const") || s.contains("enum")) return visit_values(s, path);
     std::vector<std::string> types;
     if (s.contains("type")) {
       const json& t = s["type"];
@@ -255,6 +244,43 @@ class Converter {
       body += (body.empty() ? "" : " | ") + *r;
     }
     return types.size() == 1 ? body : add_rule(body);
+  }
+
+  // Whether a JSON value is of one of the types `type` names (absent: any type).
+  static bool of_type(const json& v, const json& s) {
+    if (!s.contains("type")) return true;
+    const json& t = s["type"];
+    const json names = t.is_array() ? t : json::array({t});
+    for (const json& n : names) {
+      if (!n.is_string()) continue;
+      const std::string name = n.get<std::string>();
+      if ((name == "object" && v.is_object()) || (name == "array" && v.is_array()) ||
+          (name == "string" && v.is_string()) || (name == "boolean" && v.is_boolean()) ||
+          (name == "null" && v.is_null()) || (name == "number" && v.is_number()) ||
+          (name == "integer" && v.is_number() &&
+           (!v.is_number_float() || std::floor(v.get<double>()) == v.get<double>()))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // const or enum: the values as literals, those of the wrong `type` left out (enum) or
+  // refused (const). Other keywords beside them are not checked against the values.
+  Result<std::string> visit_values(const json& s, const std::string& path) {
+    use("space");
+    if (s.contains("const")) {
+      if (!of_type(s["const"], s)) return error_at(path + ".const", "the value is not of 'type'");
+      return add_rule(literal(s["const"]));
+    }
+    const json& e = s["enum"];
+    if (!e.is_array() || e.empty()) return error_at(path + ".enum", "expected a non-empty array");
+    std::string body;
+    for (const json& v : e) {
+      if (of_type(v, s)) body += (body.empty() ? "" : " | ") + literal(v);
+    }
+    if (body.empty()) return error_at(path + ".enum", "no value is of 'type'");
+    return add_rule(body);
   }
 
   // Without `type`: the types the keywords describe (a subset of what the schema allows).
