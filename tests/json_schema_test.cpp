@@ -105,6 +105,34 @@ TEST(JsonSchema, EnumAndConstKeepToTheType) {
             "no value is of 'type' at $.enum");
 }
 
+// additionalProperties as a schema: extra pairs after the listed ones, under any key but
+// the listed names, valid under that schema.
+TEST(JsonSchema, AdditionalPropertiesSchema) {
+  const auto g =
+      schema_grammar(R"({"properties": {"ab": {"type": "integer"}, "a": {"type": "null"}},
+      "required": ["ab"], "additionalProperties": {"type": "string"}})");
+  ASSERT_NE(g, nullptr);
+  for (const char* yes : {R"({"ab":1})", R"({"ab":1,"a":null})", R"({"ab":1,"x":"s","abc":"t"})",
+                          R"({"ab":1,"a":null,"":"e","b":"u"})"}) {
+    EXPECT_TRUE(accepts(g, yes)) << yes;
+  }
+  for (const char* no : {R"({"ab":1,"x":2})", R"({"ab":1,"a":"s"})", R"({"ab":1,"ab":"s"})",
+                         R"({"x":"s"})", R"({"ab":1,"x":"s","a":null})"}) {
+    EXPECT_FALSE(accepts(g, no)) << no;
+  }
+  const auto any = schema_grammar(R"({"type": "object", "additionalProperties": true})");
+  EXPECT_TRUE(accepts(any, R"({"k":[1,{"z":null}],"j":"v"})"));
+  EXPECT_TRUE(accepts(any, "{}"));
+  // In allOf, a property only one branch lists falls under the other's additionalProperties.
+  const auto merged = schema_grammar(R"({"allOf": [
+      {"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "integer", "maximum": 5}},
+      {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]})");
+  EXPECT_TRUE(accepts(merged, R"({"b":5})"));
+  EXPECT_FALSE(accepts(merged, R"({"b":6})"));
+  EXPECT_TRUE(accepts(merged, R"({"b":1,"zz":3})"));
+  EXPECT_FALSE(accepts(merged, R"({"b":1,"zz":7})"));
+}
+
 TEST(JsonSchema, UnsupportedKeywordsNameTheKeywordAndPath) {
   EXPECT_EQ(schema_error(R"({"type": "string", "not": {"const": "a"}})"),
             "unsupported keyword 'not' at $");
@@ -113,8 +141,9 @@ TEST(JsonSchema, UnsupportedKeywordsNameTheKeywordAndPath) {
   EXPECT_EQ(schema_error(R"({"type": "strin"})"), "unsupported type 'strin' at $.type");
   EXPECT_EQ(schema_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})"),
             "'b' is not in properties at $.required");
-  EXPECT_EQ(schema_error(R"({"type": "object", "additionalProperties": true})"),
-            "only false is supported at $.additionalProperties");
+  EXPECT_EQ(schema_error(R"({"properties": {"\u00e9": {}}, "additionalProperties": true})"),
+            "supported only when every property name is printable ASCII without '\"' and '\\' "
+            "at $.additionalProperties");
   EXPECT_EQ(schema_error(R"({"enum": []})"), "expected a non-empty array at $.enum");
   EXPECT_EQ(schema_error(R"({"anyOf": []})"), "expected a non-empty array at $.anyOf");
   EXPECT_EQ(schema_error("[1]"), "a schema must be an object or true at $");

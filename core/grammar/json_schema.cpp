@@ -520,14 +520,37 @@ class Converter {
 
   Result<std::string> visit_object(const json& s, const std::string& path, int depth) {
     use("space");
-    if (s.contains("additionalProperties") &&
-        !(s["additionalProperties"].is_boolean() && !s["additionalProperties"].get<bool>())) {
-      return error_at(path + ".additionalProperties", "only false is supported");
-    }
     std::vector<std::pair<std::string, const json*>> props;
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) return error_at(path + ".properties", "expected an object");
       for (const auto& [k, v] : s["properties"].items()) props.emplace_back(k, &v);
+    }
+    // additionalProperties true or a schema: further pairs may follow the listed ones,
+    // under keys that are none of the listed names (extra_tail after a written pair,
+    // extra_body when none was written yet). Absent or false: none.
+    std::string extra_tail;
+    std::string extra_body;
+    if (s.contains("additionalProperties") && s["additionalProperties"] != false) {
+      Result<std::string> value =
+          visit(s["additionalProperties"], path + ".additionalProperties", depth + 1);
+      if (!value.ok()) return value.error();
+      std::vector<std::string> names;
+      for (const auto& p : props) {
+        for (const char c : p.first) {
+          const auto u = static_cast<unsigned char>(c);
+          if (u >= 0x80 || u < 0x20 || u == 0x7F || c == '"' || c == '\\') {
+            return error_at(path + ".additionalProperties",
+                            "supported only when every property name is printable ASCII "
+                            "without '\"' and '\\'");
+          }
+        }
+        names.push_back(p.first);
+      }
+      use("plain-char");
+      const std::string kv_extra =
+          add_rule("\"\\\"\" " + other_key(names, 0) + " \"\\\"\" space \":\" space " + *value);
+      extra_tail = add_rule("(\",\" space " + kv_extra + ")*");
+      extra_body = add_rule("(" + kv_extra + " " + extra_tail + ")?");
     }
     std::set<std::string> required;
     if (s.contains("required")) {
@@ -548,8 +571,8 @@ class Converter {
       if (!r.ok()) return r.error();
       kv.push_back(literal(json(name)) + " \":\" space " + *r);
     }
-    std::string tail_next;  // "" stands for the empty sequence
-    std::string body_next;
+    std::string tail_next = extra_tail;  // "" stands for the empty sequence
+    std::string body_next = extra_body;
     for (size_t i = props.size(); i-- > 0;) {
       const bool req = required.count(props[i].first) != 0;
       const std::string seq = kv[i] + (tail_next.empty() ? "" : " " + tail_next);
@@ -562,6 +585,35 @@ class Converter {
     return add_rule("\"{\" space " + (body_next.empty() ? "" : body_next + " ") + "\"}\" space");
   }
   static std::string or_empty(const std::string& rule) { return rule.empty() ? "\"\"" : rule; }
+
+  // The characters of a key after its first `depth` ones, which every name in `names`
+  // shares, such that the key is none of the names: a trie of the names, each node
+  // allowing the end (unless a name ends there), any character that starts no name's
+  // next, or a name's next character followed by the node below it.
+  static std::string other_key(const std::vector<std::string>& names, size_t depth) {
+    bool ends_here = false;
+    std::map<char, std::vector<std::string>> next;
+    for (const std::string& n : names) {
+      if (n.size() == depth) {
+        ends_here = true;
+      } else {
+        next[n[depth]].push_back(n);
+      }
+    }
+    std::string excluded = R"(\x22\x5C\x00-\x1F\x7F)";
+    std::vector<std::string> alts;
+    if (!ends_here) alts.push_back("\"\"");
+    for (const auto& [c, group] : next) {
+      const std::string hex =
+          format("\\x%02X", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      excluded += hex;
+      alts.push_back("\"" + hex + "\" " + other_key(group, depth + 1));
+    }
+    alts.push_back("[^" + excluded + "] plain-char*");
+    std::string out = "(";
+    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+    return out + ")";
+  }
 
   const json& root_;
   std::vector<std::pair<std::string, std::string>> rules_;

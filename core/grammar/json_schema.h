@@ -1,14 +1,15 @@
 // A subset of JSON Schema converted to a GBNF grammar (as llama.cpp's
 // json-schema-to-grammar): type (object, array, string, number, integer, boolean, null, or
-// a list of them), properties, required, additionalProperties: false, enum, const,
-// anyOf/oneOf/allOf, $ref to #/$defs/... or #/definitions/... (or any local JSON pointer;
-// recursion allowed), items, prefixItems, minItems/maxItems, minLength/maxLength,
-// minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers, pattern (a regex subset,
-// see json_schema_regex.cpp), format date, time, date-time and uuid. Annotations (title,
-// description, $schema, $id, $comment, examples, default, ...) are ignored. Objects are
-// closed (only the listed properties, in the listed order; the required ones always
-// present). Anything else is refused, naming the keyword and its JSON path. What the
-// grammar generates is valid under the schema; it may be a subset of the valid documents.
+// a list of them), properties, required, additionalProperties (false, true or a schema),
+// enum, const, anyOf/oneOf/allOf, $ref to #/$defs/... or #/definitions/... (or any local
+// JSON pointer; recursion allowed), items, prefixItems, minItems/maxItems,
+// minLength/maxLength, minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers,
+// pattern (a regex subset, see json_schema_regex.cpp), format date, time, date-time and
+// uuid. Annotations (title, description, $schema, $id, $comment, examples, default, ...)
+// are ignored. Objects write the listed properties in the listed order (the required ones
+// always), then further pairs only under additionalProperties. Anything else is refused,
+// naming the keyword and its JSON path. What the grammar generates is valid under the
+// schema; it may be a subset of the valid documents.
 #pragma once
 
 #include <string>

@@ -55,15 +55,23 @@ Result<void> merge_properties(json& out, const json& a, const json& b) {
   const json& pa = a.contains("properties") ? a["properties"] : none;
   const json& pb = b.contains("properties") ? b["properties"] : none;
   if (!pa.is_object() || !pb.is_object()) return cannot("'properties' must be objects");
-  for (const auto& [k, v] : pa.items()) {
-    if (pb.contains(k) && pb[k] != v) {
-      props[k] = json{{"allOf", json::array({v, pb[k]})}};
+  // A property only one branch lists is, in the other, under its additionalProperties.
+  auto with_extra = [](const json& v, const json& other) {
+    if (!other.contains("additionalProperties") || !other["additionalProperties"].is_object()) {
+      return v;
+    }
+    return json{{"allOf", json::array({v, other["additionalProperties"]})}};
+  };
+  for (auto it = pa.begin(); it != pa.end(); ++it) {
+    const json& v = it.value();
+    if (pb.contains(it.key())) {
+      props[it.key()] = pb[it.key()] == v ? v : json{{"allOf", json::array({v, pb[it.key()]})}};
     } else {
-      props[k] = v;
+      props[it.key()] = with_extra(v, b);
     }
   }
-  for (const auto& [k, v] : pb.items()) {
-    if (!props.contains(k)) props[k] = v;
+  for (auto it = pb.begin(); it != pb.end(); ++it) {
+    if (!props.contains(it.key())) props[it.key()] = with_extra(it.value(), a);
   }
   // A closed branch forbids the other branch's extra properties.
   json kept = json::object();
@@ -87,7 +95,17 @@ Result<void> merge_properties(json& out, const json& a, const json& b) {
   }
   if (!kept.empty()) out["properties"] = kept;
   if (!required.empty()) out["required"] = required;
-  if (closed(a) || closed(b)) out["additionalProperties"] = false;
+  if (closed(a) || closed(b)) {
+    out["additionalProperties"] = false;
+  } else {
+    const json* xa = a.contains("additionalProperties") ? &a["additionalProperties"] : nullptr;
+    const json* xb = b.contains("additionalProperties") ? &b["additionalProperties"] : nullptr;
+    if (xa && xb) {
+      out["additionalProperties"] = json{{"allOf", json::array({*xa, *xb})}};
+    } else if (xa || xb) {
+      out["additionalProperties"] = xa ? *xa : *xb;
+    }
+  }
   return {};
 }
 

@@ -29,6 +29,7 @@ const std::map<std::string, std::string> kPrimitives = {
     {"number", R"(("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)? space)"},
     {"char", R"([^"\\\x7F\x00-\x1F] | [\\] (["\\/bfnrt] | "u" ()" QRUN_HEX_CHAR "))"},
     {"string", R"("\"" char* "\"" space)"},
+    {"plain-char", R"([^"\\\x7F\x00-\x1F])"},  // a character of a key written without escapes
     {"value", R"(object | array | string | number | boolean | null)"},
     {"object",
      R"("{" space ( string ":" space value ("," space string ":" space value)* )? "}" space)"},
