@@ -6,6 +6,11 @@
 // -r times with the KV cache cleared before each run; t/s is the mean +- sample stddev of
 // the runs. For tg the weights read per token times t/s gives an effective bandwidth,
 // compared with the measured read bandwidth of this machine (the roofline of decoding).
+// With a grammar flag (--grammar, --grammar-file, -j, -jf), each tg test also runs twice
+// decoding for real: each next token sampled from the logits by the default sampler chain
+// (seeded), "tgN sampled" without the grammar and "tgN grammar" with it, so their ratio is
+// the grammar's cost. When the grammar completes (or an end token is sampled) it starts
+// again from its root and decoding goes on.
 // stdout carries only the table or the JSON; progress goes to stderr.
 #include <algorithm>
 #include <chrono>
@@ -16,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli/sampling_flags.h"
 #include "cli/session.h"
 #include "cli/threads.h"
 #include "core/model_info.h"
@@ -36,13 +42,20 @@ struct BenchOptions {
   int repetitions = 5;
   bool json = false;
   bool memory = false;
+  SamplingFlags grammar;  // only the grammar flags are declared
 };
+
+// How a tg test chooses its tokens: fixed random ones (llama-bench), or sampled from the
+// logits by the default chain, without or with the grammar.
+enum class TgMode { kFixed, kSampled, kGrammar };
 
 // One row of the report: a test at one thread count, with its timed runs.
 struct BenchRecord {
   int64_t n_prompt = 0;
   int64_t n_gen = 0;
   int n_threads = 0;
+  TgMode mode = TgMode::kFixed;
+  int64_t grammar_restarts = 0;  // times the grammar completed and started again
   std::string test_time;
   std::vector<int64_t> samples_ns;
   const kernels::MemBandwidth* memory = nullptr;  // measured at this thread count, if any
@@ -108,9 +121,13 @@ std::string model_type(const ModelInfo& m) {
          human_count(static_cast<double>(m.n_params)) + " " + type;
 }
 
+const char* mode_name(TgMode m) {
+  return m == TgMode::kFixed ? "" : m == TgMode::kSampled ? " sampled" : " grammar";
+}
+
 std::string test_name(const BenchRecord& r) {
   return r.n_prompt > 0 ? format("pp%lld", static_cast<long long>(r.n_prompt))
-                        : format("tg%lld", static_cast<long long>(r.n_gen));
+                        : format("tg%lld%s", static_cast<long long>(r.n_gen), mode_name(r.mode));
 }
 
 std::vector<double> samples_ts(const BenchRecord& r) {
@@ -134,15 +151,32 @@ std::vector<int32_t> bench_tokens(const Session& s, int64_t n, uint32_t seed) {
 }
 
 // One run of a test from an empty cache: tokens in one forward (pp) or one by one (tg).
-// Returns the nanoseconds it took.
+// With a sampler, only the first token is taken from `tokens`; each next one is sampled
+// from the logits (the time includes sampling). Returns the nanoseconds it took.
 Result<int64_t> run_once(Session& s, std::span<const int32_t> tokens, bool one_by_one,
-                         std::vector<float>& logits) {
+                         std::vector<float>& logits, Sampler* sampler = nullptr,
+                         int64_t* restarts = nullptr) {
   s.kv.clear();
+  if (sampler != nullptr) sampler->reset();
   const auto t0 = std::chrono::steady_clock::now();
   if (one_by_one) {
+    int32_t token = tokens.empty() ? 0 : tokens[0];
     for (size_t i = 0; i < tokens.size(); ++i) {
-      QRUN_TRY(s.model->forward(*s.backend, tokens.subspan(i, 1), static_cast<int64_t>(i), s.kv,
-                                false, logits.data()));
+      QRUN_TRY(s.model->forward(*s.backend, std::span<const int32_t>(&token, 1),
+                                static_cast<int64_t>(i), s.kv, false, logits.data()));
+      if (sampler == nullptr) {
+        if (i + 1 < tokens.size()) token = tokens[i + 1];
+        continue;
+      }
+      token = sampler->sample(logits);
+      sampler->accept(token);
+      if (sampler->constraint_complete() || s.tokenizer->is_eog(token)) {
+        sampler->reset();
+        if (restarts != nullptr) ++*restarts;
+      }
+    }
+    if (sampler != nullptr && sampler->constraint() != nullptr && sampler->constraint()->error()) {
+      return *sampler->constraint()->error();
     }
   } else {
     QRUN_TRY(s.model->forward(*s.backend, tokens, 0, s.kv, false, logits.data()));
@@ -155,22 +189,35 @@ Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r) {
   const bool tg = r.n_gen > 0;
   const std::vector<int32_t> tokens = bench_tokens(s, tg ? r.n_gen : r.n_prompt, 1234);
   std::vector<float> logits(static_cast<size_t>(s.model->hparams().n_vocab));
+  std::optional<Sampler> sampler;
+  if (r.mode != TgMode::kFixed) {
+    SamplingParams params;  // llama.cpp's default chain, a fixed seed
+    params.seed = 1234;
+    sampler.emplace(make_sampler(params));
+    if (r.mode == TgMode::kGrammar) QRUN_TRY(attach_grammar(o.grammar, *s.tokenizer, *sampler));
+  }
+  Sampler* sp = sampler ? &*sampler : nullptr;
   std::fprintf(stderr, "qrun: bench %s, %d threads: warm-up", test_name(r).c_str(), r.n_threads);
   std::fflush(stderr);
   std::span<const int32_t> warm_up(tokens);
   if (tg) warm_up = warm_up.first(1);
-  Result<int64_t> ns = run_once(s, warm_up, tg, logits);
+  Result<int64_t> ns = run_once(s, warm_up, tg, logits, sp);
   if (!ns.ok()) return ns.error();
   r.test_time = utc_now();
   for (int i = 0; i < o.repetitions; ++i) {
     std::fprintf(stderr, ", run %d", i + 1);
     std::fflush(stderr);
-    ns = run_once(s, tokens, tg, logits);
+    ns = run_once(s, tokens, tg, logits, sp, &r.grammar_restarts);
     if (!ns.ok()) return ns.error();
     r.samples_ns.push_back(std::max<int64_t>(1, *ns));
   }
   const std::vector<double> ts = samples_ts(r);
-  std::fprintf(stderr, ": %.2f +- %.2f t/s\n", mean(ts), sample_stddev(ts));
+  std::fprintf(stderr, ": %.2f +- %.2f t/s", mean(ts), sample_stddev(ts));
+  if (r.mode == TgMode::kGrammar) {
+    std::fprintf(stderr, " (the grammar completed %lld times)",
+                 static_cast<long long>(r.grammar_restarts));
+  }
+  std::fprintf(stderr, "\n");
   return {};
 }
 
@@ -208,6 +255,9 @@ nlohmann::ordered_json record_json(const BenchContext& c, const BenchRecord& r) 
   j["type_v"] = c.cache_type;
   j["n_prompt"] = r.n_prompt;
   j["n_gen"] = r.n_gen;
+  j["tg_tokens"] = r.mode == TgMode::kFixed     ? "fixed"
+                   : r.mode == TgMode::kSampled ? "sampled"
+                                                : "sampled with grammar";
   j["test_time"] = r.test_time;
   j["avg_ns"] = static_cast<int64_t>(std::llround(mean(ns)));
   j["stddev_ns"] = static_cast<int64_t>(std::llround(sample_stddev(ns)));
@@ -247,7 +297,11 @@ void print_markdown(const BenchContext& c, const std::vector<BenchRecord>& recor
                     const std::map<int, kernels::MemBandwidth>& memory) {
   // llama-bench's columns, then the tg roofline: effective GB/s and its share of the
   // measured read bandwidth.
-  const std::vector<int> widths = {30, -10, -10, 12, -7, -8, -20, -9, -7};
+  int test_width = 8;  // wider for "tg128 grammar"
+  for (const BenchRecord& r : records) {
+    test_width = std::max(test_width, static_cast<int>(test_name(r).size()));
+  }
+  const std::vector<int> widths = {30, -10, -10, 12, -7, -test_width, -20, -9, -7};
   print_row({"model", "size", "params", "backend", "threads", "test", "t/s", "eff. GB/s", "% mem"},
             widths);
   std::vector<std::string> rule;
@@ -313,6 +367,7 @@ Result<void> run_bench(BenchOptions o) {
   int64_t max_p = 0, max_n = 0;
   for (int64_t p : o.n_prompt) max_p = std::max(max_p, p);
   for (int64_t n : o.n_gen) max_n = std::max(max_n, n);
+  if (o.grammar.error) return *o.grammar.error;
   if (o.model.model.empty() && o.memory) return run_memory_only(o);
   if (max_p == 0 && max_n == 0 && !o.memory) {
     return make_error(ErrorCode::kUsage, "bench: nothing to measure: every -p and -n is 0");
@@ -361,11 +416,12 @@ Result<void> run_bench(BenchOptions o) {
                    m->gbps, m->passes, human_bytes(static_cast<double>(m->buffer_bytes)).c_str());
       memory.emplace(n_threads, *m);
     }
-    auto add_test = [&](int64_t p, int64_t n) -> Result<void> {
+    auto add_test = [&](int64_t p, int64_t n, TgMode mode = TgMode::kFixed) -> Result<void> {
       BenchRecord r;
       r.n_prompt = p;
       r.n_gen = n;
       r.n_threads = n_threads;
+      r.mode = mode;
       QRUN_TRY(run_test(s, o, r));
       records.push_back(std::move(r));
       return {};
@@ -374,7 +430,12 @@ Result<void> run_bench(BenchOptions o) {
       if (p > 0) QRUN_TRY(add_test(p, 0));
     }
     for (int64_t n : o.n_gen) {
-      if (n > 0) QRUN_TRY(add_test(0, n));
+      if (n <= 0) continue;
+      QRUN_TRY(add_test(0, n));
+      if (o.grammar.grammar != nullptr) {
+        QRUN_TRY(add_test(0, n, TgMode::kSampled));
+        QRUN_TRY(add_test(0, n, TgMode::kGrammar));
+      }
     }
   }
   for (BenchRecord& r : records) {
@@ -413,11 +474,14 @@ void register_bench(CLI::App& app, Action* selected) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", o->json, "Print a JSON array of records (llama-bench's field names)");
+  add_grammar_flags(cmd, o->grammar);
   cmd->add_flag("--memory", o->memory,
                 "Measure the memory read bandwidth (alone: without -m, only that)");
   cmd->footer(
       "-c defaults to max(-p) + max(-n). tg tests measure the memory read bandwidth (about a\n"
       "second) and report weights read per token x t/s and its share of that bandwidth.\n"
+      "With a grammar flag, each tg test also runs sampled (the default chain, seed 1234)\n"
+      "without and with the grammar: 'tgN sampled' and 'tgN grammar'.\n"
       "Exit codes: 0 ok, 2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context "
       "overflow.");
   cmd->callback([o, selected] { *selected = [o] { return run_bench(*o); }; });

@@ -45,14 +45,24 @@ std::string version_text() {
 // llama.cpp's multi-letter single-dash flags, which CLI11 cannot declare, spelled as the
 // long flags they stand for.
 std::vector<char*> with_aliases(int argc, char** argv) {
-  static char kSystemPrompt[] = "--system-prompt";
-  static char kParallel[] = "--parallel";
-  static char kModelDraft[] = "--model-draft";
+  struct Alias {
+    std::string_view short_name;
+    const char* long_name;
+  };
+  static constexpr Alias kAliases[] = {
+      {"-sys", "--system-prompt"},
+      {"-np", "--parallel"},
+      {"-md", "--model-draft"},
+      {"-jf", "--json-schema-file"},
+  };
   std::vector<char*> args(argv, argv + argc);
   for (char*& a : args) {
-    if (std::string_view(a) == "-sys") a = kSystemPrompt;
-    if (std::string_view(a) == "-np") a = kParallel;
-    if (std::string_view(a) == "-md") a = kModelDraft;
+    for (const Alias& alias : kAliases) {
+      // CLI11 takes char* but never writes through it.
+      if (alias.short_name != a) continue;
+      a = const_cast<char*>(alias.long_name);
+      break;
+    }
   }
   return args;
 }

@@ -173,6 +173,16 @@ Result<void> set_schema(SamplingFlags& f, const std::string& flag, std::string_v
 }
 
 using Setter = Result<void> (*)(SamplingFlags&, std::string_view key, std::string_view value);
+
+// The grammar flags share this: an empty value removes the grammar, any other is handed
+// to `load` (which parses it, or reads and parses a file).
+using GrammarLoader = Result<void> (*)(SamplingFlags&, std::string_view value);
+Result<void> set_or_clear_grammar(SamplingFlags& f, std::string_view value, GrammarLoader load) {
+  if (!value.empty()) return load(f, value);
+  f.grammar = nullptr;
+  f.grammar_file.clear();
+  return {};
+}
 using Getter = std::string (*)(const SamplingFlags&);
 
 struct FlagSpec {
@@ -183,6 +193,7 @@ struct FlagSpec {
   Setter set;
   Getter get;
   bool repeatable = false;
+  const char* grammar_flag = nullptr;  // for the grammar flags: the name errors show
 };
 
 constexpr float kBig = 1e30f;
@@ -305,63 +316,66 @@ const FlagSpec kFlags[] = {
      [](const SamplingFlags& f) { return std::string(f.ignore_eos ? "true" : "false"); }},
     {"--grammar", "grammar", "TEXT", "Constrain the output to a GBNF grammar (llama.cpp's syntax)",
      [](SamplingFlags& f, std::string_view, std::string_view v) {
-       if (v.empty()) {
-         f.grammar = nullptr;
-         f.grammar_file.clear();
-         return Result<void>();
-       }
-       return set_grammar(f, "--grammar", v, "");
+       return set_or_clear_grammar(f, v, [](SamplingFlags& g, std::string_view text) {
+         return set_grammar(g, "--grammar", text, "");
+       });
      },
-     nullptr},
+     nullptr, false, "--grammar"},
     {"--grammar-file", "grammar-file", "FILE", "Constrain the output to the GBNF grammar in FILE",
      [](SamplingFlags& f, std::string_view, std::string_view v) {
-       if (v.empty()) {
-         f.grammar = nullptr;
-         f.grammar_file.clear();
-         return Result<void>();
-       }
-       const std::string path(v);
-       Result<std::string> text = read_text_file("--grammar-file", path);
-       if (!text.ok()) return Result<void>(text.error());
-       return set_grammar(f, "--grammar-file " + path, *text, path);
+       return set_or_clear_grammar(f, v, [](SamplingFlags& g, std::string_view file) {
+         const std::string path(file);
+         Result<std::string> text = read_text_file("--grammar-file", path);
+         if (!text.ok()) return Result<void>(text.error());
+         return set_grammar(g, "--grammar-file " + path, *text, path);
+       });
      },
-     nullptr},
+     nullptr, false, "--grammar-file"},
     {"-j,--json-schema", "json-schema", "SCHEMA",
      "Constrain the output to JSON valid under a JSON Schema (a subset; see README)",
      [](SamplingFlags& f, std::string_view, std::string_view v) {
-       if (v.empty()) {
-         f.grammar = nullptr;
-         f.grammar_file.clear();
-         return Result<void>();
-       }
-       return set_schema(f, "--json-schema", v);
+       return set_or_clear_grammar(f, v, [](SamplingFlags& g, std::string_view schema) {
+         return set_schema(g, "--json-schema", schema);
+       });
      },
-     nullptr},
+     nullptr, false, "-j/--json-schema"},
     {"--json-schema-file", "json-schema-file", "FILE",
-     "Constrain the output to JSON valid under the JSON Schema in FILE",
+     "Constrain the output to JSON valid under the JSON Schema in FILE (also -jf)",
      [](SamplingFlags& f, std::string_view, std::string_view v) {
-       if (v.empty()) {
-         f.grammar = nullptr;
-         f.grammar_file.clear();
-         return Result<void>();
-       }
-       const std::string path(v);
-       Result<std::string> text = read_text_file("--json-schema-file", path);
-       if (!text.ok()) return Result<void>(text.error());
-       return set_schema(f, "--json-schema-file " + path, *text);
+       return set_or_clear_grammar(f, v, [](SamplingFlags& g, std::string_view file) {
+         const std::string path(file);
+         Result<std::string> text = read_text_file("--json-schema-file", path);
+         if (!text.ok()) return Result<void>(text.error());
+         return set_schema(g, "--json-schema-file " + path, *text);
+       });
      },
-     nullptr},
+     nullptr, false, "-jf/--json-schema-file"},
 };
 
 void record(SamplingFlags& flags, Result<void> r) {
   if (!r.ok() && !flags.error) flags.error = r.error();
 }
 
-}  // namespace
+// The grammar options of one command and the names errors give them.
+using GrammarOptions = std::vector<std::pair<const CLI::Option*, const char*>>;
 
-void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags) {
+// kUsage naming the first two when more than one grammar flag was given.
+Result<void> one_grammar_flag(const GrammarOptions& options) {
+  std::vector<const char*> given;
+  for (const auto& [opt, name] : options) {
+    if (opt->count() > 0) given.push_back(name);
+  }
+  if (given.size() < 2) return {};
+  return make_error(ErrorCode::kUsage, format("%s and %s cannot be given together (give one "
+                                              "grammar flag)",
+                                              given[0], given[1]));
+}
+
+void add_flags(CLI::App* cmd, SamplingFlags& flags, bool grammar_only) {
   const SamplingFlags defaults;
+  auto grammar_opts = std::make_shared<GrammarOptions>();
   for (const FlagSpec& spec : kFlags) {
+    if (grammar_only && spec.grammar_flag == nullptr) continue;
     const std::string key = spec.key;
     const Setter set = spec.set;
     CLI::Option* opt = nullptr;
@@ -384,16 +398,35 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags) {
               ->allow_extra_args(false)
               ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     } else {
+      const bool is_grammar = spec.grammar_flag != nullptr;
       opt = cmd->add_option_function<std::string>(
                    spec.cli_names,
-                   [&flags, key, set](const std::string& v) { record(flags, set(flags, key, v)); },
+                   [&flags, key, set, is_grammar, grammar_opts](const std::string& v) {
+                     // Checked before the value is read, so that this error comes first.
+                     if (is_grammar && !flags.error) {
+                       Result<void> one = one_grammar_flag(*grammar_opts);
+                       if (!one.ok()) return record(flags, one);
+                     }
+                     record(flags, set(flags, key, v));
+                   },
                    spec.help)
                 ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
       if (spec.get != nullptr) opt->default_str(spec.get(defaults));
     }
-    opt->group("Sampling");
+    if (spec.grammar_flag != nullptr) grammar_opts->emplace_back(opt, spec.grammar_flag);
+    opt->group(grammar_only ? "Grammar" : "Sampling");
     if (spec.type_name[0] != '\0') opt->type_name(spec.type_name);
   }
+}
+
+}  // namespace
+
+void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags) {
+  add_flags(cmd, flags, /*grammar_only=*/false);
+}
+
+void add_grammar_flags(CLI::App* cmd, SamplingFlags& flags) {
+  add_flags(cmd, flags, /*grammar_only=*/true);
 }
 
 Result<void> set_sampling_flag(SamplingFlags& flags, std::string_view key, std::string_view value) {

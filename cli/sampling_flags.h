@@ -1,7 +1,8 @@
 // The sampling flags shared by `qrun run` and `qrun chat`, named as llama.cpp names them
 // (--temp, --top-k, --top-p, --min-p, --typical, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --mirostat, --mirostat-lr, --mirostat-ent,
-// --logit-bias, --ignore-eos, --stop, -s/--seed, --grammar, --grammar-file), declared once in a
+// --logit-bias, --ignore-eos, --stop, -s/--seed, --grammar, --grammar-file, -j/--json-schema,
+// --json-schema-file), declared once in a
 // table that drives the command line, the chat REPL's /set, /show and --help, and turned into a
 // core SamplingParams.
 #pragma once
@@ -26,8 +27,8 @@ struct SamplingFlags {
   std::vector<std::string> stops;  // --stop, repeatable, backslash escapes processed
   bool ignore_eos = false;
   std::vector<std::string> logit_bias;  // raw "TOKEN(+|-)BIAS" strings, resolved per model
-  // --grammar TEXT or --grammar-file FILE (on the command line
-  // --grammar-file wins if both are given), parsed when set.
+  // --grammar TEXT, --grammar-file FILE, -j/--json-schema SCHEMA or -jf/--json-schema-file
+  // FILE, parsed (converted) when set; on the command line at most one of them.
   std::shared_ptr<const Grammar> grammar;
   std::string grammar_file;  // the path, when the grammar came from --grammar-file
   // The first bad value given on the command line. CLI11 parse errors print two lines, so
@@ -38,6 +39,11 @@ struct SamplingFlags {
 // Declares every sampling flag on `cmd` (in a "Sampling" help group), bound to `flags`.
 // Values are checked as they are parsed; a bad one lands in flags.error.
 void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags);
+
+// Declares only the grammar flags (--grammar, --grammar-file, -j/--json-schema,
+// --json-schema-file; -jf is spelled --json-schema-file before parsing), as `qrun bench`
+// takes them, in a "Grammar" help group.
+void add_grammar_flags(CLI::App* cmd, SamplingFlags& flags);
 
 // Sets one flag by its long name without dashes ("temp", "top-k", "stop", ...), as the
 // REPL's `/set temp=0.2` does. kUsage naming the flag for an unknown key or a bad value

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader: builds tests/fuzz with clang (libFuzzer + ASan + UBSan) in
-# build-fuzz/, seeds a corpus with small Writer-made files, the shared models, vocab and
+# Fuzzes the GGUF reader, then briefly the GBNF parser and JSON Schema converter: builds
+# tests/fuzz with clang (libFuzzer + ASan + UBSan) in build-fuzz/, seeds a corpus with small Writer-made files, the shared models, vocab and
 # invalid files and past findings (tests/fuzz/regressions/), and runs for N seconds. Exits non-zero when the fuzzer finds a crash,
 # a hang or a leak; the input that did it is left in build-fuzz/artifacts/.
 # Usage: scripts/fuzz.sh [SECONDS=60]
@@ -20,7 +20,7 @@ if ! command -v clang++ > /dev/null; then
 fi
 
 CC=clang CXX=clang++ cmake -S "$root/tests/fuzz" -B "$build" > /dev/null
-cmake --build "$build" -j2 --target gguf_fuzz gguf_fuzz_seeds
+cmake --build "$build" -j2 --target gguf_fuzz gguf_fuzz_seeds grammar_fuzz
 
 seeds=$build/seeds
 corpus=$build/corpus
@@ -44,3 +44,17 @@ if ! "$build/gguf_fuzz" "$corpus" "$seeds" \
   exit 1
 fi
 echo "fuzz.sh: no crash in ${seconds}s"
+
+# The GBNF parser, matcher and JSON Schema converter, for a shorter time (their inputs are
+# small): QRUN_FUZZ_GRAMMAR_SECONDS, default 20.
+grammar_seconds=${QRUN_FUZZ_GRAMMAR_SECONDS:-20}
+mkdir -p "$build/grammar_corpus"
+echo "fuzz.sh: running grammar_fuzz for ${grammar_seconds}s"
+if ! "$build/grammar_fuzz" "$build/grammar_corpus" "$root/tests/fuzz/grammar_seeds" \
+    -max_total_time="$grammar_seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    -dict="$root/tests/fuzz/grammar.dict" \
+    -artifact_prefix="$artifacts/" -print_final_stats=1; then
+  echo "fuzz.sh: the fuzzer found a problem; reproduce with: $build/grammar_fuzz $artifacts/<file>" >&2
+  exit 1
+fi
+echo "fuzz.sh: grammar_fuzz: no crash in ${grammar_seconds}s"

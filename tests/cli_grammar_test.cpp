@@ -134,9 +134,9 @@ TEST(CliGrammar, JsonSchemaOutputsValidateAtManySeedsAndTemperatures) {
     }
   }
   const CommandResult bad = run_command(qrun() + " run -q -m " + quote(model()) + " -p x -j " +
-                                        quote(R"({"type": "string", "maxLength": 3})"));
+                                        quote(R"({"type": "string", "not": {}})"));
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_EQ(bad.err, "qrun: --json-schema: unsupported keyword 'maxLength' at $\n");
+  EXPECT_EQ(bad.err, "qrun: --json-schema: unsupported keyword 'not' at $\n");
 }
 
 // The README's pipe example on a real model: greedy gemma-3-270m extracts the fields.
@@ -242,6 +242,33 @@ TEST(SamplingFlagsGrammar, SetClearAndDescribe) {
   ASSERT_TRUE(cli::set_sampling_flag(f, "grammar-file", "").ok());
   EXPECT_EQ(f.grammar, nullptr);
   EXPECT_EQ(cli::describe_sampling_flags(f).find("grammar"), std::string::npos);
+}
+
+// Each of the four grammar settings clears the grammar on an empty value, whichever set it.
+TEST(SamplingFlagsGrammar, EveryGrammarSettingClearsOnEmpty) {
+  const std::filesystem::path schema = temp_dir() / "s.json";
+  std::ofstream(schema) << R"({"type": "integer", "maximum": 9})";
+  const std::filesystem::path gbnf = temp_dir() / "g.gbnf";
+  std::ofstream(gbnf) << "root ::= \"b\"\n";
+  const std::vector<std::pair<const char*, std::string>> settings = {
+      {"grammar", R"(root ::= "a")"},
+      {"grammar-file", gbnf.string()},
+      {"json-schema", R"({"type": "null"})"},
+      {"json-schema-file", schema.string()}};
+  for (const auto& [set_key, value] : settings) {
+    for (const auto& [clear_key, unused] : settings) {
+      cli::SamplingFlags f;
+      ASSERT_TRUE(cli::set_sampling_flag(f, set_key, value).ok()) << set_key;
+      ASSERT_NE(f.grammar, nullptr) << set_key;
+      ASSERT_TRUE(cli::set_sampling_flag(f, clear_key, "").ok()) << clear_key;
+      EXPECT_EQ(f.grammar, nullptr) << set_key << " cleared by " << clear_key;
+      EXPECT_TRUE(f.grammar_file.empty());
+    }
+  }
+  cli::SamplingFlags f;
+  const Result<void> bad = cli::set_sampling_flag(f, "json-schema", R"({"minLength": "x"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "--json-schema: expected a non-negative integer at $.minLength");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
 
 #include "core/grammar/grammar.h"
 #include "core/grammar/json_schema.h"
@@ -84,20 +86,340 @@ TEST(JsonSchema, ArraysEnumsConstsAndTypeLists) {
   EXPECT_FALSE(accepts(nested, R"({"p":{}})"));
 }
 
+// enum and const keep to `type` (an enum under allOf with a type, too).
+TEST(JsonSchema, EnumAndConstKeepToTheType) {
+  const auto g = schema_grammar(R"({"type": "string", "enum": ["a", 1, null, "b"]})");
+  EXPECT_TRUE(accepts(g, R"("a")"));
+  EXPECT_TRUE(accepts(g, R"("b")"));
+  EXPECT_FALSE(accepts(g, "1"));
+  EXPECT_FALSE(accepts(g, "null"));
+  const auto ints =
+      schema_grammar(R"({"allOf": [{"enum": [1, 2.0, 2.5, "3"]}, {"type": "integer"}]})");
+  EXPECT_TRUE(accepts(ints, "1"));
+  EXPECT_TRUE(accepts(ints, "2.0"));
+  EXPECT_FALSE(accepts(ints, "2.5"));
+  EXPECT_FALSE(accepts(ints, R"("3")"));
+  EXPECT_EQ(schema_error(R"({"type": "string", "const": 1})"),
+            "the value is not of 'type' at $.const");
+  EXPECT_EQ(schema_error(R"({"type": "null", "enum": [1, "a"]})"),
+            "no value is of 'type' at $.enum");
+}
+
+// additionalProperties as a schema: extra pairs after the listed ones, under any key but
+// the listed names, valid under that schema.
+TEST(JsonSchema, AdditionalPropertiesSchema) {
+  const auto g =
+      schema_grammar(R"({"properties": {"ab": {"type": "integer"}, "a": {"type": "null"}},
+      "required": ["ab"], "additionalProperties": {"type": "string"}})");
+  ASSERT_NE(g, nullptr);
+  for (const char* yes : {R"({"ab":1})", R"({"ab":1,"a":null})", R"({"ab":1,"x":"s","abc":"t"})",
+                          R"({"ab":1,"a":null,"":"e","b":"u"})"}) {
+    EXPECT_TRUE(accepts(g, yes)) << yes;
+  }
+  for (const char* no : {R"({"ab":1,"x":2})", R"({"ab":1,"a":"s"})", R"({"ab":1,"ab":"s"})",
+                         R"({"x":"s"})", R"({"ab":1,"x":"s","a":null})"}) {
+    EXPECT_FALSE(accepts(g, no)) << no;
+  }
+  const auto any = schema_grammar(R"({"type": "object", "additionalProperties": true})");
+  EXPECT_TRUE(accepts(any, R"({"k":[1,{"z":null}],"j":"v"})"));
+  EXPECT_TRUE(accepts(any, "{}"));
+  // In allOf, a property only one branch lists falls under the other's additionalProperties.
+  const auto merged = schema_grammar(R"({"allOf": [
+      {"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "integer", "maximum": 5}},
+      {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]})");
+  EXPECT_TRUE(accepts(merged, R"({"b":5})"));
+  EXPECT_FALSE(accepts(merged, R"({"b":6})"));
+  EXPECT_TRUE(accepts(merged, R"({"b":1,"zz":3})"));
+  EXPECT_FALSE(accepts(merged, R"({"b":1,"zz":7})"));
+}
+
 TEST(JsonSchema, UnsupportedKeywordsNameTheKeywordAndPath) {
-  EXPECT_EQ(schema_error(R"({"type": "string", "minLength": 2})"),
-            "unsupported keyword 'minLength' at $");
-  EXPECT_EQ(schema_error(R"({"properties": {"a": {"items": {"pattern": "x"}}}})"),
-            "unsupported keyword 'pattern' at $.properties.a.items");
+  EXPECT_EQ(schema_error(R"({"type": "string", "not": {"const": "a"}})"),
+            "unsupported keyword 'not' at $");
+  EXPECT_EQ(schema_error(R"({"properties": {"a": {"items": {"uniqueItems": true}}}})"),
+            "unsupported keyword 'uniqueItems' at $.properties.a.items");
   EXPECT_EQ(schema_error(R"({"type": "strin"})"), "unsupported type 'strin' at $.type");
   EXPECT_EQ(schema_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})"),
             "'b' is not in properties at $.required");
-  EXPECT_EQ(schema_error(R"({"type": "object", "additionalProperties": true})"),
-            "only false is supported at $.additionalProperties");
+  EXPECT_EQ(schema_error(R"({"properties": {"\u00e9": {}}, "additionalProperties": true})"),
+            "supported only when every property name is printable ASCII without '\"' and '\\' "
+            "at $.additionalProperties");
   EXPECT_EQ(schema_error(R"({"enum": []})"), "expected a non-empty array at $.enum");
-  EXPECT_EQ(schema_error(R"({"anyOf": [{}]})"), "unsupported keyword 'anyOf' at $");
+  EXPECT_EQ(schema_error(R"({"anyOf": []})"), "expected a non-empty array at $.anyOf");
   EXPECT_EQ(schema_error("[1]"), "a schema must be an object or true at $");
   EXPECT_EQ(schema_error("{"), "not JSON");
+  EXPECT_EQ(schema_error(R"({"type": "number", "minimum": 0})"),
+            "only integers take bounds ('type': 'integer') at $.minimum");
+  EXPECT_EQ(schema_error(R"({"type": "string", "format": "email"})"),
+            "unsupported format 'email' (supported: date, time, date-time, uuid) at $.format");
+  EXPECT_EQ(schema_error(R"({"$ref": "other.json#/a"})"),
+            "only local references (#/$defs/..., #/definitions/...) are supported, not "
+            "'other.json#/a' at $.$ref");
+  EXPECT_EQ(schema_error(R"({"$ref": "#/$defs/nope"})"),
+            "'#/$defs/nope' does not resolve at $.$ref");
+  EXPECT_EQ(schema_error(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
+            "no integer lies between the bounds (5 > 4) at $");
+  EXPECT_EQ(schema_error(R"({"type": "array", "maxItems": 20000})"),
+            "at most 10000 is supported at $.maxItems");
+  EXPECT_EQ(schema_error(R"({"type": "string", "pattern": "a", "minLength": 2})"),
+            "'pattern' with 'minLength'/'maxLength' is not supported at $");
+  EXPECT_EQ(schema_error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})"),
+            "allOf: no type satisfies every branch ('type' \"string\" and \"integer\") at "
+            "$.allOf[1]");
+  EXPECT_EQ(schema_error(R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})"),
+            "allOf: the branches give 'pattern' different values, which cannot be merged at "
+            "$.allOf[1]");
+  EXPECT_EQ(schema_error(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"),
+            "the schema's grammar is refused: the grammar is left-recursive: rule 'ref-a-1' can "
+            "reach itself without consuming a character");
+}
+
+TEST(JsonSchema, PatternErrorsNameTheConstructColumnAndPath) {
+  for (const auto& [pattern, what] : {
+           std::pair{"a(?=b)",
+                     "column 2: '(?' (lookaround and named groups are not in the subset)"},
+           std::pair{"(a)\\1",
+                     "column 4: the escape '\\1' (backreferences, \\b, \\p{...} and the "
+                     "like are not in the subset)"},
+           std::pair{"a^b",
+                     "column 2: an anchor '^' other than at the start or end of the pattern"},
+           std::pair{"a{2", "column 4: '}' closing the repetition"},
+           std::pair{"(ab", "column 4: ')' closing the group"},
+           std::pair{"ab)", "column 3: an unmatched ')'"},
+           std::pair{"*a", "column 1: something to repeat before the quantifier"},
+           std::pair{"[b-a]", "column 2: a range whose end is not below its start"},
+           std::pair{"a{1001}", "column 2: a repetition of at most 1000"},
+           std::pair{"a**", "column 3: a quantifier after a quantifier (possessive or nested)"},
+       }) {
+    nlohmann::json schema = {
+        {"type", "object"}, {"properties", {{"code", {{"type", "string"}, {"pattern", pattern}}}}}};
+    EXPECT_EQ(schema_error(schema.dump()), std::string("unsupported regex in 'pattern' (") + what +
+                                               ") at $.properties.code.pattern")
+        << pattern;
+  }
+}
+
+TEST(JsonSchema, AnyOfOneOfAndSiblingKeywords) {
+  const auto g =
+      schema_grammar(R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 2},
+      {"type": "object", "properties": {"a": {"type": "null"}}, "required": ["a"]}]})");
+  ASSERT_NE(g, nullptr);
+  for (const char* yes : {"12", "\"ab\"", "\"\"", R"({"a":null})"})
+    EXPECT_TRUE(accepts(g, yes)) << yes;
+  for (const char* no : {"1.5", "\"abc\"", "{}", "null", "true"})
+    EXPECT_FALSE(accepts(g, no)) << no;
+  const auto one = schema_grammar(R"({"oneOf": [{"const": 1}, {"type": "boolean"}]})");
+  EXPECT_TRUE(accepts(one, "1"));
+  EXPECT_TRUE(accepts(one, "false"));
+  EXPECT_FALSE(accepts(one, "2"));
+  // Keywords beside anyOf apply to every branch.
+  const auto shared =
+      schema_grammar(R"({"type": "object", "properties": {"kind": {"type": "string"}},
+      "required": ["kind"], "anyOf": [{"properties": {"n": {"type": "integer"}}, "required": ["n"]},
+      {"properties": {"s": {"type": "string"}}, "required": ["s"]}]})");
+  ASSERT_NE(shared, nullptr);
+  EXPECT_TRUE(accepts(shared, R"({"kind":"a","n":1})"));
+  EXPECT_TRUE(accepts(shared, R"({"kind":"a","s":"x"})"));
+  EXPECT_FALSE(accepts(shared, R"({"n":1})"));
+  EXPECT_FALSE(accepts(shared, R"({"kind":"a"})"));
+}
+
+TEST(JsonSchema, AllOfMergesObjects) {
+  const auto g = schema_grammar(R"({"allOf": [
+      {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+      {"properties": {"b": {"type": "string"}, "a": {"minimum": 0}}, "required": ["b"]}]})");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(accepts(g, R"({"a":3,"b":"x"})"));
+  EXPECT_FALSE(accepts(g, R"({"a":-3,"b":"x"})"));  // both branches' constraints on a
+  EXPECT_FALSE(accepts(g, R"({"a":3})"));
+  EXPECT_FALSE(accepts(g, R"({"b":"x"})"));
+  // A closed branch keeps the other's extra properties out; required ones are an error.
+  const auto closed = schema_grammar(R"({"allOf": [
+      {"properties": {"a": {"type": "integer"}}, "additionalProperties": false},
+      {"properties": {"b": {"type": "string"}}}]})");
+  EXPECT_TRUE(accepts(closed, R"({"a":1})"));
+  EXPECT_FALSE(accepts(closed, R"({"a":1,"b":"x"})"));
+  EXPECT_EQ(schema_error(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+      {"properties": {"b": {}}, "required": ["b"]}]})"),
+            "allOf: 'b' is required by one branch and not allowed by another at $.allOf[1]");
+  // Types intersect; bounds tighten; $ref branches are followed.
+  const auto ints = schema_grammar(R"({"$defs": {"pos": {"minimum": 1}},
+      "allOf": [{"type": ["number", "string"]}, {"type": "integer", "maximum": 9}, {"$ref": "#/$defs/pos"}]})");
+  for (const char* yes : {"1", "9"}) EXPECT_TRUE(accepts(ints, yes)) << yes;
+  for (const char* no : {"0", "10", "\"a\"", "1.5"}) EXPECT_FALSE(accepts(ints, no)) << no;
+}
+
+TEST(JsonSchema, RefsToDefsAndDefinitionsAndRecursion) {
+  const auto g = schema_grammar(R"({"$defs": {"node": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v"]}}, "$ref": "#/$defs/node"})");
+  ASSERT_NE(g, nullptr);
+  for (const char* yes :
+       {R"({"v":1})", R"({"v":1,"kids":[]})", R"({"v":1,"kids":[{"v":2,"kids":[{"v":3}]}]})"}) {
+    EXPECT_TRUE(accepts(g, yes)) << yes;
+  }
+  for (const char* no : {R"({"v":1,"kids":[{}]})", R"({"v":1,"kids":[{"v":"x"}]})", "{}"}) {
+    EXPECT_FALSE(accepts(g, no)) << no;
+  }
+  const auto d = schema_grammar(R"({"definitions": {"id": {"type": "integer", "minimum": 1}},
+      "type": "array", "items": {"$ref": "#/definitions/id"}})");
+  EXPECT_TRUE(accepts(d, "[1,2]"));
+  EXPECT_FALSE(accepts(d, "[0]"));
+  // The whole document by "#", with a property that can stop the recursion.
+  const auto self = schema_grammar(R"({"type": "object", "properties": {"next": {"$ref": "#"}}})");
+  EXPECT_TRUE(accepts(self, R"({"next":{"next":{}}})"));
+  EXPECT_FALSE(accepts(self, R"({"next":{"x":{}}})"));
+  // A $ref with sibling keywords is allOf of the two.
+  const auto sib =
+      schema_grammar(R"({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "maximum": 3})");
+  EXPECT_TRUE(accepts(sib, "3"));
+  EXPECT_FALSE(accepts(sib, "4"));
+}
+
+TEST(JsonSchema, ArraysWithPrefixItemsAndCounts) {
+  const auto g = schema_grammar(
+      R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3})");
+  for (const char* yes : {"[1,2]", "[1,2,3]", "[ 1 , 2 ]"}) EXPECT_TRUE(accepts(g, yes)) << yes;
+  for (const char* no : {"[]", "[1]", "[1,2,3,4]", "[1,\"a\"]"}) EXPECT_FALSE(accepts(g, no)) << no;
+  const auto upto = schema_grammar(R"({"type": "array", "maxItems": 1})");
+  EXPECT_TRUE(accepts(upto, "[]"));
+  EXPECT_TRUE(accepts(upto, "[{\"a\":1}]"));
+  EXPECT_FALSE(accepts(upto, "[1,2]"));
+  const auto at_least = schema_grammar(R"({"items": {"type": "boolean"}, "minItems": 1})");
+  EXPECT_TRUE(accepts(at_least, "[true,false,true]"));
+  EXPECT_FALSE(accepts(at_least, "[]"));
+  const auto none = schema_grammar(R"({"type": "array", "maxItems": 0})");
+  EXPECT_TRUE(accepts(none, "[]"));
+  EXPECT_FALSE(accepts(none, "[1]"));
+  // A tuple: every prefix item, then `items` up to maxItems.
+  const auto tuple = schema_grammar(R"({"prefixItems": [{"type": "string"}, {"type": "integer"}],
+      "items": {"type": "null"}, "maxItems": 3})");
+  for (const char* yes : {R"(["a",1])", R"(["a",1,null])"}) EXPECT_TRUE(accepts(tuple, yes)) << yes;
+  for (const char* no : {R"(["a"])", R"([1,"a"])", R"(["a",1,null,null])", R"(["a",1,2])"}) {
+    EXPECT_FALSE(accepts(tuple, no)) << no;
+  }
+  const auto exact = schema_grammar(R"({"prefixItems": [{"const": "x"}]})");
+  EXPECT_TRUE(accepts(exact, R"(["x"])"));
+  EXPECT_FALSE(accepts(exact, R"(["x",1])"));
+  EXPECT_EQ(schema_error(R"({"prefixItems": [{}, {}], "maxItems": 1})"),
+            "below the number of prefixItems (all of them are written) at $.maxItems");
+}
+
+TEST(JsonSchema, StringLengths) {
+  const auto g = schema_grammar(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  for (const char* yes : {R"("ab")", R"("abc")", R"("a\"")", R"("\u00e9\n")",
+                          "\"\xc3\xa9t\xc3\xa9\"", R"("\ud83d\ude00x")"}) {
+    EXPECT_TRUE(accepts(g, yes)) << yes;
+  }
+  for (const char* no : {R"("a")", R"("abcd")", R"("")", R"("\ud83d")", R"("a\ud83dx")"}) {
+    EXPECT_FALSE(accepts(g, no)) << no;
+  }
+  const auto empty = schema_grammar(R"({"type": "string", "maxLength": 0})");
+  EXPECT_TRUE(accepts(empty, R"("")"));
+  EXPECT_FALSE(accepts(empty, R"("a")"));
+}
+
+// Integer ranges against a direct check of every value in a window around the bounds.
+TEST(JsonSchema, IntegerRangesMatchExactlyTheBoundedValues) {
+  const std::vector<std::pair<std::optional<int64_t>, std::optional<int64_t>>> cases = {
+      {0, 9},
+      {1, 10},
+      {-5, 5},
+      {17, 321},
+      {-321, -17},
+      {100, 100},
+      {0, std::nullopt},
+      {35, std::nullopt},
+      {std::nullopt, 0},
+      {std::nullopt, -35},
+      {-1000, 999},
+      {999, 1001},
+      {std::nullopt, 120},
+      {-120, std::nullopt}};
+  for (const auto& [lo, hi] : cases) {
+    nlohmann::json schema = {{"type", "integer"}};
+    if (lo) schema["minimum"] = *lo;
+    if (hi) schema["maximum"] = *hi;
+    const auto g = schema_grammar(schema.dump());
+    ASSERT_NE(g, nullptr) << schema.dump();
+    for (int64_t v = -1200; v <= 1200; ++v) {
+      const bool want = (!lo || v >= *lo) && (!hi || v <= *hi);
+      ASSERT_EQ(accepts(g, std::to_string(v)), want) << schema.dump() << " " << v;
+    }
+    EXPECT_FALSE(accepts(g, "-0")) << schema.dump();
+    EXPECT_FALSE(accepts(g, "007")) << schema.dump();
+  }
+  // Exclusive and fractional bounds round inward.
+  const auto ex =
+      schema_grammar(R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 5.5})");
+  for (int v = 0; v <= 7; ++v) EXPECT_EQ(accepts(ex, std::to_string(v)), v >= 3 && v <= 5) << v;
+  const auto fr = schema_grammar(R"({"type": "integer", "minimum": -2.5, "maximum": 1.5})");
+  for (int v = -4; v <= 3; ++v) EXPECT_EQ(accepts(fr, std::to_string(v)), v >= -2 && v <= 1) << v;
+  const auto big = schema_grammar(R"({"type": "integer", "minimum": 123456789012})");
+  EXPECT_TRUE(accepts(big, "123456789012"));
+  EXPECT_TRUE(accepts(big, "9999999999999999"));
+  EXPECT_FALSE(accepts(big, "123456789011"));
+}
+
+TEST(JsonSchema, Formats) {
+  const auto date = schema_grammar(R"({"type": "string", "format": "date"})");
+  for (const char* yes : {R"("2024-01-31")", R"("1999-04-30")", R"("2023-02-28")"})
+    EXPECT_TRUE(accepts(date, yes)) << yes;
+  for (const char* no : {R"("2024-04-31")", R"("2024-13-01")", R"("2024-00-10")", R"("24-01-01")",
+                         R"("2024-1-01")", R"("2024-02-30")"}) {
+    EXPECT_FALSE(accepts(date, no)) << no;
+  }
+  const auto time = schema_grammar(R"({"format": "time"})");
+  for (const char* yes : {R"("23:59:59Z")", R"("00:00:00.123+05:30")", R"("12:30:00-08:00")"})
+    EXPECT_TRUE(accepts(time, yes)) << yes;
+  for (const char* no : {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:30:00")", R"("12:30Z")"})
+    EXPECT_FALSE(accepts(time, no)) << no;
+  const auto dt = schema_grammar(R"({"type": "string", "format": "date-time"})");
+  EXPECT_TRUE(accepts(dt, R"("2024-06-01T08:15:00Z")"));
+  EXPECT_FALSE(accepts(dt, R"("2024-06-01 08:15:00Z")"));
+  const auto uuid = schema_grammar(R"({"type": "string", "format": "uuid"})");
+  EXPECT_TRUE(accepts(uuid, R"("123e4567-e89b-12d3-A456-426614174000")"));
+  EXPECT_FALSE(accepts(uuid, R"("123e4567-e89b-12d3-a456-42661417400")"));
+  EXPECT_FALSE(accepts(uuid, R"("123e4567e89b12d3a456426614174000")"));
+}
+
+// Patterns against std::regex (ECMAScript, matched whole) on the decoded strings: every
+// candidate the grammar accepts in JSON form matches, and the other way round.
+TEST(JsonSchema, PatternsAgreeWithStdRegex) {
+  const std::vector<std::string> patterns = {"^[A-Z]{2}-[0-9]{3,4}$",
+                                             "(ab|cd)*e?",
+                                             "a.c",
+                                             "[^a-c]+",
+                                             "\\d+(\\.\\d{1,2})?",
+                                             "^(?:x|y|)z$",
+                                             "\\w\\s\\w",
+                                             "[a\\-z]",
+                                             "colou?r",
+                                             "[\"\\\\]x",
+                                             "\\$\\^\\.",
+                                             "[A-Za-z_][A-Za-z0-9_]*",
+                                             "\\x41\\u0042",
+                                             "a+?b"};
+  const std::vector<std::string> candidates = {
+      "",     "AB-123", "AB-1234", "ab-123", "AB-12",    "AB-12345",  "e",   "abe",  "abcde",
+      "abab", "ac",     "abc",     "a\nc",   "a\"c",     "def",       "dab", "12",   "1.5",
+      "1.55", "1.555",  "z",       "xz",     "yz",       "xyz",       "a b", "a\tb", "ab",
+      "-",    "a",      "color",   "colour", "\"x",      "\\x",       "x",   "$^.",  "_a1",
+      "1a",   "AB",     "aab",     "b",      "\xc3\xa9", "a\xc3\xa9", "aaab"};
+  for (const std::string& pattern : patterns) {
+    const auto g =
+        schema_grammar(nlohmann::json({{"type", "string"}, {"pattern", pattern}}).dump());
+    ASSERT_NE(g, nullptr) << pattern;
+    std::string body = pattern;
+    if (!body.empty() && body.front() == '^') body.erase(0, 1);
+    if (!body.empty() && body.back() == '$' && body[body.size() - 2] != '\\') body.pop_back();
+    const std::regex re(body, std::regex::ECMAScript);
+    for (const std::string& c : candidates) {
+      const bool want = std::regex_match(c, re);
+      EXPECT_EQ(accepts(g, nlohmann::json(c).dump()), want)
+          << pattern << " on " << nlohmann::json(c).dump();
+    }
+  }
 }
 
 }  // namespace
