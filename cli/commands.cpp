@@ -46,9 +46,14 @@ std::string version_text() {
 // long flags they stand for.
 std::vector<char*> with_aliases(int argc, char** argv) {
   static char kSystemPrompt[] = "--system-prompt";
+  static char kCacheTypeK[] = "--cache-type-k";
+  static char kCacheTypeV[] = "--cache-type-v";
   std::vector<char*> args(argv, argv + argc);
   for (char*& a : args) {
-    if (std::string_view(a) == "-sys") a = kSystemPrompt;
+    const std::string_view arg(a);
+    if (arg == "-sys") a = kSystemPrompt;
+    if (arg == "-ctk") a = kCacheTypeK;
+    if (arg == "-ctv") a = kCacheTypeV;
   }
   return args;
 }
