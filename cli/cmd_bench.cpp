@@ -336,15 +336,15 @@ Result<void> run_bench(BenchOptions o) {
   if (max_p == 0 && max_n == 0 && !o.memory) {
     return make_error(ErrorCode::kUsage, "bench: nothing to measure: every -p and -n is 0");
   }
-  // llama-bench sizes the context of a test as n_depth + n_prompt + n_gen; one cache
-  // serves all.
-  const int64_t needed = std::max<int64_t>(1, max_d + std::max(max_p, max_n));
+  // llama-bench sizes the context of a test as n_depth + n_prompt + n_gen; one cache serves
+  // all.
+  const int64_t needed = std::max<int64_t>(1, max_d + max_p + max_n);
   if (o.model.ctx_size <= 0) {
     o.model.ctx_size = needed;
   } else if (o.model.ctx_size < needed) {
     return make_error(
         ErrorCode::kContextOverflow,
-        format("bench: -d %lld + max(-p %lld, -n %lld) need a context of %lld tokens but -c is "
+        format("bench: -d %lld + -p %lld + -n %lld need a context of %lld tokens but -c is "
                "%lld; raise -c or lower -d/-p/-n",
                static_cast<long long>(max_d), static_cast<long long>(max_p),
                static_cast<long long>(max_n), static_cast<long long>(needed),
@@ -447,7 +447,7 @@ void register_bench(CLI::App& app, Action* selected) {
   cmd->add_flag("--memory", o->memory,
                 "Measure the memory read bandwidth (alone: without -m, only that)");
   cmd->footer(
-      "-c defaults to max(-d) + max(max(-p), max(-n)). tg tests measure the memory read bandwidth "
+      "-c defaults to max(-d) + max(-p) + max(-n). tg tests measure the memory read bandwidth "
       "(about a\n"
       "second) and report weights read per token x t/s and its share of that bandwidth.\n"
       "Exit codes: 0 ok, 2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context "
