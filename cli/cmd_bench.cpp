@@ -2,6 +2,8 @@
 // Markdown table and its JSON field names, so the two tools compare line by line.
 //   ppN: N random valid tokens in one forward (chunked by -b), timed to the logits.
 //   tgN: N single-token forwards from an empty cache, as in decoding.
+//   With -d D (llama-bench's depth), D random tokens are prefilled, untimed, before each
+//   run, so the test runs at context depth D ("tg128 @ d4096").
 // Each test runs once to warm up (pp: in full; tg: one token, as llama-bench does), then
 // -r times with the KV cache cleared before each run; t/s is the mean +- sample stddev of
 // the runs. For tg the weights read per token times t/s gives an effective bandwidth,
@@ -38,6 +40,7 @@ struct BenchOptions {
   ModelFlags model;
   std::vector<int64_t> n_prompt{512};
   std::vector<int64_t> n_gen{128};
+  std::vector<int64_t> n_depth{0};
   std::vector<int> threads;  // empty: the backend's default
   int repetitions = 5;
   bool json = false;
@@ -53,6 +56,7 @@ enum class TgMode { kFixed, kSampled, kGrammar };
 struct BenchRecord {
   int64_t n_prompt = 0;
   int64_t n_gen = 0;
+  int64_t n_depth = 0;
   int n_threads = 0;
   TgMode mode = TgMode::kFixed;
   int64_t grammar_restarts = 0;  // times the grammar completed and started again
@@ -68,7 +72,8 @@ struct BenchContext {
   std::string isa;
   size_t weight_bytes_per_token = 0;
   int64_t n_batch = 0;
-  std::string cache_type;
+  std::string type_k;
+  std::string type_v;
 };
 
 double mean(const std::vector<double>& v) {
@@ -126,8 +131,11 @@ const char* mode_name(TgMode m) {
 }
 
 std::string test_name(const BenchRecord& r) {
-  return r.n_prompt > 0 ? format("pp%lld", static_cast<long long>(r.n_prompt))
-                        : format("tg%lld%s", static_cast<long long>(r.n_gen), mode_name(r.mode));
+  std::string name = r.n_prompt > 0
+                         ? format("pp%lld", static_cast<long long>(r.n_prompt))
+                         : format("tg%lld%s", static_cast<long long>(r.n_gen), mode_name(r.mode));
+  if (r.n_depth > 0) name += format(" @ d%lld", static_cast<long long>(r.n_depth));
+  return name;
 }
 
 std::vector<double> samples_ts(const BenchRecord& r) {
@@ -150,20 +158,29 @@ std::vector<int32_t> bench_tokens(const Session& s, int64_t n, uint32_t seed) {
   return tokens;
 }
 
-// One run of a test from an empty cache: tokens in one forward (pp) or one by one (tg).
-// With a sampler, only the first token is taken from `tokens`; each next one is sampled
-// from the logits (the time includes sampling). Returns the nanoseconds it took.
-Result<int64_t> run_once(Session& s, std::span<const int32_t> tokens, bool one_by_one,
+// One run of a test: the cache cleared, the `depth` tokens prefilled in batches of
+// n_batch (untimed), then tokens in one forward (pp) or one by one (tg). With a sampler,
+// only the first token is taken from `tokens`; each next one is sampled from the logits
+// (the time includes sampling). Returns the nanoseconds the test tokens took.
+Result<int64_t> run_once(Session& s, std::span<const int32_t> depth, int64_t n_batch,
+                         std::span<const int32_t> tokens, bool one_by_one,
                          std::vector<float>& logits, Sampler* sampler = nullptr,
                          int64_t* restarts = nullptr) {
   s.kv.clear();
   if (sampler != nullptr) sampler->reset();
+  const int64_t pos0 = static_cast<int64_t>(depth.size());
+  for (int64_t i = 0; i < pos0; i += n_batch) {
+    const int64_t n = std::min(n_batch, pos0 - i);
+    QRUN_TRY(s.model->forward(*s.backend,
+                              depth.subspan(static_cast<size_t>(i), static_cast<size_t>(n)), i,
+                              s.kv, false, logits.data()));
+  }
   const auto t0 = std::chrono::steady_clock::now();
   if (one_by_one) {
     int32_t token = tokens.empty() ? 0 : tokens[0];
     for (size_t i = 0; i < tokens.size(); ++i) {
       QRUN_TRY(s.model->forward(*s.backend, std::span<const int32_t>(&token, 1),
-                                static_cast<int64_t>(i), s.kv, false, logits.data()));
+                                pos0 + static_cast<int64_t>(i), s.kv, false, logits.data()));
       if (sampler == nullptr) {
         if (i + 1 < tokens.size()) token = tokens[i + 1];
         continue;
@@ -179,7 +196,7 @@ Result<int64_t> run_once(Session& s, std::span<const int32_t> tokens, bool one_b
       return *sampler->constraint()->error();
     }
   } else {
-    QRUN_TRY(s.model->forward(*s.backend, tokens, 0, s.kv, false, logits.data()));
+    QRUN_TRY(s.model->forward(*s.backend, tokens, pos0, s.kv, false, logits.data()));
   }
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
       .count();
@@ -188,6 +205,7 @@ Result<int64_t> run_once(Session& s, std::span<const int32_t> tokens, bool one_b
 Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r) {
   const bool tg = r.n_gen > 0;
   const std::vector<int32_t> tokens = bench_tokens(s, tg ? r.n_gen : r.n_prompt, 1234);
+  const std::vector<int32_t> depth = bench_tokens(s, r.n_depth, 4321);
   std::vector<float> logits(static_cast<size_t>(s.model->hparams().n_vocab));
   std::optional<Sampler> sampler;
   if (r.mode != TgMode::kFixed) {
@@ -201,13 +219,13 @@ Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r) {
   std::fflush(stderr);
   std::span<const int32_t> warm_up(tokens);
   if (tg) warm_up = warm_up.first(1);
-  Result<int64_t> ns = run_once(s, warm_up, tg, logits, sp);
+  Result<int64_t> ns = run_once(s, depth, o.model.batch_size, warm_up, tg, logits, sp);
   if (!ns.ok()) return ns.error();
   r.test_time = utc_now();
   for (int i = 0; i < o.repetitions; ++i) {
     std::fprintf(stderr, ", run %d", i + 1);
     std::fflush(stderr);
-    ns = run_once(s, tokens, tg, logits, sp, &r.grammar_restarts);
+    ns = run_once(s, depth, o.model.batch_size, tokens, tg, logits, sp, &r.grammar_restarts);
     if (!ns.ok()) return ns.error();
     r.samples_ns.push_back(std::max<int64_t>(1, *ns));
   }
@@ -251,13 +269,14 @@ nlohmann::ordered_json record_json(const BenchContext& c, const BenchRecord& r) 
   j["model_n_params"] = c.info.n_params;
   j["n_batch"] = c.n_batch;
   j["n_threads"] = r.n_threads;
-  j["type_k"] = c.cache_type;
-  j["type_v"] = c.cache_type;
+  j["type_k"] = c.type_k;
+  j["type_v"] = c.type_v;
   j["n_prompt"] = r.n_prompt;
   j["n_gen"] = r.n_gen;
   j["tg_tokens"] = r.mode == TgMode::kFixed     ? "fixed"
                    : r.mode == TgMode::kSampled ? "sampled"
                                                 : "sampled with grammar";
+  j["n_depth"] = r.n_depth;
   j["test_time"] = r.test_time;
   j["avg_ns"] = static_cast<int64_t>(std::llround(mean(ns)));
   j["stddev_ns"] = static_cast<int64_t>(std::llround(sample_stddev(ns)));
@@ -364,25 +383,28 @@ Result<void> run_memory_only(const BenchOptions& o) {
 }
 
 Result<void> run_bench(BenchOptions o) {
-  int64_t max_p = 0, max_n = 0;
+  int64_t max_p = 0, max_n = 0, max_d = 0;
   for (int64_t p : o.n_prompt) max_p = std::max(max_p, p);
   for (int64_t n : o.n_gen) max_n = std::max(max_n, n);
   if (o.grammar.error) return *o.grammar.error;
+  for (int64_t d : o.n_depth) max_d = std::max(max_d, d);
   if (o.model.model.empty() && o.memory) return run_memory_only(o);
   if (max_p == 0 && max_n == 0 && !o.memory) {
     return make_error(ErrorCode::kUsage, "bench: nothing to measure: every -p and -n is 0");
   }
-  // llama-bench sizes the context of a test as n_prompt + n_gen; one cache serves all.
-  const int64_t needed = std::max<int64_t>(1, max_p + max_n);
+  // llama-bench sizes the context of a test as n_depth + n_prompt + n_gen; one cache serves
+  // all.
+  const int64_t needed = std::max<int64_t>(1, max_d + max_p + max_n);
   if (o.model.ctx_size <= 0) {
     o.model.ctx_size = needed;
   } else if (o.model.ctx_size < needed) {
     return make_error(
         ErrorCode::kContextOverflow,
-        format("bench: -p %lld + -n %lld need a context of %lld tokens but -c is "
-               "%lld; raise -c or lower -p/-n",
-               static_cast<long long>(max_p), static_cast<long long>(max_n),
-               static_cast<long long>(needed), static_cast<long long>(o.model.ctx_size)));
+        format("bench: -d %lld + -p %lld + -n %lld need a context of %lld tokens but -c is "
+               "%lld; raise -c or lower -d/-p/-n",
+               static_cast<long long>(max_d), static_cast<long long>(max_p),
+               static_cast<long long>(max_n), static_cast<long long>(needed),
+               static_cast<long long>(o.model.ctx_size)));
   }
 
   Result<std::unique_ptr<Session>> session = open_session(o.model, /*log=*/true);
@@ -396,7 +418,9 @@ Result<void> run_bench(BenchOptions o) {
   c.isa = kernels::isa_name(isa);
   c.weight_bytes_per_token = weight_bytes_per_token(s.file);
   c.n_batch = o.model.batch_size;
-  c.cache_type = o.model.cache_type;
+  const KvTypes kv_types_chosen = kv_types(o.model);
+  c.type_k = dtype_name(kv_types_chosen.k);
+  c.type_v = dtype_name(kv_types_chosen.v);
 
   std::vector<BenchRecord> records;
   std::map<int, kernels::MemBandwidth> memory;
@@ -416,25 +440,29 @@ Result<void> run_bench(BenchOptions o) {
                    m->gbps, m->passes, human_bytes(static_cast<double>(m->buffer_bytes)).c_str());
       memory.emplace(n_threads, *m);
     }
-    auto add_test = [&](int64_t p, int64_t n, TgMode mode = TgMode::kFixed) -> Result<void> {
+    auto add_test = [&](int64_t p, int64_t n, int64_t d,
+                        TgMode mode = TgMode::kFixed) -> Result<void> {
       BenchRecord r;
       r.n_prompt = p;
       r.n_gen = n;
+      r.n_depth = d;
       r.n_threads = n_threads;
       r.mode = mode;
       QRUN_TRY(run_test(s, o, r));
       records.push_back(std::move(r));
       return {};
     };
-    for (int64_t p : o.n_prompt) {
-      if (p > 0) QRUN_TRY(add_test(p, 0));
-    }
-    for (int64_t n : o.n_gen) {
-      if (n <= 0) continue;
-      QRUN_TRY(add_test(0, n));
-      if (o.grammar.grammar != nullptr) {
-        QRUN_TRY(add_test(0, n, TgMode::kSampled));
-        QRUN_TRY(add_test(0, n, TgMode::kGrammar));
+    for (int64_t d : o.n_depth) {
+      for (int64_t p : o.n_prompt) {
+        if (p > 0) QRUN_TRY(add_test(p, 0, d));
+      }
+      for (int64_t n : o.n_gen) {
+        if (n <= 0) continue;
+        QRUN_TRY(add_test(0, n, d));
+        if (o.grammar.grammar != nullptr) {
+          QRUN_TRY(add_test(0, n, d, TgMode::kSampled));
+          QRUN_TRY(add_test(0, n, d, TgMode::kGrammar));
+        }
       }
     }
   }
@@ -470,6 +498,11 @@ void register_bench(CLI::App& app, Action* selected) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, kMaxBenchTokens));
+  cmd->add_option("-d,--n-depth", o->n_depth,
+                  "Context depths, a comma list: tokens prefilled (untimed) before each run")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, kMaxBenchTokens));
   cmd->add_option("-r,--repetitions", o->repetitions, "Timed runs per test, after one warm-up")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
@@ -478,7 +511,8 @@ void register_bench(CLI::App& app, Action* selected) {
   cmd->add_flag("--memory", o->memory,
                 "Measure the memory read bandwidth (alone: without -m, only that)");
   cmd->footer(
-      "-c defaults to max(-p) + max(-n). tg tests measure the memory read bandwidth (about a\n"
+      "-c defaults to max(-d) + max(-p) + max(-n). tg tests measure the memory read bandwidth "
+      "(about a\n"
       "second) and report weights read per token x t/s and its share of that bandwidth.\n"
       "With a grammar flag, each tg test also runs sampled (the default chain, seed 1234)\n"
       "without and with the grammar: 'tgN sampled' and 'tgN grammar'.\n"

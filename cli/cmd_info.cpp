@@ -1,11 +1,16 @@
 // `qrun info MODEL.gguf [--json] [--tensors]`: what a GGUF file holds, for people and
-// for scripts. Works on any valid GGUF file, runnable or not.
+// for scripts. Works on any valid GGUF file, runnable or not; with --ctx N (and the cache
+// type flags) it also loads the model and states the KV cache bytes at that context.
+#include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.h"
+#include "cli/session.h"
 #include "cli/text_file.h"
 #include "core/model_info.h"
+#include "models/registry.h"
 
 namespace qrun::cli {
 namespace {
@@ -14,7 +19,27 @@ struct InfoOptions {
   std::string model;
   bool json = false;
   bool tensors = false;
+  int64_t ctx = 0;   // > 0: state the KV cache of this many tokens
+  ModelFlags cache;  // only the cache type flags are used
 };
+
+// The KV cache qrun would allocate for the model at --ctx with the chosen types.
+struct KvPlan {
+  int64_t n_ctx = 0;
+  KvTypes types;
+  size_t bytes = 0;
+  size_t bytes_full = 0;  // with every layer holding the whole context
+  std::string summary;    // kv_memory_summary
+};
+
+Result<KvPlan> plan_kv(const gguf::File& file, const InfoOptions& opts) {
+  Result<std::unique_ptr<Model>> model = models::load_model(file);
+  if (!model.ok()) return model.error();
+  Result<KvCache> kv = make_flagged_kv_cache(**model, opts.cache, opts.ctx);  // not touched
+  if (!kv.ok()) return kv.error();
+  return KvPlan{opts.ctx, kv_types(opts.cache), kv->n_bytes(), kv->n_bytes_full(),
+                kv_memory_summary(*kv)};
+}
 
 std::string shape_string(const gguf::TensorInfo& t) {
   std::string s = "[";
@@ -29,7 +54,8 @@ std::string opt_int(int64_t v) {
   return v < 0 ? "-" : std::to_string(v);
 }
 
-void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
+void print_text(const gguf::File& file, const ModelInfo& m, bool tensors,
+                const std::optional<KvPlan>& kv) {
   std::printf("file           %s (%s, GGUF v%u, %zu tensors, %zu metadata keys)\n", m.path.c_str(),
               human_bytes(static_cast<double>(m.file_size)).c_str(), m.gguf_version,
               file.tensors().size(), m.n_metadata);
@@ -47,6 +73,10 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
       opt_int(m.n_head_kv).c_str(), opt_int(m.head_dim).c_str(), opt_int(m.n_ff).c_str(),
       opt_int(m.n_vocab).c_str());
   std::printf("context        %s tokens (trained)\n", opt_int(m.n_ctx_train).c_str());
+  if (kv) {
+    std::printf("kv cache       %lld tokens, %s: %s\n", static_cast<long long>(kv->n_ctx),
+                kv_types_text(kv->types).c_str(), kv->summary.c_str());
+  }
   std::printf("rope           freq_base %s, dims %s, scaling %s\n",
               m.rope_freq_base ? format("%g", *m.rope_freq_base).c_str() : "-",
               opt_int(m.rope_dims).c_str(), m.rope_scaling.c_str());
@@ -93,7 +123,8 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors) {
   }
 }
 
-nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors) {
+nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors,
+                       const std::optional<KvPlan>& kv) {
   using nlohmann::json;
   auto opt = [](int64_t v) { return v < 0 ? json(nullptr) : json(v); };
   json j = {
@@ -135,6 +166,13 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors)
   for (const auto& [name, cb] : m.type_histogram)
     hist[name] = {{"count", cb.first}, {"bytes", cb.second}};
   j["tensor_types"] = hist;
+  if (kv) {
+    j["kv_cache"] = {{"n_ctx", kv->n_ctx},
+                     {"type_k", dtype_name(kv->types.k)},
+                     {"type_v", dtype_name(kv->types.v)},
+                     {"bytes", kv->bytes},
+                     {"bytes_full_layers", kv->bytes_full}};
+  }
   if (tensors) {
     json list = json::array();
     for (const gguf::TensorInfo& t : file.tensors()) {
@@ -155,13 +193,19 @@ Result<void> run_info(const InfoOptions& opts) {
   Result<gguf::File> file = open_gguf("info", opts.model);
   if (!file.ok()) return file.error();
   const ModelInfo m = describe_model(*file);
+  std::optional<KvPlan> kv;
+  if (opts.ctx > 0) {
+    Result<KvPlan> plan = plan_kv(*file, opts);
+    if (!plan.ok()) return plan.error();
+    kv = std::move(*plan);
+  }
   if (opts.json) {
     // Invalid UTF-8 in names or token texts is replaced rather than aborting the dump.
-    std::printf("%s\n", to_json(*file, m, opts.tensors)
+    std::printf("%s\n", to_json(*file, m, opts.tensors, kv)
                             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                             .c_str());
   } else {
-    print_text(*file, m, opts.tensors);
+    print_text(*file, m, opts.tensors, kv);
   }
   return {};
 }
@@ -175,6 +219,11 @@ void register_info(CLI::App& app, Action* selected) {
   add_file_option(cmd, "-m,--model", opts->model, "GGUF file (alternative to the positional form)");
   cmd->add_flag("--json", opts->json, "Print one JSON object instead of text");
   cmd->add_flag("--tensors", opts->tensors, "List every tensor with type, shape and offset");
+  cmd->add_option("--ctx", opts->ctx,
+                  "State the KV cache bytes at this context (loads the model; with "
+                  "--cache-type, -ctk, -ctv)")
+      ->check(CLI::Range(int64_t{1}, int64_t{INT32_MAX}));
+  add_cache_type_flags(cmd, opts->cache);
   cmd->callback([opts, selected] { *selected = [opts] { return run_info(*opts); }; });
 }
 

@@ -80,9 +80,9 @@ Result<void> run_serve(const ServeOptions& o) {
   }
   std::vector<KvCache> slots;
   slots.push_back(std::move(s.kv));  // the session's cache is freed by the first assignment
-  const DType cache_type = o.model.cache_type == "f32" ? DType::kF32 : DType::kF16;
+  const KvTypes cache_types = kv_types(o.model);
   for (int i = 0; i < o.n_parallel; ++i) {
-    Result<KvCache> kv = make_kv_cache(*s.model, slot_ctx, cache_type);
+    Result<KvCache> kv = make_kv_cache(*s.model, slot_ctx, cache_types);
     if (!kv.ok()) return kv.error();
     if (i == 0)
       slots[0] = std::move(*kv);

@@ -50,10 +50,8 @@ std::vector<char*> with_aliases(int argc, char** argv) {
     const char* long_name;
   };
   static constexpr Alias kAliases[] = {
-      {"-sys", "--system-prompt"},
-      {"-np", "--parallel"},
-      {"-md", "--model-draft"},
-      {"-jf", "--json-schema-file"},
+      {"-sys", "--system-prompt"},   {"-np", "--parallel"},      {"-md", "--model-draft"},
+      {"-jf", "--json-schema-file"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
   };
   std::vector<char*> args(argv, argv + argc);
   for (char*& a : args) {

@@ -6,7 +6,9 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "cli/demo_model.h"
@@ -26,11 +28,74 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   cmd->add_option("-b,--batch-size", f.batch_size, "Prompt tokens per forward pass")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--cache-type", f.cache_type, "KV cache element type")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"f16", "f32"}));
+  add_cache_type_flags(cmd, f);
   cmd->add_flag("!--no-warmup", f.warmup,
                 "Skip the warm-up pass at load (the first prompt pays for paging in the weights)");
+}
+
+namespace {
+
+constexpr const char* kKvTypeNames[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+
+// The check of a cache type flag: one line naming the valid values.
+CLI::Validator kv_type_validator() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        for (const char* name : kKvTypeNames) {
+          if (value == name) return {};
+        }
+        return "'" + value + "' is not a KV cache type (use f32, f16, bf16, q8_0 or q4_0)";
+      },
+      "f32|f16|bf16|q8_0|q4_0");
+}
+
+DType kv_dtype(const std::string& name) {
+  std::optional<DType> t = dtype_from_name(name);
+  QRUN_CHECK(t.has_value() && is_kv_cache_type(*t), "KV cache type '%s'", name.c_str());
+  return *t;
+}
+
+}  // namespace
+
+void add_cache_type_flags(CLI::App* cmd, ModelFlags& f) {
+  cmd->add_option("--cache-type", f.cache_type, "KV cache element type of K and V")
+      ->capture_default_str()
+      ->check(kv_type_validator());
+  cmd->add_option("--cache-type-k", f.cache_type_k, "K cache type (-ctk; default: --cache-type)")
+      ->check(kv_type_validator());
+  cmd->add_option("--cache-type-v", f.cache_type_v, "V cache type (-ctv; default: --cache-type)")
+      ->check(kv_type_validator());
+}
+
+KvTypes kv_types(const ModelFlags& f) {
+  return KvTypes(kv_dtype(f.cache_type_k.empty() ? f.cache_type : f.cache_type_k),
+                 kv_dtype(f.cache_type_v.empty() ? f.cache_type : f.cache_type_v));
+}
+
+std::string kv_types_text(const KvTypes& t) {
+  if (t.k == t.v) return dtype_name(t.k);
+  return format("K %s, V %s", dtype_name(t.k), dtype_name(t.v));
+}
+
+Result<KvCache> make_flagged_kv_cache(const Model& model, const ModelFlags& flags, int64_t n_ctx) {
+  const KvTypes types = kv_types(flags);
+  const int64_t head_dim = model.hparams().head_dim;
+  // A quantized type whose blocks do not tile a head: name the flag that chose it.
+  for (const auto& [type, own, flag] :
+       {std::tuple{types.k, flags.cache_type_k, "--cache-type-k"},
+        std::tuple{types.v, flags.cache_type_v, "--cache-type-v"}}) {
+    const std::string problem = kv_head_dim_problem(type, head_dim);
+    if (!problem.empty()) {
+      return make_error(ErrorCode::kUsage, format("%s %s: %s", own.empty() ? "--cache-type" : flag,
+                                                  dtype_name(type), problem.c_str()));
+    }
+  }
+  Result<KvCache> kv = make_kv_cache(model, n_ctx, types);
+  if (!kv.ok()) {  // too large for this machine: say which flag to lower
+    return make_error(kv.error().code, format("--ctx-size %lld: %s", static_cast<long long>(n_ctx),
+                                              kv.error().message.c_str()));
+  }
+  return kv;
 }
 
 Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log) {
@@ -63,12 +128,8 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   int64_t n_ctx = flags.ctx_size;
   if (n_ctx <= 0)
     n_ctx = hp.n_ctx_train > 0 ? std::min(hp.n_ctx_train, kDefaultMaxCtx) : kDefaultMaxCtx;
-  const DType cache_type = flags.cache_type == "f32" ? DType::kF32 : DType::kF16;
-  Result<KvCache> kv = make_kv_cache(**model, n_ctx, cache_type);
-  if (!kv.ok()) {  // too large for this machine: say which flag to lower
-    return make_error(kv.error().code, format("--ctx-size %lld: %s", static_cast<long long>(n_ctx),
-                                              kv.error().message.c_str()));
-  }
+  Result<KvCache> kv = make_flagged_kv_cache(**model, flags, n_ctx);
+  if (!kv.ok()) return kv.error();
 
   if (flags.warmup) {
     const int32_t token = std::max((*tokenizer)->bos(), 0);
@@ -91,7 +152,7 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
         "threads, %s kernels\n",
         s->model_name.c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_layer),
         static_cast<long long>(hp.n_embd), s->tokenizer->n_vocab(), static_cast<long long>(n_ctx),
-        flags.cache_type.c_str(), kv_memory_summary(s->kv).c_str(),
+        kv_types_text(kv_types(flags)).c_str(), kv_memory_summary(s->kv).c_str(),
         static_cast<kernels::CpuBackend&>(*s->backend).n_threads(), kernels::isa_name(*isa));
   }
   return s;

@@ -20,14 +20,29 @@ struct ModelFlags {
   int threads = 0;       // <= 0: one per physical core
   int64_t ctx_size = 0;  // <= 0: the model's context length, capped at kDefaultMaxCtx
   int64_t batch_size = 512;
-  std::string cache_type = "f16";
-  bool warmup = true;  // one forward pass at load (--no-warmup turns it off)
+  std::string cache_type = "f16";  // --cache-type: both K and V
+  std::string cache_type_k;        // -ctk: K alone (empty: cache_type)
+  std::string cache_type_v;        // -ctv: V alone (empty: cache_type)
+  bool warmup = true;              // one forward pass at load (--no-warmup turns it off)
 };
 
 inline constexpr int64_t kDefaultMaxCtx = 4096;
 
-// Declares -m, -t, -c, -b, --cache-type and --no-warmup on `cmd`, bound to `flags`.
+// Declares -m, -t, -c, -b, --cache-type, -ctk/--cache-type-k, -ctv/--cache-type-v and
+// --no-warmup on `cmd`, bound to `flags`.
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
+
+// The KV cache types the flags choose: -ctk and -ctv each override --cache-type for their
+// half, whatever the order.
+KvTypes kv_types(const ModelFlags& flags);
+// The same as text: "q8_0" when K and V agree, else "K q8_0, V f16".
+std::string kv_types_text(const KvTypes& types);
+// Declares -ctk/--cache-type-k, -ctv/--cache-type-v and --cache-type on a command that does
+// not load a model (qrun info), bound to `flags`.
+void add_cache_type_flags(CLI::App* cmd, ModelFlags& flags);
+// A KV cache shaped for `model` with the flags' types and n_ctx, its errors naming the flag
+// (a quantized type needs head_dim a multiple of 32; -c too large for this machine).
+Result<KvCache> make_flagged_kv_cache(const Model& model, const ModelFlags& flags, int64_t n_ctx);
 
 struct Session {
   gguf::File file;

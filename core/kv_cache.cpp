@@ -5,17 +5,33 @@
 #include <algorithm>
 #include <limits>
 #include <new>
+#include <utility>
 
 #include "core/model_info.h"
 
 namespace qrun {
 
+bool is_kv_cache_type(DType type) {
+  return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 ||
+         type == DType::kQ8_0 || type == DType::kQ4_0;
+}
+
+std::string kv_head_dim_problem(DType type, int64_t head_dim) {
+  const int64_t block = type_traits(type).block_elems;
+  if (head_dim % block == 0) return {};
+  return format("needs a head size that is a multiple of %lld; this model's is %lld",
+                static_cast<long long>(block), static_cast<long long>(head_dim));
+}
+
 Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim,
-                                DType type, std::span<const int64_t> windows, int64_t n_batch) {
-  if (type != DType::kF16 && type != DType::kF32) {
-    return make_error(
-        ErrorCode::kUnsupported,
-        format("KV cache type %s is not supported (use f16 or f32)", dtype_name(type)));
+                                KvTypes types, std::span<const int64_t> windows, int64_t n_batch) {
+  for (const DType type : {types.k, types.v}) {
+    if (!is_kv_cache_type(type)) {
+      return make_error(ErrorCode::kUnsupported,
+                        format("KV cache type %s is not supported (use f32, f16, bf16, q8_0 or "
+                               "q4_0)",
+                               dtype_name(type)));
+    }
   }
   if (n_layer <= 0 || n_ctx <= 0 || n_head_kv <= 0 || head_dim <= 0) {
     return make_error(ErrorCode::kUsage,
@@ -23,6 +39,13 @@ Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t n_head_k
                              "%lld, head_dim %lld)",
                              static_cast<long long>(n_layer), static_cast<long long>(n_ctx),
                              static_cast<long long>(n_head_kv), static_cast<long long>(head_dim)));
+  }
+  for (const auto& [name, type] : {std::pair{"K", types.k}, std::pair{"V", types.v}}) {
+    const std::string problem = kv_head_dim_problem(type, head_dim);
+    if (!problem.empty()) {
+      return make_error(ErrorCode::kUsage,
+                        format("%s cache type %s %s", name, dtype_name(type), problem.c_str()));
+    }
   }
   QRUN_CHECK(windows.empty() || static_cast<int64_t>(windows.size()) == n_layer,
              "KV cache: %zu windows for %lld layers", windows.size(),
@@ -32,8 +55,9 @@ Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t n_head_k
   c.n_ctx_ = n_ctx;
   c.n_head_kv_ = n_head_kv;
   c.head_dim_ = head_dim;
-  c.type_ = type;
-  c.row_bytes_ = (type == DType::kF16 ? 2 : 4) * static_cast<size_t>(n_head_kv * head_dim);
+  c.types_ = types;
+  c.k_row_bytes_ = row_size(types.k, n_head_kv * head_dim);
+  c.v_row_bytes_ = row_size(types.v, n_head_kv * head_dim);
   c.layers_.resize(static_cast<size_t>(n_layer));
   for (int64_t il = 0; il < n_layer; ++il) {
     Layer& l = c.layers_[static_cast<size_t>(il)];
@@ -46,18 +70,22 @@ Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t n_head_k
     l.rows = l.window > 0 && l.window - 1 + n_batch < n_ctx ? l.window - 1 + n_batch : n_ctx;
     c.total_rows_ += l.rows;
   }
-  const double total = 2.0 * static_cast<double>(c.row_bytes_) * static_cast<double>(c.total_rows_);
+  const double total =
+      static_cast<double>(c.k_row_bytes_ + c.v_row_bytes_) * static_cast<double>(c.total_rows_);
   if (total > static_cast<double>(std::numeric_limits<int64_t>::max() / 2)) {
     return make_error(ErrorCode::kUsage, format("KV cache of %lld tokens is too large",
                                                 static_cast<long long>(n_ctx)));
   }
-  size_t offset = 0;
+  size_t k_offset = 0;
+  size_t v_offset = 0;
   for (Layer& l : c.layers_) {
-    l.offset = offset;
-    offset += c.row_bytes_ * static_cast<size_t>(l.rows);
+    l.k_offset = k_offset;
+    l.v_offset = v_offset;
+    k_offset += c.k_row_bytes_ * static_cast<size_t>(l.rows);
+    v_offset += c.v_row_bytes_ * static_cast<size_t>(l.rows);
   }
-  c.k_.reset(new (std::nothrow) uint8_t[offset]);
-  c.v_.reset(new (std::nothrow) uint8_t[offset]);
+  c.k_.reset(new (std::nothrow) uint8_t[k_offset]);
+  c.v_.reset(new (std::nothrow) uint8_t[v_offset]);
   if (!c.k_ || !c.v_) {
     return make_error(ErrorCode::kRuntime,
                       format("cannot allocate a KV cache of %.1f MiB for %lld tokens",
@@ -70,8 +98,8 @@ KvLayerView KvCache::layer(int64_t il) {
   QRUN_CHECK(il >= 0 && il < n_layer_, "KV cache layer %lld of %lld", static_cast<long long>(il),
              static_cast<long long>(n_layer_));
   const Layer& l = layers_[static_cast<size_t>(il)];
-  return KvLayerView{type_,  k_.get() + l.offset, v_.get() + l.offset,
-                     l.rows, n_head_kv_,          head_dim_};
+  return KvLayerView{types_.k,   types_.v, k_.get() + l.k_offset, v_.get() + l.v_offset, l.rows,
+                     n_head_kv_, head_dim_};
 }
 
 void KvCache::set_n_tokens(int64_t n) {
@@ -101,6 +129,16 @@ void KvCache::truncate(int64_t n) {
 
 std::string kv_memory_summary(const KvCache& kv) {
   std::string s = human_bytes(static_cast<double>(kv.n_bytes())) + " KV";
+  if (kv.k_type() != kv.v_type()) {
+    const int64_t elems = kv.n_head_kv() * kv.head_dim();
+    const double rows =
+        static_cast<double>(kv.n_bytes()) /
+        static_cast<double>(row_size(kv.k_type(), elems) + row_size(kv.v_type(), elems));
+    s += format(" (K %s %s, V %s %s)", dtype_name(kv.k_type()),
+                human_bytes(rows * static_cast<double>(row_size(kv.k_type(), elems))).c_str(),
+                dtype_name(kv.v_type()),
+                human_bytes(rows * static_cast<double>(row_size(kv.v_type(), elems))).c_str());
+  }
   if (kv.n_bytes() < kv.n_bytes_full()) {
     s += ", " + human_bytes(static_cast<double>(kv.n_bytes_full() - kv.n_bytes())) +
          " less than full layers";

@@ -1,5 +1,6 @@
 // The KV cache of one sequence: per layer, K and V rows for the positions a model reads,
-// allocated once (F16 by default, F32 on request). A layer attends either every position
+// allocated once (F16 by default; K and V each F32, F16, BF16, Q8_0 or Q4_0, quantized
+// rows in GGML's block layout). A layer attends either every position
 // (n_ctx rows, row p for position p) or a sliding window of the last `window` positions,
 // kept as a ring of window - 1 + n_batch rows (position p in row p % rows), so a long context
 // costs O(window) there. n_tokens() positions hold valid rows; models append at n_tokens()
@@ -20,15 +21,32 @@
 
 namespace qrun {
 
+// The element types of the K and V rows. A single type converts to both.
+struct KvTypes {
+  DType k = DType::kF16;
+  DType v = DType::kF16;
+  KvTypes() = default;
+  KvTypes(DType both) : k(both), v(both) {}  // NOLINT(google-explicit-constructor)
+  KvTypes(DType k_type, DType v_type) : k(k_type), v(v_type) {}
+};
+
+// Whether `type` can hold KV rows: F32, F16, BF16, Q8_0 or Q4_0.
+bool is_kv_cache_type(DType type);
+// Why `type` cannot hold rows of head_dim elements per head ("needs a head size that is a
+// multiple of 32; ..."), or an empty string when it can. is_kv_cache_type(type).
+std::string kv_head_dim_problem(DType type, int64_t head_dim);
+
 class KvCache {
  public:
   // n_layer layers of n_head_kv * head_dim elements per row, for n_ctx positions. windows:
   // empty, or one entry per layer, 0 for a layer that reads every position, w > 0 for a
   // sliding window of w positions; n_batch (> 0 when any window is set) is the most tokens a
-  // model writes in one pass, which a ring must hold beside the window. type: kF16 or kF32
-  // (anything else is ErrorCode::kUnsupported); sizes must be positive (kUsage).
+  // model writes in one pass, which a ring must hold beside the window. types: each
+  // is_kv_cache_type (else ErrorCode::kUnsupported), a quantized one with head_dim a
+  // multiple of its block size (else kUsage, saying which of K and V); sizes must be
+  // positive (kUsage).
   static Result<KvCache> create(int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim,
-                                DType type = DType::kF16, std::span<const int64_t> windows = {},
+                                KvTypes types = {}, std::span<const int64_t> windows = {},
                                 int64_t n_batch = 0);
 
   KvCache(KvCache&&) noexcept = default;
@@ -38,7 +56,8 @@ class KvCache {
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_head_kv() const { return n_head_kv_; }
   int64_t head_dim() const { return head_dim_; }
-  DType type() const { return type_; }
+  DType k_type() const { return types_.k; }
+  DType v_type() const { return types_.v; }
   // Positions that hold valid K/V rows.
   int64_t n_tokens() const { return n_tokens_; }
   int64_t n_free() const { return n_ctx_ - n_tokens_; }
@@ -46,9 +65,12 @@ class KvCache {
   int64_t layer_rows(int64_t il) const { return layers_[static_cast<size_t>(il)].rows; }
   // Bytes of K and V storage together, and what they would be with every layer holding the
   // whole context (the two differ only with sliding windows).
-  size_t n_bytes() const { return 2 * row_bytes_ * static_cast<size_t>(total_rows_); }
+  size_t n_bytes() const {
+    return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(total_rows_);
+  }
   size_t n_bytes_full() const {
-    return 2 * row_bytes_ * static_cast<size_t>(n_ctx_) * static_cast<size_t>(n_layer_);
+    return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(n_ctx_) *
+           static_cast<size_t>(n_layer_);
   }
 
   // The storage of layer il, for the backend's kv_store and attention.
@@ -66,7 +88,8 @@ class KvCache {
   struct Layer {
     int64_t window = 0;  // 0: every position
     int64_t rows = 0;
-    size_t offset = 0;  // bytes into k_ and v_
+    size_t k_offset = 0;  // bytes into k_
+    size_t v_offset = 0;  // bytes into v_
   };
 
   KvCache() = default;
@@ -74,10 +97,11 @@ class KvCache {
   int64_t n_ctx_ = 0;
   int64_t n_head_kv_ = 0;
   int64_t head_dim_ = 0;
-  DType type_ = DType::kF16;
+  KvTypes types_;
   int64_t n_tokens_ = 0;
-  int64_t n_written_ = 0;  // the furthest position written since the cache was empty, plus one
-  size_t row_bytes_ = 0;   // bytes of one K (or V) row
+  int64_t n_written_ = 0;   // the furthest position written since the cache was empty, plus one
+  size_t k_row_bytes_ = 0;  // bytes of one K row
+  size_t v_row_bytes_ = 0;  // bytes of one V row
   int64_t total_rows_ = 0;
   std::vector<Layer> layers_;
   std::unique_ptr<uint8_t[]> k_;  // each layer's rows, one layer after the other
@@ -85,6 +109,7 @@ class KvCache {
 };
 
 // "9.0 MiB KV", and with sliding-window rings "9.0 MiB KV, 81.0 MiB less than full layers".
+// When K and V differ in type: "5.1 MiB KV (K q8_0 2.4 MiB, V f16 4.5 MiB)" and the like.
 std::string kv_memory_summary(const KvCache& kv);
 
 }  // namespace qrun

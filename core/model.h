@@ -62,10 +62,10 @@ class Model {
 
 // A KV cache shaped for `model`, sliding-window layers as rings. n_ctx <= 0 means the
 // training context length.
-inline Result<KvCache> make_kv_cache(const Model& model, int64_t n_ctx, DType type = DType::kF16) {
+inline Result<KvCache> make_kv_cache(const Model& model, int64_t n_ctx, KvTypes types = {}) {
   const ModelHparams& hp = model.hparams();
   return KvCache::create(hp.n_layer, n_ctx > 0 ? n_ctx : hp.n_ctx_train, hp.n_head_kv, hp.head_dim,
-                         type, hp.attn_window, model.n_batch());
+                         types, hp.attn_window, model.n_batch());
 }
 
 }  // namespace qrun

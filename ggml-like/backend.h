@@ -19,8 +19,8 @@ enum class Op {
   kGetRows,    // dtype: the embedding table type
   kRmsNorm,    // dtype: the norm weight type
   kRope,       // dtype: kF32 (activations)
-  kKvStore,    // dtype: the KV cache type
-  kAttention,  // dtype: the KV cache type
+  kKvStore,    // dtype: a KV cache type (K or V; each is asked for separately)
+  kAttention,  // dtype: a KV cache type (K or V; each is asked for separately)
   kSwiglu,     // dtype: kF32
   kGeglu,      // dtype: kF32
   kAdd,        // dtype: kF32
@@ -74,19 +74,24 @@ struct RopeParams {
   float attn_factor = 1.0f;  // scales each rotated pair (rope.scaling.attn_factor)
 };
 
-// One layer of a KV cache: k and v hold n_rows rows of n_head_kv * head_dim elements of
-// `type` (kF16 or kF32). Row p % n_rows holds position p: a cache as long as the context
-// is never wrapped, and a sliding-window layer keeps a ring of fewer rows, which must hold
-// every position a token attends to (window - 1 before the first token of a batch, then
-// the batch). Owned by the caller (core/kv_cache).
+// One layer of a KV cache: k holds n_rows rows of n_head_kv * head_dim elements of k_type,
+// v the same of v_type (each kF32, kF16, kBF16, kQ8_0 or kQ4_0; a quantized row is GGML
+// blocks, one KV head after the other, so head_dim is a multiple of the block size). Row
+// p % n_rows holds position p: a cache as long as the context is never wrapped, and a
+// sliding-window layer keeps a ring of fewer rows, which must hold every position a token
+// attends to (window - 1 before the first token of a batch, then the batch). Owned by the
+// caller (core/kv_cache).
 struct KvLayerView {
-  DType type = DType::kF16;
+  DType k_type = DType::kF16;
+  DType v_type = DType::kF16;
   void* k = nullptr;
   void* v = nullptr;
   int64_t n_rows = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   int64_t row_elems() const { return n_head_kv * head_dim; }
+  size_t k_row_bytes() const { return row_size(k_type, row_elems()); }
+  size_t v_row_bytes() const { return row_size(v_type, row_elems()); }
 };
 
 // Causal self-attention, grouped-query: query head h reads KV head h / (n_head / n_head_kv).
@@ -129,7 +134,7 @@ class Backend {
                     std::span<const int32_t> positions, const RopeParams& params) = 0;
 
   // Writes k, v: [n_tokens, n_head_kv * head_dim] to cache rows pos .. pos + n_tokens - 1,
-  // converting to the cache type.
+  // converting to the cache types (quantized rows as llama.cpp's CPU backend writes them).
   virtual void kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
                         const float* v) = 0;
 

@@ -115,7 +115,8 @@ TEST(BackendOps, SupportTable) {
   EXPECT_FALSE(be.supports(Op::kGetRows, DType::kIQ2_XXS));
   EXPECT_TRUE(be.supports(Op::kAttention, DType::kF16));
   EXPECT_TRUE(be.supports(Op::kAttention, DType::kF32));
-  EXPECT_FALSE(be.supports(Op::kAttention, DType::kQ8_0));
+  EXPECT_TRUE(be.supports(Op::kAttention, DType::kQ8_0));
+  EXPECT_FALSE(be.supports(Op::kAttention, DType::kQ4_K));
   EXPECT_TRUE(be.supports(Op::kRmsNorm, DType::kF32));
   EXPECT_FALSE(be.supports(Op::kRmsNorm, DType::kF16));
 }
@@ -386,7 +387,8 @@ TEST(BackendOps, AttentionGroupedQueryMatchesNaiveSoftmax) {
             const size_t elem = cache_type == DType::kF16 ? 2 : 4;
             std::vector<uint8_t> kbuf(static_cast<size_t>(n_ctx * kv_row) * elem);
             std::vector<uint8_t> vbuf(kbuf.size());
-            KvLayerView cache{cache_type, kbuf.data(), vbuf.data(), n_ctx, n_head_kv, head_dim};
+            KvLayerView cache{cache_type, cache_type, kbuf.data(), vbuf.data(),
+                              n_ctx,      n_head_kv,  head_dim};
             // Large q makes scores of tens: the online softmax must not overflow.
             const std::vector<float> kf = random_floats(static_cast<size_t>(n_kv * kv_row), 11);
             const std::vector<float> vf = random_floats(static_cast<size_t>(n_kv * kv_row), 12);

@@ -164,6 +164,24 @@ TEST(CliBench, MemoryAlonePrintsTheBandwidth) {
   EXPECT_GE(j[0]["passes"].get<int>(), 3);
 }
 
+// -d prefills before each run and names the test as llama-bench does; the cache types are
+// in the record, and -c must hold the depth as well.
+TEST(CliBench, DepthAndCacheTypes) {
+  const std::string model = synth_model(temp_dir(), false);  // head size 16: f16, bf16, f32
+  CommandResult r = run_command(qrun() + " bench -m '" + model +
+                                "' -p 0 -n 4 -d 8 -r 1 -ctk bf16 -ctv f32 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["n_depth"], 8);
+  EXPECT_EQ(j[0]["type_k"], "bf16");
+  EXPECT_EQ(j[0]["type_v"], "f32");
+  CommandResult md = run_command(qrun() + " bench -m '" + model + "' -p 0 -n 4 -d 8 -r 1");
+  EXPECT_NE(md.out.find("tg4 @ d8"), std::string::npos) << md.out;
+  CommandResult small = run_command(qrun() + " bench -m '" + model + "' -p 0 -n 4 -d 8 -c 10 -r 1");
+  EXPECT_EQ(small.exit_code, 6) << small.err;
+}
+
 TEST(CliBench, BadInputIsAUsageOrContextError) {
   const std::string model = data_path("models/stories260K.gguf").string();
   for (const char* args : {"-p x", "-p -1", "-n 1,y", "-r 0", "-t 0", "--no-such-flag", "-p 0 -n 0",

@@ -111,6 +111,42 @@ TEST(CliSynth, Gemma3WithItsWindowIsDescribed) {
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
 }
 
+// info --ctx states the KV bytes for the chosen types (gemma3 tiny: 2 layers, 2 KV heads of
+// 32, both local with a window of 16: rings of 16 - 1 + 512 rows, the batch included), and
+// the same model runs with quantized K and V of different types.
+TEST(CliSynth, InfoCtxStatesKvBytesAndQuantizedCachesRun) {
+  const std::string out = (temp_dir() / "gkv.gguf").string();
+  ASSERT_EQ(run_command(qrun() + " synth -o '" + out +
+                        "' --arch gemma3 --like tiny --head-dim 32 --sliding-window 16 --type q8_0")
+                .exit_code,
+            0);
+  const auto kv_json = [&](const std::string& flags) {
+    CommandResult r = run_command(qrun() + " info '" + out + "' --json --ctx 1024 " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["kv_cache"];
+  };
+  const nlohmann::json f16 = kv_json("");
+  const nlohmann::json q8 = kv_json("-ctk q8_0 -ctv q8_0");
+  const nlohmann::json mixed = kv_json("--cache-type q4_0 -ctv f16");
+  EXPECT_EQ(f16["type_k"], "f16");
+  EXPECT_EQ(mixed["type_k"], "q4_0");
+  EXPECT_EQ(mixed["type_v"], "f16");
+  const int64_t row = 2 * 32;  // elements of one K (or V) row
+  const int64_t rows = 2 * (16 - 1 + 512);
+  EXPECT_EQ(f16["bytes"], 2 * row * 2 * rows);
+  EXPECT_EQ(f16["bytes_full_layers"], 2 * row * 2 * 2 * 1024);
+  EXPECT_EQ(q8["bytes"], 2 * row / 32 * 34 * rows);
+  EXPECT_EQ(mixed["bytes"], (row / 32 * 18 + row * 2) * rows);
+  CommandResult text = run_command(qrun() + " info '" + out + "' --ctx 1024 -ctk q8_0");
+  EXPECT_NE(text.out.find("kv cache       1024 tokens, K q8_0, V f16:"), std::string::npos)
+      << text.out;
+  for (const char* flags : {"-ctk q8_0 -ctv q8_0", "--cache-type q4_0", "-ctk bf16 -ctv q8_0"}) {
+    CommandResult gen =
+        run_command(qrun() + " run -m '" + out + "' -p hello -n 4 --temp 0 " + flags);
+    EXPECT_EQ(gen.exit_code, 0) << flags << ": " << gen.err;
+  }
+}
+
 // phi3: LongRoPE is described, the window key is reported as not applied, and it runs.
 TEST(CliSynth, Phi3WithLongRopeIsDescribedAndRuns) {
   const std::string out = (temp_dir() / "p.gguf").string();

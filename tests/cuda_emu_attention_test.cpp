@@ -71,13 +71,15 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
   DeviceArray<float> dq{std::span<const float>(q)};
   DeviceArray<float> dscratch(attention_scratch_floats(c.n_tokens, c.pos0, p));
   DeviceArray<float> dout(q.size());
-  KvLayerView dcache{DType::kF16, dk.data(), dv.data(), c.n_rows, c.n_head_kv, c.head_dim};
+  KvLayerView dcache{DType::kF16, DType::kF16, dk.data(), dv.data(),
+                     c.n_rows,    c.n_head_kv, c.head_dim};
   attention(dq.data(), c.n_tokens, c.pos0, dcache, p, dscratch.data(), dout.data(), Stream{});
   const std::vector<float> got = dout.download();
 
   CpuBackend cpu(1, Isa::kGeneric);
   std::vector<float> cpu_out(q.size());
-  KvLayerView hcache{DType::kF16, k.data(), v.data(), c.n_rows, c.n_head_kv, c.head_dim};
+  KvLayerView hcache{DType::kF16, DType::kF16, k.data(),  v.data(),
+                     c.n_rows,    c.n_head_kv, c.head_dim};
   cpu.attention(q.data(), c.n_tokens, c.pos0, hcache, p, cpu_out.data());
 
   const double eps = std::numeric_limits<float>::epsilon();

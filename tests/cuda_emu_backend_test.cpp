@@ -156,8 +156,10 @@ TEST(CudaEmuBackend, KvStoreAndAttentionDecodeMatchCpu) {
   const int64_t row = n_head_kv * head_dim;
   std::vector<uint16_t> gk(static_cast<size_t>(n_rows * row)), gv(gk.size());
   std::vector<uint16_t> ck(gk.size()), cv(gk.size());
-  const KvLayerView gcache{DType::kF16, gk.data(), gv.data(), n_rows, n_head_kv, head_dim};
-  const KvLayerView ccache{DType::kF16, ck.data(), cv.data(), n_rows, n_head_kv, head_dim};
+  const KvLayerView gcache{DType::kF16, DType::kF16, gk.data(), gv.data(),
+                           n_rows,      n_head_kv,   head_dim};
+  const KvLayerView ccache{DType::kF16, DType::kF16, ck.data(), cv.data(),
+                           n_rows,      n_head_kv,   head_dim};
   AttentionParams p{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(128.0f), 40};
   // A prompt of 5 tokens, then single-token steps past the ring's end (window 40 < 64 rows).
   int64_t pos = 0;

@@ -105,7 +105,7 @@ constexpr int kCounted = 16;
 
 // Allocations during kCounted decode steps (forward of one token + sample + accept) after
 // a 9-token prompt and kWarmup steps; -1 when a step failed.
-int64_t count_decode_allocations(Model& model, kernels::CpuBackend& backend, DType cache_type) {
+int64_t count_decode_allocations(Model& model, kernels::CpuBackend& backend, KvTypes cache_type) {
   Result<KvCache> kv = make_kv_cache(model, 64, cache_type);
   if (!kv.ok()) return -1;
   const int64_t n_vocab = model.hparams().n_vocab;
@@ -181,6 +181,31 @@ TEST(DecodeAlloc, Phi3DecodeStepsAllocateNothing) {
   for (kernels::Isa isa : kernels::host_isas()) {
     kernels::CpuBackend backend(2, isa);
     EXPECT_EQ(count_decode_allocations(**m, backend, DType::kF16), 0) << kernels::isa_name(isa);
+  }
+}
+
+// Quantized and BF16 caches, and K and V of different types (attend_mixed): a llama-shaped
+// synthetic model with a head size of 32, so that Q8_0 and Q4_0 blocks tile a head.
+TEST(DecodeAlloc, QuantizedCacheDecodeStepsAllocateNothing) {
+  Result<gguf::File> vocab = gguf::File::open(test::data_path("models/stories260K.gguf").string());
+  ASSERT_TRUE(vocab.ok());
+  models::SynthOptions o;
+  o.shape = *models::synth_preset("tiny");
+  o.shape.head_dim = 32;
+  o.recipe = "q8_0";
+  const std::string path = (test::temp_dir() / "tiny-hd32.gguf").string();
+  ASSERT_TRUE(models::write_synthetic_model(o, *vocab, path).ok());
+  Result<gguf::File> f = gguf::File::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  for (kernels::Isa isa : kernels::host_isas()) {
+    kernels::CpuBackend backend(2, isa);
+    for (const KvTypes types : {KvTypes(DType::kQ8_0), KvTypes(DType::kQ4_0), KvTypes(DType::kBF16),
+                                KvTypes(DType::kQ8_0, DType::kF16)}) {
+      EXPECT_EQ(count_decode_allocations(**m, backend, types), 0)
+          << kernels::isa_name(isa) << " K " << dtype_name(types.k) << " V " << dtype_name(types.v);
+    }
   }
 }
 

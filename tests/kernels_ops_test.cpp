@@ -365,7 +365,8 @@ TEST(KernelsOps, SlidingWindowAttentionMatchesDirectSoftmax) {
       SCOPED_TRACE(testing::Message() << isa_name(isa) << " rows " << n_rows);
       std::vector<float> kbuf(static_cast<size_t>(n_rows * n_kv_row));
       std::vector<float> vbuf(kbuf.size());
-      const KvLayerView cache{DType::kF32, kbuf.data(), vbuf.data(), n_rows, n_head_kv, head_dim};
+      const KvLayerView cache{DType::kF32, DType::kF32, kbuf.data(), vbuf.data(),
+                              n_rows,      n_head_kv,   head_dim};
       CpuBackend backend(2, isa);
       std::vector<float> got(q.size(), kNaN);
       int64_t pos = 0;
@@ -394,7 +395,7 @@ TEST(KernelsOps, BackendAttentionMatchesGenericBackend) {
   const int64_t batches[][2] = {{20, 37}, {57, 1}};  // pos0, n_tokens
   for (DType type : {DType::kF32, DType::kF16}) {
     std::vector<uint8_t> kbuf(row_size(type, n_ctx * n_kv_row)), vbuf(kbuf.size());
-    const KvLayerView cache{type, kbuf.data(), vbuf.data(), n_ctx, n_head_kv, head_dim};
+    const KvLayerView cache{type, type, kbuf.data(), vbuf.data(), n_ctx, n_head_kv, head_dim};
     CpuBackend generic(1, Isa::kGeneric);
     generic.kv_store(cache, 0, n_ctx, kin.data(), vin.data());
     for (const auto& [pos0, n_tokens] : batches) {
@@ -410,7 +411,7 @@ TEST(KernelsOps, BackendAttentionMatchesGenericBackend) {
           CpuBackend backend(threads, isa);
           // The ISA's F16 store must give the same cache bytes.
           std::vector<uint8_t> k2(kbuf.size()), v2(kbuf.size());
-          const KvLayerView cache2{type, k2.data(), v2.data(), n_ctx, n_head_kv, head_dim};
+          const KvLayerView cache2{type, type, k2.data(), v2.data(), n_ctx, n_head_kv, head_dim};
           backend.kv_store(cache2, 0, n_ctx, kin.data(), vin.data());
           EXPECT_EQ(k2, kbuf);
           EXPECT_EQ(v2, vbuf);

@@ -1,6 +1,7 @@
 // KvCache with sliding-window layers: a window layer is a ring of window - 1 + n_batch rows
 // (never more than n_ctx), the memory figures follow, and keepable()/truncate() refuse a
-// rewind to a point whose window the ring has already overwritten.
+// rewind to a point whose window the ring has already overwritten; K and V of different
+// types (quantized rows are GGML blocks: 34 bytes per 32 Q8_0 values, 18 per 32 Q4_0).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -77,9 +78,49 @@ TEST(KvCache, FullLayersKeepAnyPrefix) {
   EXPECT_EQ(kv.n_free(), kCtx - 3);
 }
 
+TEST(KvCache, KAndVOfDifferentTypes) {
+  const int64_t head_dim = 64;
+  const std::vector<int64_t> windows = {0, 4};
+  Result<KvCache> kv = KvCache::create(2, kCtx, kHeads, head_dim,
+                                       KvTypes(DType::kQ8_0, DType::kQ4_0), windows, kBatch);
+  ASSERT_TRUE(kv.ok()) << kv.error().message;
+  const size_t k_row = 34 * kHeads * head_dim / 32;
+  const size_t v_row = 18 * kHeads * head_dim / 32;
+  EXPECT_EQ(kv->k_type(), DType::kQ8_0);
+  EXPECT_EQ(kv->v_type(), DType::kQ4_0);
+  EXPECT_EQ(kv->n_bytes(), (k_row + v_row) * (kCtx + 6));
+  EXPECT_EQ(kv->n_bytes_full(), (k_row + v_row) * 2 * kCtx);
+  const KvLayerView a = kv->layer(0);
+  const KvLayerView b = kv->layer(1);
+  EXPECT_EQ(a.k_type, DType::kQ8_0);
+  EXPECT_EQ(a.v_type, DType::kQ4_0);
+  EXPECT_EQ(a.k_row_bytes(), k_row);
+  EXPECT_EQ(a.v_row_bytes(), v_row);
+  EXPECT_EQ(static_cast<uint8_t*>(b.k) - static_cast<uint8_t*>(a.k),
+            static_cast<std::ptrdiff_t>(k_row * kCtx));
+  EXPECT_EQ(static_cast<uint8_t*>(b.v) - static_cast<uint8_t*>(a.v),
+            static_cast<std::ptrdiff_t>(v_row * kCtx));
+  const std::string summary = kv_memory_summary(*kv);
+  EXPECT_NE(summary.find("K q8_0"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("V q4_0"), std::string::npos) << summary;
+  // Q8_0 K and V: 17/32 of F16, and BF16 the same as F16.
+  Result<KvCache> f16 = KvCache::create(2, kCtx, kHeads, head_dim, DType::kF16);
+  Result<KvCache> q8 = KvCache::create(2, kCtx, kHeads, head_dim, DType::kQ8_0);
+  Result<KvCache> bf16 = KvCache::create(2, kCtx, kHeads, head_dim, DType::kBF16);
+  EXPECT_EQ(q8->n_bytes() * 32, f16->n_bytes() * 17);
+  EXPECT_EQ(bf16->n_bytes(), f16->n_bytes());
+}
+
 TEST(KvCache, RefusesBadTypesAndSizes) {
-  EXPECT_EQ(KvCache::create(2, kCtx, kHeads, kHeadDim, DType::kQ8_0).error().code,
+  // kHeadDim (8) is not a multiple of a Q8_0 block: a usage error naming K or V and the size.
+  Result<KvCache> q8 =
+      KvCache::create(2, kCtx, kHeads, kHeadDim, KvTypes(DType::kF16, DType::kQ8_0));
+  EXPECT_EQ(q8.error().code, ErrorCode::kUsage);
+  EXPECT_NE(q8.error().message.find("V cache type q8_0"), std::string::npos) << q8.error().message;
+  EXPECT_NE(q8.error().message.find("multiple of 32; this model's is 8"), std::string::npos);
+  EXPECT_EQ(KvCache::create(2, kCtx, kHeads, kHeadDim, DType::kQ4_K).error().code,
             ErrorCode::kUnsupported);
+  EXPECT_TRUE(KvCache::create(2, kCtx, kHeads, kHeadDim, DType::kBF16).ok());
   EXPECT_EQ(KvCache::create(2, 0, kHeads, kHeadDim).error().code, ErrorCode::kUsage);
   EXPECT_EQ(KvCache::create(2, int64_t{1} << 60, kHeads, kHeadDim).error().code, ErrorCode::kUsage);
 }

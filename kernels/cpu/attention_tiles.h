@@ -1,6 +1,9 @@
 // The tile walk of the SIMD attention kernels (avx2/, avx512/ and neon/ ops_attention.cpp),
 // written once: the query heads of one KV head walk the cache in tiles of kTile rows: all scores,
 // then each head's online-softmax weights, then V added to every head's accumulator.
+// attend_mixed walks the same tiles over any other pair of K and V types (KvRowsMixed): the
+// scores by the row functions the kernel table gives (an integer dot for quantized K), V rows
+// widened per tile by the table's to_float, then the same accumulate_tile.
 // Each template takes the ISA's vector ops as `Ops` (a struct of static functions declared
 // in an anonymous namespace of that ISA's file), so every instantiation has internal
 // linkage and is compiled with that file's flags: no AVX-512 copy can be linked into AVX2.
@@ -8,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/ref_kernels.h"
@@ -143,6 +147,103 @@ void attend(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int
     const int64_t n = n_q - h0 < kGroup ? n_q - h0 : kGroup;
     attend_heads<Ops, Elem>(q + h0 * q_stride, q_stride, n, kv, head_dim, scale,
                             out + h0 * out_stride, out_stride);
+  }
+}
+
+// attend_group for mixed K/V types: each head's q converted once to K's dot type, the
+// scores of a tile by kv.k_dot, V rows widened by kv.v_to_float into the tile buffer, then
+// the accumulators as for an F16 cache (kF16V: V is F16) or an F32 one. The softmax sum is
+// always updated with a fused multiply-add, as the reference does.
+template <class Ops, bool kF16V, int kNq>
+void attend_mixed_group(const float* q, int64_t q_stride, const KvRowsMixed& kv, int64_t head_dim,
+                        float scale, float* out, int64_t out_stride) {
+  alignas(64) uint8_t qc[kNq][ref::kMaxQueryBytes];
+  alignas(Ops::kAlign) float acc[kNq][ref::kMaxHeadDim];
+  alignas(Ops::kAlign) float rows[kTile * ref::kMaxHeadDim];  // widened V
+  const float* rp[kTile];
+  float s[kNq][kTile];
+  float ms[kNq][kTile];
+  float vs[kNq][kTile];
+  float m[kNq];
+  float l[kNq];
+  for (int h = 0; h < kNq; ++h) {
+    if (kv.k_quantize != nullptr) {
+      kv.k_quantize(q + h * q_stride, qc[h], head_dim);
+    } else {
+      std::memcpy(qc[h], q + h * q_stride, static_cast<size_t>(head_dim) * sizeof(float));
+    }
+    for (int64_t d = 0; d < head_dim; ++d) acc[h][d] = 0.0f;
+    m[h] = -std::numeric_limits<float>::infinity();
+    l[h] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < kv.n; j0 += kTile) {
+    const int64_t n = kv.n - j0 < kTile ? kv.n - j0 : kTile;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* kr = kv.k + static_cast<size_t>(kv.row(j0 + j)) * kv.k_stride;
+      for (int h = 0; h < kNq; ++h) s[h][j] = kv.k_dot(head_dim, kr, qc[h]) * scale;
+    }
+    bool rescale = false;
+    for (int h = 0; h < kNq; ++h) {
+      rescale |= softmax_weights<Ops, true>(s[h], n, m[h], l[h], ms[h], vs[h]);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      kv.v_to_float(kv.v + static_cast<size_t>(kv.row(j0 + j)) * kv.v_stride, rows + j * head_dim,
+                    head_dim);
+      rp[j] = rows + j * head_dim;
+    }
+    if (rescale) {
+      Ops::template accumulate_tile<kF16V, true, kNq>(acc, rp, n, head_dim, ms, vs);
+    } else {
+      Ops::template accumulate_tile<kF16V, false, kNq>(acc, rp, n, head_dim, ms, vs);
+    }
+  }
+  for (int h = 0; h < kNq; ++h) {
+    const float inv = 1.0f / l[h];
+    for (int64_t d = 0; d < head_dim; ++d) out[h * out_stride + d] = acc[h][d] * inv;
+  }
+}
+
+// The entry point behind attend_mixed: n_q heads in groups of kGroup.
+template <class Ops>
+void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
+                  int64_t head_dim, float scale, float* out, int64_t out_stride) {
+  for (int64_t h0 = 0; h0 < n_q; h0 += kGroup) {
+    const int64_t n = n_q - h0 < kGroup ? n_q - h0 : kGroup;
+    const float* qh = q + h0 * q_stride;
+    float* oh = out + h0 * out_stride;
+    const auto run = [&]<int kNq>() {
+      if (kv.v_type == DType::kF16) {
+        attend_mixed_group<Ops, true, kNq>(qh, q_stride, kv, head_dim, scale, oh, out_stride);
+      } else {
+        attend_mixed_group<Ops, false, kNq>(qh, q_stride, kv, head_dim, scale, oh, out_stride);
+      }
+    };
+    switch (n) {
+      case 1:
+        run.template operator()<1>();
+        break;
+      case 2:
+        run.template operator()<2>();
+        break;
+      case 3:
+        run.template operator()<3>();
+        break;
+      case 4:
+        run.template operator()<4>();
+        break;
+      case 5:
+        run.template operator()<5>();
+        break;
+      case 6:
+        run.template operator()<6>();
+        break;
+      case 7:
+        run.template operator()<7>();
+        break;
+      default:
+        run.template operator()<8>();
+        break;
+    }
   }
 }
 

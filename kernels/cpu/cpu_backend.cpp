@@ -93,7 +93,8 @@ bool CpuBackend::supports(Op op, DType type) const {
       return t->to_float != nullptr;
     case Op::kKvStore:
     case Op::kAttention:
-      return type == DType::kF32 || type == DType::kF16;
+      return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 ||
+             type == DType::kQ8_0 || type == DType::kQ4_0;
     case Op::kRmsNorm:
     case Op::kRope:
     case Op::kSwiglu:

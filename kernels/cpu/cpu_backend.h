@@ -61,6 +61,9 @@ class CpuBackend final : public Backend {
   void softcap(const float* x, int64_t n, float cap, float* out) override;
 
  private:
+  // F32 -> a BF16, Q8_0 or Q4_0 cache row, as llama.cpp's CPU backend converts it (null for
+  // F32 and F16, which kv_store copies or converts itself).
+  FromFloatFn kv_row_converter(DType type) const;
   ThreadPool pool_;
   const CpuKernels* kernels_;
   // A 64-byte aligned view of at least `bytes` of packed_buf_.

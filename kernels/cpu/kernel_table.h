@@ -120,6 +120,34 @@ struct KvRows {
 // head, over the rows `kv`. out rows are out_stride floats apart.
 using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
                           int64_t head_dim, float scale, float* out, int64_t out_stride);
+// The rows of one KV head for attention over any other pair of cache types (K and V each
+// F32, F16, BF16, Q8_0 or Q4_0; both F32 or both F16 take attend_f32 / attend_f16), with
+// the row functions that read them, as llama.cpp's CPU flash attention reads them: each
+// query head is converted once to K's dot type by k_quantize (null: K is F32, q is used as
+// it is), q.k is k_dot(head_dim, K row, converted q), so a quantized K is read by an
+// integer dot product, never dequantized; each V row is widened by v_to_float and added,
+// times its softmax weight, to an accumulator held in F16 (rounded at every step) when
+// v_type is F16 and in float otherwise. k and v point at the KV head's first byte of row 0;
+// rows are k_stride and v_stride bytes apart. first, n, n_ring as in KvRows.
+struct KvRowsMixed {
+  const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
+  size_t k_stride = 0;
+  size_t v_stride = 0;
+  int64_t first = 0;
+  int64_t n = 0;
+  int64_t n_ring = 0;
+  DType v_type = DType::kF32;
+  FromFloatFn k_quantize = nullptr;
+  VecDotFn k_dot = nullptr;
+  ToFloatFn v_to_float = nullptr;
+  int64_t row(int64_t j) const {
+    const int64_t r = first + j;
+    return r < n_ring ? r : r - n_ring;
+  }
+};
+using AttendMixedFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
+                               int64_t head_dim, float scale, float* out, int64_t out_stride);
 // One row of RMS norm with an F32 weight (sum of squares in double): see Backend::rms_norm.
 using RmsNormRowFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* y);
 // out[i] = f(a[i], b[i]) for n elements; out may alias a or b.
@@ -134,6 +162,10 @@ struct CpuKernels {
   std::array<MatmulKernels, kTypeSlots> matmul{};  // indexed by DType id
   AttendFn attend_f32 = nullptr;
   AttendFn attend_f16 = nullptr;
+  AttendMixedFn attend_mixed = nullptr;
+  // Rows of a type widened to float (the reference dequantizers, or the ISA's for the KV
+  // cache types), indexed by DType id; null for a type without a dequantizer.
+  std::array<ToFloatFn, kTypeSlots> to_float{};
   RmsNormRowFn rms_norm_row = nullptr;
   BinaryFn swiglu = nullptr;
   BinaryFn geglu = nullptr;

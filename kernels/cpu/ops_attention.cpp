@@ -3,7 +3,9 @@
 // one (token, KV head) pair, or a slice of its query heads when there are fewer pairs than
 // threads: the query heads that share that KV head are attended together by the ISA's
 // attend kernel, so each K/V row is read once per group, and no n_tokens x n_ctx matrix
-// is ever formed (the kernels use an online softmax; see ref_attention.cpp).
+// is ever formed (the kernels use an online softmax; see ref_attention.cpp). K and V may
+// be of different types; BF16, Q8_0 and Q4_0 rows are stored as llama.cpp's CPU backend
+// converts them and read in place by attend_mixed (kernel_table.h: KvRowsMixed).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -15,37 +17,66 @@
 
 namespace qrun::kernels {
 
+namespace {
+
+bool is_kv_type(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
+         t == DType::kQ4_0;
+}
+
+}  // namespace
+
+FromFloatFn CpuBackend::kv_row_converter(DType type) const {
+  switch (type) {
+    case DType::kBF16:  // the ISA's F32 -> BF16 (round to nearest even), as ggml's from_float
+      return kernels_->for_type(DType::kBF16).quantize_act;
+    case DType::kQ8_0:  // llama.cpp's CPU from_float for Q8_0 is its activation quantizer
+      return kernels_->for_type(DType::kQ8_0).quantize_act;
+    case DType::kQ4_0:  // and for Q4_0 the reference quantizer
+      return type_traits(DType::kQ4_0).from_float;
+    default:
+      return nullptr;
+  }
+}
+
 void CpuBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
                           const float* v) {
   QRUN_CHECK(pos >= 0 && n_tokens >= 0 && n_tokens <= cache.n_rows,
              "kv_store: %lld tokens at position %lld in a cache of %lld rows",
              static_cast<long long>(n_tokens), static_cast<long long>(pos),
              static_cast<long long>(cache.n_rows));
-  QRUN_CHECK(cache.type == DType::kF32 || cache.type == DType::kF16, "kv_store: cache type %s",
-             dtype_name(cache.type));
+  QRUN_CHECK(is_kv_type(cache.k_type) && is_kv_type(cache.v_type), "kv_store: cache types %s, %s",
+             dtype_name(cache.k_type), dtype_name(cache.v_type));
   const int64_t n = cache.row_elems();
-  const size_t row_bytes = row_size(cache.type, n);
   // Token t goes to row (pos + t) % n_rows: a ring wraps once at most, as n_tokens <= n_rows.
-  const auto dst = [&](void* base, int64_t t) {
+  const auto dst = [&](void* base, size_t row_bytes, int64_t t) {
     return static_cast<uint8_t*>(base) + static_cast<size_t>((pos + t) % cache.n_rows) * row_bytes;
   };
-  if (cache.type == DType::kF32) {
-    const int64_t n_first = std::min(n_tokens, cache.n_rows - pos % cache.n_rows);
-    for (const auto& [t0, count] :
-         {std::pair{int64_t{0}, n_first}, std::pair{n_first, n_tokens - n_first}}) {
-      if (count == 0) continue;
-      const size_t bytes = row_bytes * static_cast<size_t>(count);
-      std::memcpy(dst(cache.k, t0), k + t0 * n, bytes);
-      std::memcpy(dst(cache.v, t0), v + t0 * n, bytes);
+  const ToF16Fn to_f16 = kernels_->to_f16;
+  // One of K or V: rows of src converted to `type` (each row whole: a quantized row is
+  // blocks of the whole n_head_kv * head_dim, which every head's blocks tile).
+  const auto store = [&](void* base, DType type, const float* src, int64_t begin, int64_t end) {
+    const size_t row_bytes = row_size(type, n);
+    const FromFloatFn convert = kv_row_converter(type);
+    for (int64_t t = begin; t < end; ++t) {
+      uint8_t* d = dst(base, row_bytes, t);
+      if (type == DType::kF32) {
+        std::memcpy(d, src + t * n, row_bytes);
+      } else if (type == DType::kF16) {
+        to_f16(src + t * n, reinterpret_cast<uint16_t*>(d), n);
+      } else {
+        convert(src + t * n, d, n);
+      }
     }
+  };
+  if (cache.k_type == DType::kF32 && cache.v_type == DType::kF32) {
+    store(cache.k, DType::kF32, k, 0, n_tokens);
+    store(cache.v, DType::kF32, v, 0, n_tokens);
     return;
   }
-  const ToF16Fn to_f16 = kernels_->to_f16;
   pool_.parallel_for(n_tokens, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      to_f16(k + t * n, reinterpret_cast<uint16_t*>(dst(cache.k, t)), n);
-      to_f16(v + t * n, reinterpret_cast<uint16_t*>(dst(cache.v, t)), n);
-    }
+    store(cache.k, cache.k_type, k, begin, end);
+    store(cache.v, cache.v_type, v, begin, end);
   });
 }
 
@@ -68,13 +99,32 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
              "attention: %lld tokens at position %lld (window %lld) in a cache of %lld rows",
              static_cast<long long>(n_tokens), static_cast<long long>(pos0),
              static_cast<long long>(params.window), static_cast<long long>(cache.n_rows));
-  QRUN_CHECK(cache.type == DType::kF32 || cache.type == DType::kF16, "attention: cache type %s",
-             dtype_name(cache.type));
+  QRUN_CHECK(is_kv_type(cache.k_type) && is_kv_type(cache.v_type), "attention: cache types %s, %s",
+             dtype_name(cache.k_type), dtype_name(cache.v_type));
   const int64_t group = n_head / n_head_kv;
-  const int64_t stride = cache.row_elems();
   const int64_t q_row = n_head * head_dim;
-  const size_t elem_bytes = cache.type == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
-  const AttendFn attend = cache.type == DType::kF32 ? kernels_->attend_f32 : kernels_->attend_f16;
+  // Both F32 or both F16: the kernels of those caches; any other pair: attend_mixed with
+  // the table's row functions for the two types (q in K's dot type, V widened per row).
+  const bool same =
+      cache.k_type == cache.v_type && (cache.k_type == DType::kF32 || cache.k_type == DType::kF16);
+  const AttendFn attend = cache.k_type == DType::kF32 ? kernels_->attend_f32 : kernels_->attend_f16;
+  const size_t k_head_bytes = row_size(cache.k_type, head_dim);
+  const size_t v_head_bytes = row_size(cache.v_type, head_dim);
+  KvRowsMixed mixed;
+  if (!same) {
+    const MatmulKernels& kk = kernels_->for_type(cache.k_type);
+    mixed.k_stride = cache.k_row_bytes();
+    mixed.v_stride = cache.v_row_bytes();
+    mixed.v_type = cache.v_type;
+    mixed.k_quantize = kk.act_type == DType::kF32 ? nullptr : kk.quantize_act;
+    mixed.k_dot = kk.vec_dot;
+    mixed.v_to_float = kernels_->to_float[static_cast<size_t>(cache.v_type)];
+    QRUN_CHECK(mixed.k_dot != nullptr && mixed.v_to_float != nullptr &&
+                   (kk.act_type == DType::kF32 || mixed.k_quantize != nullptr) &&
+                   row_size(kk.act_type, head_dim) <= ref::kMaxQueryBytes,
+               "attention: no row kernels for K %s, V %s", dtype_name(cache.k_type),
+               dtype_name(cache.v_type));
+  }
   // Work items are (token, KV head, slice of its query heads). A whole group per item
   // reads each K/V row once for all its heads; when that leaves threads idle (decoding a
   // model with few KV heads on many cores), the group is cut into slices. Each head's
@@ -96,18 +146,28 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
       const int64_t first = item % n_slices * slice;
       const int64_t n_q = std::min(slice, group - first);
       if (n_q <= 0) continue;
-      const size_t kv_offset = static_cast<size_t>(hk * head_dim) * elem_bytes;
       const int64_t pos = pos0 + t;
       const int64_t oldest = params.window > 0 ? std::max<int64_t>(0, pos - params.window + 1) : 0;
-      const KvRows rows{static_cast<const uint8_t*>(cache.k) + kv_offset,
-                        static_cast<const uint8_t*>(cache.v) + kv_offset,
-                        stride,
-                        oldest % cache.n_rows,
-                        pos - oldest + 1,
-                        cache.n_rows};
       const int64_t h0 = hk * group + first;
-      attend(q + t * q_row + h0 * head_dim, head_dim, n_q, rows, head_dim, params.scale,
-             out + t * q_row + h0 * head_dim, head_dim);
+      const uint8_t* k =
+          static_cast<const uint8_t*>(cache.k) + static_cast<size_t>(hk) * k_head_bytes;
+      const uint8_t* v =
+          static_cast<const uint8_t*>(cache.v) + static_cast<size_t>(hk) * v_head_bytes;
+      if (same) {
+        const KvRows rows{
+            k, v, cache.row_elems(), oldest % cache.n_rows, pos - oldest + 1, cache.n_rows};
+        attend(q + t * q_row + h0 * head_dim, head_dim, n_q, rows, head_dim, params.scale,
+               out + t * q_row + h0 * head_dim, head_dim);
+      } else {
+        KvRowsMixed rows = mixed;
+        rows.k = k;
+        rows.v = v;
+        rows.first = oldest % cache.n_rows;
+        rows.n = pos - oldest + 1;
+        rows.n_ring = cache.n_rows;
+        kernels_->attend_mixed(q + t * q_row + h0 * head_dim, head_dim, n_q, rows, head_dim,
+                               params.scale, out + t * q_row + h0 * head_dim, head_dim);
+      }
     }
   });
 }

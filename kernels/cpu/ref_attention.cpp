@@ -3,8 +3,11 @@
 // running sum l, output accumulator rescaled by exp(m_old - m_new) whenever the max
 // grows), so memory stays O(head_dim) whatever the context length. An F16 cache follows
 // llama.cpp's CPU flash-attention rounding step for step (see attend_one_f16); an F32
-// cache is computed in float throughout.
+// cache is computed in float throughout; any other pair of K and V types (attend_one_mixed)
+// is read as llama.cpp reads it: q converted to K's dot type and dotted with each K row
+// (an integer dot for Q8_0 and Q4_0), each V row widened and accumulated.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "ggml-like/fp16.h"
@@ -83,7 +86,57 @@ void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float sc
   for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv;
 }
 
+// Mixed K/V types: q.k by the row functions of `kv` (q converted once); the softmax sum is
+// updated with a fused multiply-add as in attend_one_f16; V rows widened to float and
+// added with a fused multiply-add to an accumulator held in F16 (V is F16: llama.cpp's
+// ggml_vec_mad_f16) or in float (any other V: its ggml_vec_mad_f32 on dequantized rows).
+void attend_one_mixed(const float* q, const KvRowsMixed& kv, int64_t head_dim, float scale,
+                      float* out) {
+  alignas(64) uint8_t qc[kMaxQueryBytes];
+  float vrow[kMaxHeadDim];
+  float acc[kMaxHeadDim];
+  if (kv.k_quantize != nullptr) {
+    kv.k_quantize(q, qc, head_dim);
+  } else {
+    std::memcpy(qc, q, static_cast<size_t>(head_dim) * sizeof(float));
+  }
+  const bool f16_acc = kv.v_type == DType::kF16;
+  for (int64_t d = 0; d < head_dim; ++d) acc[d] = 0.0f;
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0.0f;
+  for (int64_t j = 0; j < kv.n; ++j) {
+    const int64_t r = kv.row(j);
+    const float s = kv.k_dot(head_dim, kv.k + static_cast<size_t>(r) * kv.k_stride, qc) * scale;
+    float ms = 1.0f;
+    float vs = 1.0f;
+    if (s > m) {
+      ms = std::exp(m - s);
+      m = s;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        acc[d] = f16_acc ? round_to_f16(acc[d] * ms) : acc[d] * ms;
+      }
+    } else {
+      vs = std::exp(s - m);
+    }
+    kv.v_to_float(kv.v + static_cast<size_t>(r) * kv.v_stride, vrow, head_dim);
+    for (int64_t d = 0; d < head_dim; ++d) {
+      acc[d] =
+          f16_acc ? round_to_f16(std::fma(vrow[d], vs, acc[d])) : std::fma(vrow[d], vs, acc[d]);
+    }
+    l = std::fma(l, ms, vs);
+  }
+  const float inv = 1.0f / l;
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv;
+}
+
 }  // namespace
+
+void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
+                  int64_t head_dim, float scale, float* out, int64_t out_stride) {
+  for (int64_t h = 0; h < n_q; ++h) {
+    attend_one_mixed(q + h * q_stride, kv, head_dim, scale, out + h * out_stride);
+  }
+}
 
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
                 float scale, float* out, int64_t out_stride) {

@@ -67,6 +67,8 @@ void to_f16(const float* src, uint16_t* dst, int64_t n) {
 
 void fill_generic_kernels(CpuKernels& k) {
   for (const TypeTraits& t : all_types()) {
+    if (static_cast<size_t>(t.type) < kTypeSlots)
+      k.to_float[static_cast<size_t>(t.type)] = t.to_float;
     if (t.vec_dot == nullptr) continue;
     MatmulKernels& m = k.for_type(t.type);
     m.act_type = t.vec_dot_type;
@@ -77,6 +79,7 @@ void fill_generic_kernels(CpuKernels& k) {
   }
   k.attend_f32 = ref::attend_f32;
   k.attend_f16 = ref::attend_f16;
+  k.attend_mixed = ref::attend_mixed;
   k.rms_norm_row = ref::rms_norm_row;
   k.swiglu = ref::swiglu;
   k.geglu = ref::geglu;

@@ -135,8 +135,9 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_
 
 void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
                            const float* v) {
-  QRUN_CHECK(cache.type == DType::kF16, "cuda kv_store: %s cache (only f16)",
-             dtype_name(cache.type));
+  QRUN_CHECK(cache.k_type == DType::kF16 && cache.v_type == DType::kF16,
+             "cuda kv_store: %s K and %s V cache (only f16)", dtype_name(cache.k_type),
+             dtype_name(cache.v_type));
   QRUN_CHECK(pos >= 0 && n_tokens >= 0 && n_tokens <= cache.n_rows,
              "kv_store: %lld tokens at position %lld in a cache of %lld rows",
              static_cast<long long>(n_tokens), static_cast<long long>(pos),

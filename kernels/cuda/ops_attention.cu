@@ -158,8 +158,9 @@ size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionP
 
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                const AttentionParams& params, float* scratch, float* out, Stream stream) {
-  QRUN_CHECK(cache.type == DType::kF16, "cuda attention: %s cache (only f16)",
-             dtype_name(cache.type));
+  QRUN_CHECK(cache.k_type == DType::kF16 && cache.v_type == DType::kF16,
+             "cuda attention: %s K and %s V cache (only f16)", dtype_name(cache.k_type),
+             dtype_name(cache.v_type));
   QRUN_CHECK(params.head_dim > 0 && params.head_dim <= kWarp * kMaxDimsPerLane &&
                  params.head_dim == cache.head_dim && params.n_head_kv == cache.n_head_kv &&
                  params.n_head_kv > 0 && params.n_head % params.n_head_kv == 0,

@@ -7,11 +7,15 @@
 // accumulator rounded to F16, q.k as 4 x 8 float lanes over 32-element steps (exact F16
 // products, float sums, reduced pairwise), the tail in double, V added with an FMA.
 // F32 cache: float q.k in 4 x 8 lanes, float accumulator.
+// Other K/V pairs (BF16, Q8_0, Q4_0, mixes): attention_tiles::attend_mixed with these ops,
+// and the KV rows widened to float here (exact: each value is d * q as the reference forms it).
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "ggml-like/fp16.h"
+#include "ggml-like/quants.h"
 #include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/avx2/ops_kernels.h"
 #include "kernels/cpu/ref_kernels.h"
@@ -129,6 +133,59 @@ void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
                 float scale, float* out, int64_t out_stride) {
   attention_tiles::attend<Ops, uint16_t>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride);
+}
+
+void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
+                  int64_t head_dim, float scale, float* out, int64_t out_stride) {
+  attention_tiles::attend_mixed<Ops>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride);
+}
+
+void f16_to_float(const void* src, float* dst, int64_t n) {
+  widen_f16(static_cast<const uint16_t*>(src), dst, n);
+}
+
+// BF16 is the top half of an F32: shift each value into place.
+void bf16_to_float(const void* src, float* dst, int64_t n) {
+  const auto* x = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+  for (; i < n; ++i) dst[i] = bf16_to_fp32(x[i]);
+}
+
+// d * q for the 32 values of each block (q as int8, d the block's F16 scale).
+void q8_0_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+    for (int c = 0; c < kQK; c += 8) {
+      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + c));
+      _mm256_storeu_ps(dst + c, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8))));
+    }
+  }
+}
+
+// d * (q - 8): the low nibbles are values 0-15 of a block, the high nibbles 16-31.
+void q4_0_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_0*>(src);
+  const __m128i lo_mask = _mm_set1_epi8(0x0f);
+  const __m128i eight = _mm_set1_epi8(8);
+  for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+    const __m128i halves[2] = {_mm_sub_epi8(_mm_and_si128(x, lo_mask), eight),
+                               _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), lo_mask), eight)};
+    for (int h = 0; h < 2; ++h) {
+      for (int c = 0; c < 16; c += 8) {
+        const __m128i q8 = _mm_srli_si128(halves[h], c);
+        _mm256_storeu_ps(dst + 16 * h + c,
+                         _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8))));
+      }
+    }
+  }
 }
 
 }  // namespace qrun::kernels::avx2

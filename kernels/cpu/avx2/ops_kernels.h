@@ -14,6 +14,13 @@ void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
                 float scale, float* out, int64_t out_stride);
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
                 float scale, float* out, int64_t out_stride);
+void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
+                  int64_t head_dim, float scale, float* out, int64_t out_stride);
+// KV cache rows widened to float (ToFloatFn), bit for bit as the reference dequantizers.
+void f16_to_float(const void* src, float* dst, int64_t n);
+void bf16_to_float(const void* src, float* dst, int64_t n);
+void q8_0_to_float(const void* src, float* dst, int64_t n);
+void q4_0_to_float(const void* src, float* dst, int64_t n);
 
 // ops_elementwise.cpp
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);

@@ -125,11 +125,19 @@ void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
   attention_tiles::attend<Ops, uint16_t>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride);
 }
 
+void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
+                  int64_t head_dim, float scale, float* out, int64_t out_stride) {
+  attention_tiles::attend_mixed<Ops>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride);
+}
+
 }  // namespace
 
+// The KV rows are widened by the AVX2 functions the table already holds (a row of 64 to
+// 256 values is no wider task for 16 lanes).
 void fill_op_kernels(CpuKernels& k) {
   k.attend_f32 = attend_f32;
   k.attend_f16 = attend_f16;
+  k.attend_mixed = attend_mixed;
 }
 
 }  // namespace qrun::kernels::avx512

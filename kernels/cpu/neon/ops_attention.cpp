@@ -6,13 +6,16 @@
 // F16 cache: as llama.cpp's armv8 flash attention without F16 arithmetic: q and the
 // accumulator rounded to F16, q.k as 4 x 4 float lanes over 16-element steps
 // ((x0 + x2) + (x1 + x3), then a pairwise lane sum), the tail in double, V added with an
-// FMA. F32 cache: the same q.k, float accumulator.
+// FMA. F32 cache: the same q.k, float accumulator. Other K/V pairs (BF16, Q8_0, Q4_0,
+// mixes): attention_tiles::attend_mixed with these ops (q.k by the table's NEON dot
+// products), and the KV rows widened to float here, exactly as the reference does.
 #include <arm_neon.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "ggml-like/fp16.h"
+#include "ggml-like/quants.h"
 #include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/neon/neon_kernels.h"
 #include "kernels/cpu/ref_kernels.h"
@@ -142,6 +145,56 @@ void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
                 float scale, float* out, int64_t out_stride) {
   attention_tiles::attend<Ops, uint16_t>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride);
+}
+
+void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
+                  int64_t head_dim, float scale, float* out, int64_t out_stride) {
+  attention_tiles::attend_mixed<Ops>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride);
+}
+
+void f16_to_float(const void* src, float* dst, int64_t n) {
+  widen_f16(static_cast<const uint16_t*>(src), dst, n);
+}
+
+// BF16 is the top half of an F32: shift each value into place.
+void bf16_to_float(const void* src, float* dst, int64_t n) {
+  const auto* x = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    vst1q_f32(dst + i, vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(x + i), 16)));
+  }
+  for (; i < n; ++i) dst[i] = bf16_to_fp32(x[i]);
+}
+
+// d * q for 16 int8 values: widened to int32, converted, multiplied.
+inline void scale_16(int8x16_t q, float32x4_t d, float* dst) {
+  const int16x8_t lo = vmovl_s8(vget_low_s8(q));
+  const int16x8_t hi = vmovl_s8(vget_high_s8(q));
+  vst1q_f32(dst + 0, vmulq_f32(d, vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)))));
+  vst1q_f32(dst + 4, vmulq_f32(d, vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo)))));
+  vst1q_f32(dst + 8, vmulq_f32(d, vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)))));
+  vst1q_f32(dst + 12, vmulq_f32(d, vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi)))));
+}
+
+void q8_0_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
+    const float32x4_t d = vdupq_n_f32(fp16_to_fp32(b[i].d));
+    scale_16(vld1q_s8(b[i].qs), d, dst);
+    scale_16(vld1q_s8(b[i].qs + 16), d, dst + 16);
+  }
+}
+
+// d * (q - 8): the low nibbles are values 0-15 of a block, the high nibbles 16-31.
+void q4_0_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_0*>(src);
+  const int8x16_t eight = vdupq_n_s8(8);
+  for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
+    const float32x4_t d = vdupq_n_f32(fp16_to_fp32(b[i].d));
+    const uint8x16_t x = vld1q_u8(b[i].qs);
+    scale_16(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(0x0f))), eight), d, dst);
+    scale_16(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), eight), d, dst + 16);
+  }
 }
 
 }  // namespace qrun::kernels::neon
