@@ -236,9 +236,13 @@ TEST(Sampling, StagesCompose) {
 }
 
 TEST(KvCacheTest, CreateTruncateClear) {
-  Result<KvCache> bad = KvCache::create(2, 16, 2, 4, DType::kQ8_0);
+  Result<KvCache> bad = KvCache::create(2, 16, 2, 4, DType::kQ4_K);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ErrorCode::kUnsupported);
+  // Q8_0 is a cache type, but its 32-element blocks do not fit a head of 4.
+  Result<KvCache> narrow = KvCache::create(2, 16, 2, 4, DType::kQ8_0);
+  ASSERT_FALSE(narrow.ok());
+  EXPECT_EQ(narrow.error().code, ErrorCode::kUsage);
   Result<KvCache> empty = KvCache::create(2, 0, 2, 4, DType::kF16);
   ASSERT_FALSE(empty.ok());
   EXPECT_EQ(empty.error().code, ErrorCode::kUsage);
