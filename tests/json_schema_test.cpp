@@ -133,6 +133,14 @@ TEST(JsonSchema, AdditionalPropertiesSchema) {
   EXPECT_FALSE(accepts(merged, R"({"b":1,"zz":7})"));
 }
 
+// Found by grammar_fuzz: a key holding a newline made the message two lines.
+TEST(JsonSchema, ErrorsQuotingControlCharactersStayOneLine) {
+  EXPECT_EQ(schema_error(R"({"type": "string", "pat\ntern\u0001": "a"})"),
+            "unsupported keyword 'pat\\ntern\\x01' at $");
+  EXPECT_EQ(schema_error(R"({"properties": {"a\tb": {"not": {}}}})"),
+            "unsupported keyword 'not' at $.properties.a\\x09b");
+}
+
 TEST(JsonSchema, UnsupportedKeywordsNameTheKeywordAndPath) {
   EXPECT_EQ(schema_error(R"({"type": "string", "not": {"const": "a"}})"),
             "unsupported keyword 'not' at $");

@@ -14,7 +14,9 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/grammar/grammar.h"
@@ -622,18 +624,37 @@ class Converter {
   size_t n_generated_ = 0;
 };
 
+// Errors quote keys, paths and patterns from the schema, whose strings may hold control
+// characters ("\n" in a key); they are written as C escapes so the message stays one line.
+Error one_line(Error e) {
+  std::string out;
+  for (const char c : e.message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += format("\\x%02x", u);
+    } else {
+      out += c;
+    }
+  }
+  e.message = std::move(out);
+  return e;
+}
+
 }  // namespace
 
 Result<std::string> json_schema_to_grammar(std::string_view schema_text) {
   const json schema = json::parse(schema_text, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return make_error(ErrorCode::kUsage, "not JSON");
   Result<std::string> gbnf = Converter(schema).run();
-  if (!gbnf.ok()) return gbnf;
+  if (!gbnf.ok()) return one_line(gbnf.error());
   // The converter writes valid GBNF; what can still fail is a $ref cycle that reaches
   // itself before any text (left recursion) or a grammar past the size limits.
   Result<Grammar> g = parse_grammar(*gbnf);
   if (!g.ok()) {
-    return make_error(ErrorCode::kUsage, "the schema's grammar is refused: " + g.error().message);
+    return one_line(
+        make_error(ErrorCode::kUsage, "the schema's grammar is refused: " + g.error().message));
   }
   return gbnf;
 }
