@@ -112,14 +112,11 @@ void attend_group(const float* q, int64_t q_stride, const KvRows& kv, int64_t he
   }
 }
 
-// Groups of up to kGroup heads, each with its register count fixed at compile time.
-template <class Ops, class Elem>
-void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                  float scale, float* out, int64_t out_stride) {
-  const auto run = [&]<int kNq>() {
-    attend_group<Ops, Elem, kNq>(q, q_stride, kv, head_dim, scale, out, out_stride);
-  };
-  switch (n_q) {
+// Calls run.template operator()<n>() with n (1 .. kGroup = 8) fixed at compile time, so each
+// head count gets its own register allocation.
+template <class Run>
+void with_head_count(int64_t n, const Run& run) {
+  switch (n) {
     case 1:
       return run.template operator()<1>();
     case 2:
@@ -137,6 +134,16 @@ void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const KvRows& k
     default:
       return run.template operator()<8>();
   }
+}
+
+// Groups of up to kGroup heads, each with its register count fixed at compile time.
+template <class Ops, class Elem>
+void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
+                  float scale, float* out, int64_t out_stride) {
+  const auto run = [&]<int kNq>() {
+    attend_group<Ops, Elem, kNq>(q, q_stride, kv, head_dim, scale, out, out_stride);
+  };
+  with_head_count(n_q, run);
 }
 
 // The entry point behind attend_f32 / attend_f16: n_q heads in groups of kGroup.
@@ -218,32 +225,7 @@ void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMix
         attend_mixed_group<Ops, false, kNq>(qh, q_stride, kv, head_dim, scale, oh, out_stride);
       }
     };
-    switch (n) {
-      case 1:
-        run.template operator()<1>();
-        break;
-      case 2:
-        run.template operator()<2>();
-        break;
-      case 3:
-        run.template operator()<3>();
-        break;
-      case 4:
-        run.template operator()<4>();
-        break;
-      case 5:
-        run.template operator()<5>();
-        break;
-      case 6:
-        run.template operator()<6>();
-        break;
-      case 7:
-        run.template operator()<7>();
-        break;
-      default:
-        run.template operator()<8>();
-        break;
-    }
+    with_head_count(n, run);
   }
 }
 
