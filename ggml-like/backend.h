@@ -161,6 +161,14 @@ class Backend {
 
   // out[i] = cap * tanh(x[i] * (1 / cap)) (Gemma's logit soft-capping). out may alias x.
   virtual void softcap(const float* x, int64_t n, float cap, float* out) = 0;
+
+  // Declares that until end_scratch() the caller reads and writes `buffers` only through
+  // this backend's ops, so a backend with memory of its own (CUDA) may keep their contents
+  // there rather than copy each op's inputs in and its outputs out. What the buffers hold
+  // after end_scratch() is unspecified. Memory outside them keeps the contract above: an
+  // op's output is in host memory when the op returns. Scopes do not nest.
+  virtual void begin_scratch(std::span<const std::span<float>> buffers) {}
+  virtual void end_scratch() {}
 };
 
 }  // namespace qrun

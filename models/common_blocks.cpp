@@ -261,6 +261,12 @@ void DecoderScratch::allocate(const ModelHparams& hp, int64_t n_batch) {
   positions_.resize(n);
 }
 
+DecoderScratch::Scope DecoderScratch::use(Backend& backend) {
+  const std::span<float> buffers[] = {x_, xn_, q_, k_, v_, attn_, gate_, up_};
+  backend.begin_scratch(buffers);
+  return Scope(backend);
+}
+
 BlockScratch DecoderScratch::blocks() {
   return BlockScratch{q_.data(), k_.data(), v_.data(), attn_.data(), gate_.data(), up_.data()};
 }

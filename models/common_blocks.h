@@ -159,6 +159,20 @@ Result<void> check_block_ops(const Backend& backend, const AttentionWeights& att
 // The activations of one forward pass over at most n_batch tokens.
 class DecoderScratch {
  public:
+  // Declares the activation buffers to `backend` as scratch (Backend::begin_scratch) for
+  // as long as the returned scope lives: one forward chunk.
+  class Scope {
+   public:
+    explicit Scope(Backend& backend) : backend_(backend) {}
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    ~Scope() { backend_.end_scratch(); }
+
+   private:
+    Backend& backend_;
+  };
+  [[nodiscard]] Scope use(Backend& backend);
+
   void allocate(const ModelHparams& hp, int64_t n_batch);
   float* x() { return x_.data(); }    // [n_batch, n_embd] the residual stream
   float* xn() { return xn_.data(); }  // [n_batch, n_embd] a normed input, a block's output

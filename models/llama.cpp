@@ -153,6 +153,7 @@ void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens
                                KvCache& kv, bool all_logits, float* logits) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t n_embd = hp_.n_embd;
+  const DecoderScratch::Scope scope = scratch_.use(backend);
   const BlockScratch s = scratch_.blocks();
   const std::span<const int32_t> positions = scratch_.positions(pos, n);
   float* x = scratch_.x();
