@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <tuple>
 #include <vector>
 
 #include "ggml-like/fp16.h"
@@ -59,11 +58,58 @@ const void* CudaBackend::device_copy(const void* host, size_t bytes) {
   return it->second.bytes.data();
 }
 
-float* CudaBackend::upload(int slot, const float* host, int64_t n) {
+void CudaBackend::begin_scratch(std::span<const std::span<float>> buffers) {
+  std::vector<ResidentBuffer> next;
+  next.reserve(buffers.size());
+  for (const std::span<float> b : buffers) {
+    if (b.empty()) continue;
+    auto same = std::find_if(resident_.begin(), resident_.end(), [&](const ResidentBuffer& r) {
+      return r.host == b.data() && r.n == b.size();
+    });
+    if (same != resident_.end()) {
+      next.push_back(std::move(*same));
+    } else {
+      next.push_back(ResidentBuffer{b.data(), b.size(), DeviceArray<float>(b.size())});
+    }
+  }
+  resident_ = std::move(next);
+  scope_open_ = true;
+}
+
+void CudaBackend::end_scratch() {
+  scope_open_ = false;
+}
+
+float* CudaBackend::resident(const float* host, int64_t n) {
+  if (!scope_open_) return nullptr;
+  const auto begin = reinterpret_cast<uintptr_t>(host);
+  const uintptr_t end = begin + static_cast<uintptr_t>(n) * sizeof(float);
+  for (ResidentBuffer& r : resident_) {
+    const auto rb = reinterpret_cast<uintptr_t>(r.host);
+    if (begin >= rb && end <= rb + r.n * sizeof(float)) {
+      return r.device.data() + (begin - rb) / sizeof(float);
+    }
+  }
+  return nullptr;
+}
+
+float* CudaBackend::input(int slot, const float* host, int64_t n) {
+  if (float* d = resident(host, n)) return d;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   void* d = scratch_[slot].get(bytes);
   copy_to_device(d, host, bytes, stream_);
   return static_cast<float*>(d);
+}
+
+float* CudaBackend::output(int slot, float* host, int64_t n) {
+  if (float* d = resident(host, n)) return d;
+  return static_cast<float*>(scratch_[slot].get(static_cast<size_t>(n) * sizeof(float)));
+}
+
+void CudaBackend::finish_output(float* host, const float* device, int64_t n) {
+  if (resident(host, n) == device) return;
+  copy_to_host(host, device, static_cast<size_t>(n) * sizeof(float), stream_);
+  synchronize(stream_);
 }
 
 void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
@@ -72,33 +118,34 @@ void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, floa
   const int64_t n_in = w.ne[0];
   const int64_t n_out = w.n_rows();
   const void* dw = device_copy(w.data, w.n_bytes());
-  const float* dx = upload(kIn0, x, n_tokens * n_in);
-  if (!mmvq_supports(w.type)) {
-    auto* dy = static_cast<float*>(
-        scratch_[kOut].get(static_cast<size_t>(n_tokens * n_out) * sizeof(float)));
+  const float* dx = input(kIn0, x, n_tokens * n_in);
+  float* dy = output(kOut, y, n_tokens * n_out);
+  if (mmvq_supports(w.type)) {
+    auto* dq = static_cast<BlockQ8_1*>(
+        scratch_[kAux].get(static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
+    quantize_q8_1(dx, n_tokens, n_in, dq, stream_);
+    mmvq(w.type, dw, n_in, n_out, dq, n_tokens, dy, stream_);
+  } else {
     mmv_float(w.type, dw, n_in, n_out, dx, n_tokens, dy, stream_);
-    copy_to_host(y, dy, static_cast<size_t>(n_tokens * n_out) * sizeof(float), stream_);
-    synchronize(stream_);
-    return;
   }
-  auto* dq = static_cast<BlockQ8_1*>(
-      scratch_[kAux].get(static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
-  auto* dy = static_cast<float*>(
-      scratch_[kOut].get(static_cast<size_t>(n_tokens * n_out) * sizeof(float)));
-  quantize_q8_1(dx, n_tokens, n_in, dq, stream_);
-  mmvq(w.type, dw, n_in, n_out, dq, n_tokens, dy, stream_);
-  copy_to_host(y, dy, static_cast<size_t>(n_tokens * n_out) * sizeof(float), stream_);
-  synchronize(stream_);
+  finish_output(y, dy, n_tokens * n_out);
 }
 
 void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) {
   const TypeTraits& tt = type_traits(table.type);
   QRUN_CHECK(tt.to_float != nullptr, "get_rows: type %s cannot be dequantized", tt.name);
   const int64_t n = table.ne[0];
-  for (size_t i = 0; i < ids.size(); ++i) {
+  const auto n_ids = static_cast<int64_t>(ids.size());
+  rows_.resize(static_cast<size_t>(n_ids * n));
+  for (int64_t i = 0; i < n_ids; ++i) {
     QRUN_CHECK(ids[i] >= 0 && ids[i] < table.n_rows(), "get_rows: row %d out of range [0, %lld)",
                ids[i], static_cast<long long>(table.n_rows()));
-    tt.to_float(table.row(ids[i]), out + static_cast<int64_t>(i) * n, n);
+    tt.to_float(table.row(ids[i]), rows_.data() + i * n, n);
+  }
+  if (float* d = resident(out, n_ids * n)) {
+    copy_to_device(d, rows_.data(), rows_.size() * sizeof(float), stream_);
+  } else {
+    std::copy(rows_.begin(), rows_.end(), out);
   }
 }
 
@@ -108,10 +155,10 @@ void CudaBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows,
              "cuda rms_norm: weight %s of %lld elements for rows of %lld", dtype_name(weight.type),
              static_cast<long long>(weight.n_elements()), static_cast<long long>(n));
   const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
-  float* dx = upload(kIn0, x, n_rows * n);
-  cuda::rms_norm(dx, dw, n_rows, n, eps, dx, stream_);
-  copy_to_host(y, dx, static_cast<size_t>(n_rows * n) * sizeof(float), stream_);
-  synchronize(stream_);
+  const float* dx = input(kIn0, x, n_rows * n);
+  float* dy = output(kOut, y, n_rows * n);
+  cuda::rms_norm(dx, dw, n_rows, n, eps, dy, stream_);
+  finish_output(y, dy, n_rows * n);
 }
 
 void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
@@ -120,7 +167,7 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_
              "rope: %zu positions for %lld tokens", positions.size(),
              static_cast<long long>(n_tokens));
   const int64_t n = n_tokens * n_head * head_dim;
-  float* dx = upload(kIn0, x, n);
+  float* dx = input(kIn0, x, n);  // rotated in place
   void* dpos = scratch_[kPositions].get(static_cast<size_t>(n_tokens) * sizeof(int32_t));
   copy_to_device(dpos, positions.data(), static_cast<size_t>(n_tokens) * sizeof(int32_t), stream_);
   RopeParams dp = params;
@@ -129,8 +176,7 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_
         device_copy(params.freq_factors, static_cast<size_t>(params.n_rot / 2) * sizeof(float)));
   }
   cuda::rope(dx, n_tokens, n_head, head_dim, static_cast<const int32_t*>(dpos), dp, stream_);
-  copy_to_host(x, dx, static_cast<size_t>(n) * sizeof(float), stream_);
-  synchronize(stream_);
+  finish_output(x, dx, n);
 }
 
 void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
@@ -143,24 +189,19 @@ void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_toke
              static_cast<long long>(n_tokens), static_cast<long long>(pos),
              static_cast<long long>(cache.n_rows));
   const int64_t n = cache.row_elems();
-  const size_t rows = static_cast<size_t>(cache.n_rows);
-  DeviceKv& mirror = kv_[cache.k];
-  if (mirror.k.size() != rows * static_cast<size_t>(n)) {
-    // A new layer (or one whose shape changed): mirror what the host cache holds so far.
-    mirror.k = DeviceArray<uint16_t>(std::span(static_cast<const uint16_t*>(cache.k), rows * n));
-    mirror.v = DeviceArray<uint16_t>(std::span(static_cast<const uint16_t*>(cache.v), rows * n));
+  const size_t elems = static_cast<size_t>(cache.n_rows * n);
+  DeviceKv& layer = kv_[cache.k];
+  if (layer.k.size() != elems) {
+    // A new layer, or one whose shape changed: zeros, as a new host cache holds.
+    layer.k = DeviceArray<uint16_t>(elems);
+    layer.v = DeviceArray<uint16_t>(elems);
+    fill_zero(layer.k.data(), elems * sizeof(uint16_t), stream_);
+    fill_zero(layer.v.data(), elems * sizeof(uint16_t), stream_);
   }
-  std::vector<uint16_t> row(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const int64_t r = (pos + t) % cache.n_rows;
-    for (const auto& [src, host, dev] :
-         {std::tuple{k, cache.k, mirror.k.data()}, std::tuple{v, cache.v, mirror.v.data()}}) {
-      for (int64_t e = 0; e < n; ++e) row[static_cast<size_t>(e)] = fp32_to_fp16(src[t * n + e]);
-      std::memcpy(static_cast<uint16_t*>(host) + r * n, row.data(), row.size() * sizeof(uint16_t));
-      copy_to_device(dev + r * n, row.data(), row.size() * sizeof(uint16_t), stream_);
-      synchronize(stream_);  // row is reused for the next copy
-    }
-  }
+  const float* dk = input(kIn0, k, n_tokens * n);
+  const float* dv = input(kIn1, v, n_tokens * n);
+  store_rows_f16(dk, n_tokens, n, pos, cache.n_rows, layer.k.data(), stream_);
+  store_rows_f16(dv, n_tokens, n, pos, cache.n_rows, layer.v.data(), stream_);
 }
 
 void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
@@ -168,26 +209,24 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   auto it = kv_.find(cache.k);
   QRUN_CHECK(it != kv_.end(), "cuda attention: the cache layer was never written by kv_store");
   const int64_t n = n_tokens * params.n_head * params.head_dim;
-  const float* dq = upload(kIn0, q, n);
-  auto* dout = static_cast<float*>(scratch_[kOut].get(static_cast<size_t>(n) * sizeof(float)));
+  const float* dq = input(kIn0, q, n);
+  float* dout = output(kOut, out, n);
   auto* dscratch = static_cast<float*>(
       scratch_[kAttnScratch].get(attention_scratch_floats(n_tokens, pos0, params) * sizeof(float)));
   KvLayerView dcache = cache;
   dcache.k = it->second.k.data();
   dcache.v = it->second.v.data();
   cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream_);
-  copy_to_host(out, dout, static_cast<size_t>(n) * sizeof(float), stream_);
-  synchronize(stream_);
+  finish_output(out, dout, n);
 }
 
 void CudaBackend::elementwise2(void (*op)(const float*, const float*, int64_t, float*, Stream),
                                const float* a, const float* b, int64_t n, float* out) {
-  const float* da = upload(kIn0, a, n);
-  const float* db = upload(kIn1, b, n);
-  auto* dout = static_cast<float*>(scratch_[kOut].get(static_cast<size_t>(n) * sizeof(float)));
+  const float* da = input(kIn0, a, n);
+  const float* db = input(kIn1, b, n);
+  float* dout = output(kOut, out, n);
   op(da, db, n, dout, stream_);
-  copy_to_host(out, dout, static_cast<size_t>(n) * sizeof(float), stream_);
-  synchronize(stream_);
+  finish_output(out, dout, n);
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
@@ -201,17 +240,17 @@ void CudaBackend::add(const float* a, const float* b, int64_t n, float* out) {
 }
 
 void CudaBackend::scale(const float* x, int64_t n, float s, float* out) {
-  float* dx = upload(kIn0, x, n);
-  cuda::scale(dx, n, s, dx, stream_);
-  copy_to_host(out, dx, static_cast<size_t>(n) * sizeof(float), stream_);
-  synchronize(stream_);
+  const float* dx = input(kIn0, x, n);
+  float* dout = output(kOut, out, n);
+  cuda::scale(dx, n, s, dout, stream_);
+  finish_output(out, dout, n);
 }
 
 void CudaBackend::softcap(const float* x, int64_t n, float cap, float* out) {
-  float* dx = upload(kIn0, x, n);
-  cuda::softcap(dx, n, cap, dx, stream_);
-  copy_to_host(out, dx, static_cast<size_t>(n) * sizeof(float), stream_);
-  synchronize(stream_);
+  const float* dx = input(kIn0, x, n);
+  float* dout = output(kOut, out, n);
+  cuda::softcap(dx, n, cap, dout, stream_);
+  finish_output(out, dout, n);
 }
 
 QRUN_CUDA_NAMESPACE_END

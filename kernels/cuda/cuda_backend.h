@@ -1,22 +1,26 @@
 // The CUDA backend behind the Backend interface, on the kernels of ops.h. The same class
 // builds for the GPU (qrun_kernels_cuda) and, under the SIMT emulator, for the host
 // (qrun_kernels_cuda_emu), where the tests run it against the CPU backend.
-// This first version keeps the Backend contract of host-memory activations: each op
-// copies its inputs to the device and its outputs back (correct, not fast; keeping
-// activations on the device is the next step). Weights are copied to the device the first
-// time an op meets them and kept, keyed by their host address and checked against their
-// first and last bytes (weights must stay mapped and unchanged while the backend lives). The KV
-// cache stays the caller's host memory, as the contract says; kv_store also writes each row to a
-// device mirror of the layer, which attention reads. Numerics differ from the CPU backend where
-// ops.h says so: matmul quantizes activations to blocks of 32 for every weight type (Q8_1-style,
-// not Q8_K for the k-quants), and attention sums in float rather than in llama.cpp's F16
-// accumulator. get_rows dequantizes on the host (an embedding lookup, one row per token). Not
-// thread-safe: one caller at a time.
+// Activations: buffers declared with begin_scratch (a model's scratch, for one forward
+// chunk) live in device memory for the scope, so a forward pass queues its kernels back to
+// back and copies only the logits out. Any other host memory keeps the Backend contract:
+// an op copies such inputs in and such outputs back before it returns.
+// Weights are copied to the device the first time an op meets them and kept, keyed by
+// their host address and checked against their first and last bytes (weights must stay
+// mapped and unchanged while the backend lives).
+// KV cache: each layer lives in device memory, keyed by the host cache's k pointer; the
+// host cache's own memory is neither read nor written (a cache filled by another backend is
+// not seen here). Only F16 caches.
+// Numerics differ from the CPU backend where ops.h says so: matmul quantizes activations
+// to blocks of 32 for every weight type (Q8_1-style, not Q8_K for the k-quants), and
+// attention sums in float rather than in llama.cpp's F16 accumulator. get_rows dequantizes
+// on the host (one row per token) and uploads. Not thread-safe: one caller at a time.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <unordered_map>
+#include <vector>
 
 #include "ggml-like/backend.h"
 #include "kernels/cuda/namespace.h"
@@ -47,6 +51,8 @@ class CudaBackend final : public Backend {
   void add(const float* a, const float* b, int64_t n, float* out) override;
   void scale(const float* x, int64_t n, float s, float* out) override;
   void softcap(const float* x, int64_t n, float cap, float* out) override;
+  void begin_scratch(std::span<const std::span<float>> buffers) override;
+  void end_scratch() override;
 
  private:
   // A device buffer that grows to the largest request and is then reused.
@@ -59,8 +65,16 @@ class CudaBackend final : public Backend {
   };
   // The device copy of a weight (or norm weight, or RoPE factor table) at `host`.
   const void* device_copy(const void* host, size_t bytes);
-  // Uploads n floats into scratch slot `slot`.
-  float* upload(int slot, const float* host, int64_t n);
+  // The device memory behind host[0 .. n) when it lies in a scratch buffer of the open
+  // scope, else null.
+  float* resident(const float* host, int64_t n);
+  // An op's input: its resident copy, or host[0 .. n) uploaded into scratch slot `slot`
+  // (device memory the op may also write, as rope does in place).
+  float* input(int slot, const float* host, int64_t n);
+  // Where an op writes host[0 .. n): its resident copy, or scratch slot `slot`; then
+  // finish_output copies a non-resident result back to the host and waits for it.
+  float* output(int slot, float* host, int64_t n);
+  void finish_output(float* host, const float* device, int64_t n);
   void elementwise2(void (*op)(const float*, const float*, int64_t, float*, Stream), const float* a,
                     const float* b, int64_t n, float* out);
 
@@ -71,7 +85,17 @@ class CudaBackend final : public Backend {
     DeviceArray<uint8_t> bytes;
     std::array<uint8_t, 128> ends;  // the host data's first and last 64 bytes
   };
+  struct ResidentBuffer {
+    const float* host = nullptr;
+    size_t n = 0;
+    DeviceArray<float> device;
+  };
   std::unordered_map<const void*, WeightCopy> weights_;
+  // The scratch buffers of the last scope, kept between scopes so that a model's fixed
+  // buffers are allocated once.
+  std::vector<ResidentBuffer> resident_;
+  bool scope_open_ = false;
+  std::vector<float> rows_;                       // get_rows' host staging
   std::unordered_map<const void*, DeviceKv> kv_;  // keyed by the host cache's k
   Scratch scratch_[6];
   Stream stream_{};

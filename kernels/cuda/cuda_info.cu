@@ -32,4 +32,13 @@ std::string device_description(int device) {
   return std::string(prop.name, strnlen(prop.name, sizeof prop.name)) + buf;
 }
 
+DeviceMemory device_memory() {
+  DeviceMemory m;
+  if (cudaMemGetInfo(&m.free, &m.total) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return m;
+}
+
 }  // namespace qrun::kernels::cuda

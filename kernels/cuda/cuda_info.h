@@ -1,6 +1,7 @@
 // What the CUDA build offers: the architectures compiled in and the devices present.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace qrun::kernels::cuda {
@@ -11,5 +12,11 @@ std::string compiled_architectures();
 int device_count();
 // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" for device i, or the runtime's error text.
 std::string device_description(int device);
+// Free and total memory of the current device in bytes, {0, 0} when it cannot be read.
+struct DeviceMemory {
+  size_t free = 0;
+  size_t total = 0;
+};
+DeviceMemory device_memory();
 
 }  // namespace qrun::kernels::cuda

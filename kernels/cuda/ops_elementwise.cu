@@ -67,7 +67,26 @@ __global__ void geglu_kernel(const float* gate, const float* up, int64_t n, floa
   }
 }
 
+// Row t of src (row_elems floats) to row (pos + t) % n_rows of the F16 ring dst.
+__global__ void store_rows_f16_kernel(const float* src, int64_t n_tokens, int64_t row_elems,
+                                      int64_t pos, int64_t n_rows, uint16_t* dst) {
+  const int64_t n = n_tokens * row_elems;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t t = i / row_elems;
+    dst[((pos + t) % n_rows) * row_elems + i % row_elems] = f32_to_f16(src[i]);
+  }
+}
+
 }  // namespace
+
+void store_rows_f16(const float* src, int64_t n_tokens, int64_t row_elems, int64_t pos,
+                    int64_t n_rows, uint16_t* dst, Stream stream) {
+  const int64_t n = n_tokens * row_elems;
+  if (n > 0) {
+    launch(store_rows_f16_kernel, grid_for(n), dim3(kThreads), stream, src, n_tokens, row_elems,
+           pos, n_rows, dst);
+  }
+}
 
 void add(const float* a, const float* b, int64_t n, float* out, Stream stream) {
   if (n > 0) launch(add_kernel, grid_for(n), dim3(kThreads), stream, a, b, n, out);

@@ -41,6 +41,10 @@ void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream) {
         "cudaMemcpyAsync (to host)");
 }
 
+void fill_zero(void* dst, size_t bytes, Stream stream) {
+  check(cudaMemsetAsync(dst, 0, bytes, handle(stream)), "cudaMemsetAsync");
+}
+
 void synchronize(Stream stream) {
   check(cudaStreamSynchronize(handle(stream)), "cudaStreamSynchronize");
 }

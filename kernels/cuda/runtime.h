@@ -26,6 +26,7 @@ void* device_alloc(size_t bytes);
 void device_free(void* ptr);
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream = {});
 void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream = {});
+void fill_zero(void* dst, size_t bytes, Stream stream = {});
 // Waits for everything queued on the stream.
 void synchronize(Stream stream = {});
 

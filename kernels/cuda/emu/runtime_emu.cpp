@@ -33,6 +33,10 @@ void copy_to_host(void* dst, const void* src, size_t bytes, Stream) {
   if (bytes != 0) std::memcpy(dst, src, bytes);
 }
 
+void fill_zero(void* dst, size_t bytes, Stream) {
+  if (bytes != 0) std::memset(dst, 0, bytes);
+}
+
 void synchronize(Stream) {}
 
 QRUN_CUDA_NAMESPACE_END
