@@ -1,5 +1,5 @@
-// `qrun bench`: llama-bench's two measurements on qrun's CPU backend, with its flags, its
-// Markdown table and its JSON field names, so the two tools compare line by line.
+// `qrun bench`: llama-bench's two measurements on qrun's CPU or CUDA backend (-ngl), with its
+// flags, its Markdown table and its JSON field names, so the two tools compare line by line.
 //   ppN: N random valid tokens in one forward (chunked by -b), timed to the logits.
 //   tgN: N single-token forwards from an empty cache, as in decoding.
 //   With -d D (llama-bench's depth), D random tokens are prefilled, untimed, before each
@@ -69,7 +69,8 @@ struct BenchRecord {
 struct BenchContext {
   ModelInfo info;
   std::string model_type;
-  std::string isa;
+  std::string backend;  // "cpu" or "cuda"
+  std::string isa;      // the CPU kernels (CPU backend only)
   size_t weight_bytes_per_token = 0;
   int64_t n_batch = 0;
   std::string type_k;
@@ -284,7 +285,7 @@ nlohmann::ordered_json record_json(const BenchContext& c, const BenchRecord& r) 
   j["stddev_ts"] = sample_stddev(ts);
   j["samples_ns"] = r.samples_ns;
   j["samples_ts"] = ts;
-  j["backend"] = "cpu";
+  j["backend"] = c.backend;
   j["isa"] = c.isa;
   j["weight_bytes_per_token"] = c.weight_bytes_per_token;
   j["effective_gbps"] = or_null(b.effective_gbps);
@@ -336,12 +337,14 @@ void print_markdown(const BenchContext& c, const std::vector<BenchRecord>& recor
     const std::string share =
         b.utilisation ? format("%.1f", 100.0 * *b.utilisation) : (r.n_gen > 0 ? "-" : "");
     print_row({c.model_type, human_bytes(static_cast<double>(c.info.n_tensor_bytes)),
-               human_count(static_cast<double>(c.info.n_params)), "cpu " + c.isa,
-               std::to_string(r.n_threads), test_name(r),
-               format("%.2f ± %.2f", mean(ts), sample_stddev(ts)), gbps, share},
+               human_count(static_cast<double>(c.info.n_params)),
+               c.backend == "cpu" ? "cpu " + c.isa : c.backend, std::to_string(r.n_threads),
+               test_name(r), format("%.2f ± %.2f", mean(ts), sample_stddev(ts)), gbps, share},
               widths);
   }
-  std::printf("\nqrun %s, cpu kernels %s; weights read per token: %s", QRUN_VERSION, c.isa.c_str(),
+  std::printf("\nqrun %s, %s %s; weights read per token: %s", QRUN_VERSION,
+              c.backend == "cpu" ? "cpu kernels" : "backend",
+              c.backend == "cpu" ? c.isa.c_str() : c.backend.c_str(),
               human_bytes(static_cast<double>(c.weight_bytes_per_token)).c_str());
   for (const auto& [n_threads, m] : memory) {
     std::printf("; memory read bandwidth: %.2f GB/s with %d thread%s", m.gbps, n_threads,
@@ -410,12 +413,15 @@ Result<void> run_bench(BenchOptions o) {
   Result<std::unique_ptr<Session>> session = open_session(o.model, /*log=*/true);
   if (!session.ok()) return session.error();
   Session& s = **session;
-  const kernels::Isa isa = static_cast<kernels::CpuBackend&>(*s.backend).isa();
+  // The CPU backend is remade per -t; the CUDA backend (-ngl) runs every test as it is.
+  const auto* first_cpu = dynamic_cast<const kernels::CpuBackend*>(s.backend.get());
+  const kernels::Isa isa = first_cpu != nullptr ? first_cpu->isa() : kernels::Isa::kGeneric;
 
   BenchContext c;
   c.info = describe_model(s.file);
   c.model_type = model_type(c.info);
-  c.isa = kernels::isa_name(isa);
+  c.backend = first_cpu != nullptr ? "cpu" : "cuda";
+  c.isa = first_cpu != nullptr ? kernels::isa_name(isa) : "";
   c.weight_bytes_per_token = weight_bytes_per_token(s.file);
   c.n_batch = o.model.batch_size;
   const KvTypes kv_types_chosen = kv_types(o.model);
@@ -424,16 +430,17 @@ Result<void> run_bench(BenchOptions o) {
 
   std::vector<BenchRecord> records;
   std::map<int, kernels::MemBandwidth> memory;
-  const std::vector<int> threads = o.threads.empty() ? std::vector<int>{0} : o.threads;
+  const std::vector<int> threads =
+      o.threads.empty() || first_cpu == nullptr ? std::vector<int>{0} : o.threads;
   for (int requested : threads) {
-    const int t = capped_threads(requested, /*quiet=*/false);
-    auto* cpu = static_cast<kernels::CpuBackend*>(s.backend.get());
+    auto* cpu = dynamic_cast<kernels::CpuBackend*>(s.backend.get());
+    const int t = cpu != nullptr ? capped_threads(requested, /*quiet=*/false) : 0;
     if (t > 0 && t != cpu->n_threads()) {
       s.backend = std::make_unique<kernels::CpuBackend>(t, isa);
       cpu = static_cast<kernels::CpuBackend*>(s.backend.get());
     }
-    const int n_threads = cpu->n_threads();
-    if ((o.memory || max_n > 0) && !memory.count(n_threads)) {
+    const int n_threads = cpu != nullptr ? cpu->n_threads() : 0;
+    if (cpu != nullptr && (o.memory || max_n > 0) && !memory.count(n_threads)) {
       Result<kernels::MemBandwidth> m = measure_memory(cpu->pool());
       if (!m.ok()) return m.error();
       std::fprintf(stderr, "qrun: bench: memory read %.2f GB/s (best of %d passes over %s)\n",

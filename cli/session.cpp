@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/demo_model.h"
+#include "cli/gpu_offload.h"
 #include "cli/text_file.h"
 #include "cli/threads.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -29,6 +30,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   add_cache_type_flags(cmd, f);
+  add_gpu_layers_flag(cmd, f.n_gpu_layers);
   cmd->add_flag("!--no-warmup", f.warmup,
                 "Skip the warm-up pass at load (the first prompt pays for paging in the weights)");
 }
@@ -122,38 +124,46 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   Result<kernels::Isa> isa =
       kernels::resolve_isa(std::getenv("QRUN_FORCE_ISA"), kernels::detect_cpu_features());
   if (!isa.ok()) return isa.error();
-  auto backend = std::make_unique<kernels::CpuBackend>(capped_threads(flags.threads, !log), *isa);
-  QRUN_TRY((*model)->check_backend(*backend));
-
   int64_t n_ctx = flags.ctx_size;
   if (n_ctx <= 0)
     n_ctx = hp.n_ctx_train > 0 ? std::min(hp.n_ctx_train, kDefaultMaxCtx) : kDefaultMaxCtx;
   Result<KvCache> kv = make_flagged_kv_cache(**model, flags, n_ctx);
   if (!kv.ok()) return kv.error();
 
+  Result<std::unique_ptr<Backend>> backend =
+      make_gpu_backend(flags.n_gpu_layers, *file, **model, *kv, log);
+  if (!backend.ok()) return backend.error();
+  if (*backend == nullptr) {
+    *backend = std::make_unique<kernels::CpuBackend>(capped_threads(flags.threads, !log), *isa);
+    QRUN_TRY((*model)->check_backend(**backend));
+  }
+
   if (flags.warmup) {
     const int32_t token = std::max((*tokenizer)->bos(), 0);
     std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
-    QRUN_TRY((*model)->forward(*backend, std::span<const int32_t>(&token, 1), 0, *kv, false,
+    QRUN_TRY((*model)->forward(**backend, std::span<const int32_t>(&token, 1), 0, *kv, false,
                                logits.data()));
     kv->clear();
   }
 
   auto s =
       std::make_unique<Session>(Session{std::move(*file), "", std::move(*tokenizer),
-                                        std::move(*model), std::move(backend), std::move(*kv)});
+                                        std::move(*model), std::move(*backend), std::move(*kv)});
   s->model_name = flags.model.empty() ? kDemoModelName : flags.model;
   s->load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (log) {
-    std::fprintf(
-        stderr,
-        "qrun: %s: %s, %lld layers, n_embd %lld, vocab %d; context %lld (%s cache, %s); %d "
-        "threads, %s kernels\n",
-        s->model_name.c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_layer),
-        static_cast<long long>(hp.n_embd), s->tokenizer->n_vocab(), static_cast<long long>(n_ctx),
-        kv_types_text(kv_types(flags)).c_str(), kv_memory_summary(s->kv).c_str(),
-        static_cast<kernels::CpuBackend&>(*s->backend).n_threads(), kernels::isa_name(*isa));
+    std::string compute = "CUDA backend";
+    if (const auto* cpu = dynamic_cast<const kernels::CpuBackend*>(s->backend.get())) {
+      compute = format("%d threads, %s kernels", cpu->n_threads(), kernels::isa_name(*isa));
+    }
+    std::fprintf(stderr,
+                 "qrun: %s: %s, %lld layers, n_embd %lld, vocab %d; context %lld (%s cache, %s); "
+                 "%s\n",
+                 s->model_name.c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_layer),
+                 static_cast<long long>(hp.n_embd), s->tokenizer->n_vocab(),
+                 static_cast<long long>(n_ctx), kv_types_text(kv_types(flags)).c_str(),
+                 kv_memory_summary(s->kv).c_str(), compute.c_str());
   }
   return s;
 }

@@ -24,12 +24,13 @@ struct ModelFlags {
   std::string cache_type_k;        // -ctk: K alone (empty: cache_type)
   std::string cache_type_v;        // -ctv: V alone (empty: cache_type)
   bool warmup = true;              // one forward pass at load (--no-warmup turns it off)
+  std::string n_gpu_layers = "0";  // -ngl: 0 (the CPU) or all (the CUDA backend)
 };
 
 inline constexpr int64_t kDefaultMaxCtx = 4096;
 
-// Declares -m, -t, -c, -b, --cache-type, -ctk/--cache-type-k, -ctv/--cache-type-v and
-// --no-warmup on `cmd`, bound to `flags`.
+// Declares -m, -t, -c, -b, --cache-type, -ctk/--cache-type-k, -ctv/--cache-type-v,
+// -ngl/--n-gpu-layers and --no-warmup on `cmd`, bound to `flags`.
 void add_model_flags(CLI::App* cmd, ModelFlags& flags);
 
 // The KV cache types the flags choose: -ctk and -ctv each override --cache-type for their

@@ -426,5 +426,21 @@ TEST(CliRun, SigintStopsCleanlyWithExitCode130) {
   EXPECT_NE(r.err.find("stop: interrupted"), std::string::npos) << r.err;
 }
 
+// -ngl: 0 is the CPU; a bad count, and any GPU request this machine cannot honour (no
+// CUDA in the build, no device, or a split of the layers, which is not built), is a usage
+// error naming the flag, before anything is loaded onto a device.
+TEST(CliRun, GpuLayersFlag) {
+  const std::string m = model_path("stories260K");
+  CommandResult cpu = run_command(qrun() + " run -q --temp 0 -n 8 -ngl 0 -m '" + m + "' -p 'Once'");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  CommandResult bad = run_command(qrun() + " run -q -n 8 -ngl lots -m '" + m + "' -p 'Once'");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("lots"), std::string::npos) << bad.err;
+  CommandResult split = run_command(qrun() + " run -q -n 8 -ngl 1 -m '" + m + "' -p 'Once'");
+  EXPECT_EQ(split.exit_code, 2);
+  EXPECT_NE(split.err.find("-ngl 1: "), std::string::npos) << split.err;
+  EXPECT_EQ(std::count(split.err.begin(), split.err.end(), '\n'), 1) << split.err;
+}
+
 }  // namespace
 }  // namespace qrun::test
