@@ -7,7 +7,8 @@
 // CPU uses Q8_K blocks of 256, and sums attention in float; both stay well inside it.)
 // Only the stories260K files run: TinyLlama 5M's 32000-row output layer is a million
 // emulated threads per token, minutes per prompt under the emulator. Under sanitizers
-// (several times slower) one prompt per model.
+// (several times slower) one prompt per model. Built against the nvcc target for a GPU
+// (cuda_gpu_golden_test), every quantized shared model runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,8 +75,14 @@ TEST_P(CudaEmuGolden, MatchesLlamaCpp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SharedModels, CudaEmuGolden,
-                         ::testing::Values("stories260K-Q4_0", "stories260K-Q8_0"),
+#if defined(QRUN_CUDA_GPU_TEST)  // built against the nvcc target: every quantized model
+#define QRUN_GOLDEN_MODELS                                                                \
+  "stories260K-Q4_0", "stories260K-Q8_0", "TinyLLama-v0-5M-Q4_0", "TinyLLama-v0-5M-Q8_0", \
+      "TinyLLama-v0-5M-Q4_K_M", "TinyLLama-v0-5M-Q4_K-Q6_K-mix"
+#else
+#define QRUN_GOLDEN_MODELS "stories260K-Q4_0", "stories260K-Q8_0"
+#endif
+INSTANTIATE_TEST_SUITE_P(SharedModels, CudaEmuGolden, ::testing::Values(QRUN_GOLDEN_MODELS),
                          [](const auto& p) {
                            std::string s = p.param;
                            for (char& c : s) {
