@@ -61,6 +61,10 @@ print("device copy: %.0f GB/s (read + write)" % (2 * a.numel() * 20 / (s.elapsed
 PY
 timeout 240 "$qrun" bench -m "$big" -ngl all -p 512 -n 128 -r 3 > "$out/bench_qrun.txt" 2>&1
 tail -8 "$out/bench_qrun.txt"
+small=/tmp/bench-tinyllama-1.1b-$type.gguf
+[ -f "$small" ] || "$qrun" synth --like tinyllama-1.1b --type "$type" -o "$small" 2>&1 | tail -1
+timeout 120 "$qrun" bench -m "$small" -ngl all -p 0 -n 128 -r 3 > "$out/bench_qrun_small.txt" 2>&1
+tail -4 "$out/bench_qrun_small.txt"
 if [ -n "${LLAMA_BENCH:-}" ]; then
   timeout 240 "$LLAMA_BENCH" -m "$big" -ngl 99 -p 512 -n 128 -r 3 > "$out/bench_llama.txt" 2>&1
   tail -8 "$out/bench_llama.txt"
