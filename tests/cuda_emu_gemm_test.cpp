@@ -267,8 +267,10 @@ TEST_P(CudaEmuMatmulGemm, MatchesTheDoubleProducts) {
   const bool k_quant = type_traits(type).block_elems == 256;
   const std::vector<int64_t> n_ins =
       k_quant ? std::vector<int64_t>{256, 1280} : std::vector<int64_t>{32, 352, 2048};
-  // n_out odd and prime, so no tile size divides it; tiles of 1, 5 and 7 rows.
-  const Shape shapes[] = {{1, 1, 0}, {37, 3, 5}, {67, 17, 7}, {67, 64, 0}, {37, 64, 1}, {3, 1, 2}};
+  // n_out odd and prime, so no tile size divides it; tiles of 1, 5 and 7 rows, and room for
+  // 100 rows, which matmul_gemm rounds down to tiles of 64.
+  const Shape shapes[] = {{1, 1, 0},   {37, 3, 5}, {67, 17, 7},  {67, 64, 0},
+                          {37, 64, 1}, {3, 1, 2},  {131, 3, 100}};
   for (int64_t n_in : n_ins) {
     for (const Shape& s : shapes) {
       if (n_in >= 2048 && s.n_tokens > 17) continue;  // keeps the emulated run short

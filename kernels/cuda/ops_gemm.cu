@@ -15,7 +15,8 @@ QRUN_CUDA_NAMESPACE_BEGIN
 namespace {
 
 constexpr int kThreads = 256;
-constexpr size_t kAlign = 256;                   // of the tile within the scratch
+constexpr size_t kAlign = 256;  // of the tile within the scratch
+constexpr int64_t kTileAlignRows = 64;
 constexpr size_t kTileBytes = size_t{64} << 20;  // F16 tile bound of matmul_gemm_scratch_bytes
 
 dim3 grid_for(int64_t n) {
@@ -153,6 +154,14 @@ size_t align_up(size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
+// The rows of a tile when `fit` rows fit: all n_out if they fit, else a multiple of 64
+// (where 64 fit) so every tile's block of y starts 256-byte aligned as cuBLAS prefers.
+int64_t tile_rows(int64_t fit, int64_t n_out) {
+  if (fit >= n_out) return n_out;
+  if (fit > kTileAlignRows) return fit - fit % kTileAlignRows;
+  return fit < 1 ? 1 : fit;
+}
+
 }  // namespace
 
 bool gemm_supports(DType type) {
@@ -201,8 +210,7 @@ void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, Stream stream)
 size_t matmul_gemm_scratch_bytes(int64_t n_in, int64_t n_out, int64_t n_tokens) {
   const size_t row_bytes = static_cast<size_t>(n_in) * sizeof(uint16_t);
   if (row_bytes == 0 || n_out <= 0) return align_up(static_cast<size_t>(n_tokens) * row_bytes);
-  int64_t rows = static_cast<int64_t>(kTileBytes / row_bytes);
-  rows = rows < 1 ? 1 : rows < n_out ? rows : n_out;
+  const int64_t rows = tile_rows(static_cast<int64_t>(kTileBytes / row_bytes), n_out);
   return align_up(static_cast<size_t>(n_tokens) * row_bytes) +
          static_cast<size_t>(rows) * row_bytes;
 }
@@ -232,7 +240,8 @@ void matmul_gemm(DType type, const void* w, int64_t n_in, int64_t n_out, const f
   // y[:, o0:o0 + rows] = tile . x16^T, tile after tile on the one stream (the next tile's
   // dequantization waits for the GEMM that reads the previous one).
   auto* tile = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(scratch) + x_bytes);
-  const int64_t max_rows = static_cast<int64_t>((scratch_bytes - x_bytes) / row_bytes);
+  const int64_t max_rows =
+      tile_rows(static_cast<int64_t>((scratch_bytes - x_bytes) / row_bytes), n_out);
   const size_t w_row_bytes = row_size(type, n_in);
   for (int64_t o0 = 0; o0 < n_out; o0 += max_rows) {
     const int64_t rows = n_out - o0 < max_rows ? n_out - o0 : max_rows;
