@@ -1,11 +1,12 @@
 // Prefill matmuls: the activations are rounded to F16 once, then the weights are
-// dequantized to F16 a tile of output rows at a time (one thread per element, each the
-// F16 nearest to the scalar reference's float: the same float operations in the same
-// order) and multiplied by gemm_f16 (cuBLAS), which sums the
-// exact products of F16 values in float. So the result differs from the exact product of
-// the reference's dequantized weights with x by the F16 rounding of both operands (each
-// within 2^-11 relative) and the float summation; tests/cuda_emu_gemm_test.cpp measures it.
-// Not tuned: the dequantization reads its block header once per element (from cache).
+// dequantized to F16 a tile of output rows at a time (one thread per element, each the F16
+// nearest to the scalar reference's float: the same float operations in the same order)
+// and multiplied by gemm_f16 (cuBLAS), which sums the exact products of F16 values in
+// float. So the result differs from the exact product of the reference's dequantized
+// weights with x by the F16 rounding of both operands (each within 2^-11 relative) and the
+// float summation; tests/cuda_emu_gemm_test.cpp states and measures both.
+// Not tuned: the dequantization reads its block header once per element (from cache), and
+// the tiles are dequantized and multiplied in turn on one stream, not overlapped.
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/vecdot_q8_1.cuh"
