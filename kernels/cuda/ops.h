@@ -72,4 +72,29 @@ void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_
 void mmv_float(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
                int64_t n_tokens, float* y, Stream stream);
 
+// ---- prefill products (ops_gemm.cu) ----
+// Many tokens at once: the weights are dequantized to F16 a tile of rows at a time and
+// multiplied with the activations rounded to F16 by an F16 x F16 GEMM that accumulates in
+// float (gemm_f16, runtime.h: cuBLAS on the GPU).
+
+// Whether dequantize_f16 and matmul_gemm take weights of `type`: Q4_0, Q5_0, Q8_0, Q4_K,
+// Q5_K, Q6_K, F16 and F32.
+bool gemm_supports(DType type);
+// dst[i] = the F16 nearest to type_traits(type).to_float(src)[i], for n elements (a
+// multiple of the type's block size) of `type` at src.
+void dequantize_f16(DType type, const void* src, int64_t n, uint16_t* dst, Stream stream);
+// out[i] = x[i] rounded to the nearest F16 (ties to even), for n elements.
+void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, Stream stream);
+
+// The scratch matmul_gemm needs: x in F16, and a tile of dequantized rows bounded to
+// about 64 MiB (at least one row).
+size_t matmul_gemm_scratch_bytes(int64_t n_in, int64_t n_out, int64_t n_tokens);
+// y[t][o] = sum_i w[o][i] * x[t][i] for t < n_tokens, o < n_out (y row-major
+// [n_tokens, n_out], as mmvq writes it): w holds n_out rows of n_in elements of `type`
+// (n_in a multiple of its block size), x n_tokens rows of n_in floats. Both operands are
+// rounded to F16 and the products summed in float. scratch (device memory, 256-byte
+// aligned) bounds the tile: any size from the scratch of one row up works, with more tiles.
+void matmul_gemm(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
+                 int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes, Stream stream);
+
 QRUN_CUDA_NAMESPACE_END

@@ -1,5 +1,8 @@
-// The host runtime (runtime.h) on the CUDA runtime API.
+// The host runtime (runtime.h) on the CUDA runtime API, and gemm_f16 on cuBLAS.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include <climits>
 
 #include "ggml-like/result.h"
 #include "kernels/cuda/runtime.h"
@@ -13,6 +16,23 @@ void check(cudaError_t err, const char* what) {
 }
 cudaStream_t handle(Stream s) {
   return static_cast<cudaStream_t>(s.handle);
+}
+void check(cublasStatus_t status, const char* what) {
+  QRUN_CHECK(status == CUBLAS_STATUS_SUCCESS, "%s: %s (%s)", what, cublasGetStatusName(status),
+             cublasGetStatusString(status));
+}
+
+// The one cuBLAS handle, created on first use (after the backend has made its device
+// current) and kept for the life of the process: destroying it from a static destructor
+// could run after the CUDA runtime has shut down. Each call binds it to its stream, so it
+// serves one host thread at a time, as the backend calls it.
+cublasHandle_t cublas() {
+  static const cublasHandle_t h = [] {
+    cublasHandle_t created = nullptr;
+    check(cublasCreate(&created), "cublasCreate");
+    return created;
+  }();
+  return h;
 }
 
 }  // namespace
@@ -47,6 +67,28 @@ void fill_zero(void* dst, size_t bytes, Stream stream) {
 
 void synchronize(Stream stream) {
   check(cudaStreamSynchronize(handle(stream)), "cudaStreamSynchronize");
+}
+
+void gemm_f16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+              int64_t ldb, float* c, int64_t ldc, Stream stream) {
+  QRUN_CHECK(m >= 0 && n >= 0 && k >= 0 && lda >= k && ldb >= k && ldc >= m && lda <= INT_MAX &&
+                 ldb <= INT_MAX && ldc <= INT_MAX && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX,
+             "gemm_f16: m %lld n %lld k %lld, lda %lld ldb %lld ldc %lld",
+             static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+             static_cast<long long>(lda), static_cast<long long>(ldb), static_cast<long long>(ldc));
+  if (m == 0 || n == 0) return;
+  // cuBLAS is column-major. c, read column-major with leading dimension ldc, is the m x n
+  // matrix C[i][j] = c[j * ldc + i]; a is the k x m column-major matrix whose column i is
+  // row i of a, so C = op(a) * b with op = transpose, where b is the k x n column-major
+  // matrix whose column j is row j of b.
+  cublasHandle_t h = cublas();
+  check(cublasSetStream(h, handle(stream)), "cublasSetStream");
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
+                     static_cast<int>(k), &alpha, a, CUDA_R_16F, static_cast<int>(lda), b,
+                     CUDA_R_16F, static_cast<int>(ldb), &beta, c, CUDA_R_32F, static_cast<int>(ldc),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
 }
 
 QRUN_CUDA_NAMESPACE_END

@@ -30,6 +30,13 @@ void fill_zero(void* dst, size_t bytes, Stream stream = {});
 // Waits for everything queued on the stream.
 void synchronize(Stream stream = {});
 
+// c[j * ldc + i] = sum_p a[i * lda + p] * b[j * ldb + p] for i < m, j < n, p < k: a and
+// b hold F16 rows of k elements (m of them and n of them), and c receives, for each of
+// the n rows of b, the m dots with the rows of a. Products of F16 values are summed in
+// float (cuBLAS's CUBLAS_COMPUTE_32F on the GPU, in its own order). Queued on `stream`.
+void gemm_f16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+              int64_t ldb, float* c, int64_t ldc, Stream stream = {});
+
 // An owned device array of n trivially copyable T.
 template <class T>
 class DeviceArray {

@@ -3,7 +3,9 @@
 // that a kernel reading what nobody wrote shows up in the tests.
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "ggml-like/fp16.h"
 #include "ggml-like/result.h"
 #include "kernels/cuda/runtime.h"
 
@@ -38,5 +40,25 @@ void fill_zero(void* dst, size_t bytes, Stream) {
 }
 
 void synchronize(Stream) {}
+
+// Each dot in float, p ascending: the F16 values are exact in float, each product rounds
+// once and each addition once (cuBLAS sums in another order; the tests bound both).
+void gemm_f16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+              int64_t ldb, float* c, int64_t ldc, Stream) {
+  QRUN_CHECK(m >= 0 && n >= 0 && k >= 0 && lda >= k && ldb >= k && ldc >= m,
+             "gemm_f16: m %lld n %lld k %lld, lda %lld ldb %lld ldc %lld",
+             static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+             static_cast<long long>(lda), static_cast<long long>(ldb), static_cast<long long>(ldc));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) row[p] = fp16_to_fp32(a[i * lda + p]);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t* bj = b + j * ldb;
+      float sum = 0.0f;
+      for (int64_t p = 0; p < k; ++p) sum += row[p] * fp16_to_fp32(bj[p]);
+      c[j * ldc + i] = sum;
+    }
+  }
+}
 
 QRUN_CUDA_NAMESPACE_END
