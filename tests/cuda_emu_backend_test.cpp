@@ -11,6 +11,8 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml-like/fp16.h"
@@ -110,9 +112,13 @@ TEST(CudaEmuBackend, ElementwiseNormRopeMatchCpu) {
 TEST(CudaEmuBackend, MatmulAndGetRowsMatchCpu) {
   CudaBackend gpu;
   CpuBackend cpu(1, Isa::kGeneric);
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
-    SCOPED_TRACE(dtype_name(type));
-    const int64_t n_in = 512, n_out = 9, n_tokens = 2;
+  // 2 tokens run MMVQ, 7 the dequantize-and-GEMM path (F16 operands: closer than the
+  // CPU's 8-bit activations, so within the same bound).
+  for (const auto& [type, n_tokens] :
+       {std::pair{DType::kQ4_0, 2}, std::pair{DType::kQ8_0, 2}, std::pair{DType::kQ4_K, 2},
+        std::pair{DType::kQ6_K, 2}, std::pair{DType::kQ4_0, 7}, std::pair{DType::kQ4_K, 7}}) {
+    SCOPED_TRACE(std::string(dtype_name(type)) + " x " + std::to_string(n_tokens));
+    const int64_t n_in = 512, n_out = 9;
     const TypeTraits& tt = type_traits(type);
     const std::vector<float> wf = random_vector(n_in * n_out, 4);
     std::vector<uint8_t> wq(row_size(type, n_in) * n_out);

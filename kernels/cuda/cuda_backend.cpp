@@ -15,7 +15,12 @@ QRUN_CUDA_NAMESPACE_BEGIN
 namespace {
 
 // Scratch slots.
-enum Slot { kIn0, kIn1, kOut, kAux, kPositions, kAttnScratch };
+enum Slot { kIn0, kIn1, kOut, kAux, kAttnScratch, kGemm };
+
+// From this many tokens on, a quantized matmul dequantizes the weights to F16 tiles and
+// multiplies them through cuBLAS (ops_gemm.cu) instead of running MMVQ, which reads the
+// weights once per token: the dequantized tile costs about as much traffic as four passes.
+constexpr int64_t kGemmMinTokens = 5;
 
 }  // namespace
 
@@ -120,7 +125,11 @@ void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, floa
   const void* dw = device_copy(w.data, w.n_bytes());
   const float* dx = input(kIn0, x, n_tokens * n_in);
   float* dy = output(kOut, y, n_tokens * n_out);
-  if (mmvq_supports(w.type)) {
+  if (n_tokens >= kGemmMinTokens && gemm_supports(w.type)) {
+    const size_t bytes = matmul_gemm_scratch_bytes(n_in, n_out, n_tokens);
+    matmul_gemm(w.type, dw, n_in, n_out, dx, n_tokens, dy, scratch_[kGemm].get(bytes), bytes,
+                stream_);
+  } else if (mmvq_supports(w.type)) {
     auto* dq = static_cast<BlockQ8_1*>(
         scratch_[kAux].get(static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
     quantize_q8_1(dx, n_tokens, n_in, dq, stream_);
@@ -168,15 +177,27 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_
              static_cast<long long>(n_tokens));
   const int64_t n = n_tokens * n_head * head_dim;
   float* dx = input(kIn0, x, n);  // rotated in place
-  void* dpos = scratch_[kPositions].get(static_cast<size_t>(n_tokens) * sizeof(int32_t));
-  copy_to_device(dpos, positions.data(), static_cast<size_t>(n_tokens) * sizeof(int32_t), stream_);
+  const int32_t* dpos = device_positions(positions.first(static_cast<size_t>(n_tokens)));
   RopeParams dp = params;
   if (params.freq_factors != nullptr) {
     dp.freq_factors = static_cast<const float*>(
         device_copy(params.freq_factors, static_cast<size_t>(params.n_rot / 2) * sizeof(float)));
   }
-  cuda::rope(dx, n_tokens, n_head, head_dim, static_cast<const int32_t*>(dpos), dp, stream_);
+  cuda::rope(dx, n_tokens, n_head, head_dim, dpos, dp, stream_);
   finish_output(x, dx, n);
+}
+
+const int32_t* CudaBackend::device_positions(std::span<const int32_t> positions) {
+  // A forward pass ropes Q and K of every layer at the same positions: one upload (which
+  // waits for the stream, from pageable memory) per pass, not two per layer.
+  if (!std::equal(positions.begin(), positions.end(), positions_.begin(), positions_.end())) {
+    positions_.assign(positions.begin(), positions.end());
+    if (device_positions_.size() < positions_.size()) {
+      device_positions_ = DeviceArray<int32_t>(positions_.size());
+    }
+    device_positions_.upload(positions_, stream_);
+  }
+  return device_positions_.data();
 }
 
 void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,

@@ -11,10 +11,12 @@
 // KV cache: each layer lives in device memory, keyed by the host cache's k pointer; the
 // host cache's own memory is neither read nor written (a cache filled by another backend is
 // not seen here). Only F16 caches.
-// Numerics differ from the CPU backend where ops.h says so: matmul quantizes activations
-// to blocks of 32 for every weight type (Q8_1-style, not Q8_K for the k-quants), and
-// attention sums in float rather than in llama.cpp's F16 accumulator. get_rows dequantizes
-// on the host (one row per token) and uploads. Not thread-safe: one caller at a time.
+// Numerics differ from the CPU backend where ops.h says so: a matmul of up to 4 tokens
+// (decode) quantizes activations to blocks of 32 for every weight type (Q8_1-style, not
+// Q8_K for the k-quants); from 5 tokens on (prefill) both operands are rounded to F16 and
+// multiplied by cuBLAS, as llama.cpp's CUDA backend does for batches; attention sums in
+// float rather than in llama.cpp's F16 accumulator. get_rows dequantizes on the host (one
+// row per token) and uploads. Not thread-safe: one caller at a time.
 #pragma once
 
 #include <array>
@@ -75,6 +77,8 @@ class CudaBackend final : public Backend {
   // finish_output copies a non-resident result back to the host and waits for it.
   float* output(int slot, float* host, int64_t n);
   void finish_output(float* host, const float* device, int64_t n);
+  // positions in device memory, uploaded only when they differ from the last ones.
+  const int32_t* device_positions(std::span<const int32_t> positions);
   void elementwise2(void (*op)(const float*, const float*, int64_t, float*, Stream), const float* a,
                     const float* b, int64_t n, float* out);
 
@@ -97,7 +101,9 @@ class CudaBackend final : public Backend {
   bool scope_open_ = false;
   std::vector<float> rows_;                       // get_rows' host staging
   std::unordered_map<const void*, DeviceKv> kv_;  // keyed by the host cache's k
-  Scratch scratch_[6];
+  Scratch scratch_[6];                            // by Slot (cuda_backend.cpp)
+  std::vector<int32_t> positions_;                // the positions device_positions_ holds
+  DeviceArray<int32_t> device_positions_;
   Stream stream_{};
 };
 
