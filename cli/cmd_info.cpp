@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/gpu_offload.h"
 #include "cli/session.h"
 #include "cli/text_file.h"
 #include "core/model_info.h"
@@ -113,6 +114,7 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors,
                 human_bytes(static_cast<double>(cb.second)).c_str());
   }
   std::printf("\n");
+  std::printf("gpu            %s\n", describe_gpu(file).c_str());
   if (!tensors) return;
   std::printf("\n%-4s %-40s %-8s %-24s %12s %12s\n", "#", "tensor", "type", "shape", "offset",
               "bytes");

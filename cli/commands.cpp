@@ -1,6 +1,8 @@
 // Subcommand registration and dispatch, and the mapping from Error to exit code.
 #include "cli/commands.h"
 
+#include "cli/gpu_offload.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/gpu_offload.h"
 #include "cli/process_setup.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_table.h"
@@ -34,7 +37,8 @@ std::string version_text() {
   s += "cpu backend: kernels for " + isas + "; host cpu: " + features.to_string() +
        "; selected: " + kernels::isa_name(kernels::default_isa()) + "\n";
 #if defined(QRUN_HAVE_CUDA)
-  s += "cuda backend: compiled for " + kernels::cuda::compiled_architectures() + "\n";
+  s += "cuda backend: compiled for " + kernels::cuda::compiled_architectures() +
+       "; devices: " + describe_gpu_devices() + "\n";
 #else
   s += "cuda backend: not compiled in\n";
 #endif

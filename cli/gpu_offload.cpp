@@ -3,12 +3,14 @@
 
 #include <charconv>
 #include <cstdio>
+#include <set>
 
 #include "core/model_info.h"
 
 #if defined(QRUN_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_info.h"
+#include "kernels/cuda/ops.h"
 #endif
 
 namespace qrun::cli {
@@ -124,6 +126,47 @@ Result<std::unique_ptr<Backend>> make_gpu_backend(const std::string& ngl, const 
   auto backend = std::make_unique<kernels::cuda::CudaBackend>();
   QRUN_TRY(model.check_backend(*backend));
   return std::unique_ptr<Backend>(std::move(backend));
+#endif
+}
+
+std::string describe_gpu_devices() {
+#if !defined(QRUN_HAVE_CUDA)
+  return "none (CUDA not compiled in)";
+#else
+  const int n = kernels::cuda::device_count();
+  if (n == 0) return "none found";
+  std::string s;
+  for (int i = 0; i < n; ++i) {
+    s += (i > 0 ? "; " : "") + std::to_string(i) + ": " + kernels::cuda::device_description(i);
+  }
+  return s;
+#endif
+}
+
+std::string describe_gpu(const gguf::File& file) {
+#if !defined(QRUN_HAVE_CUDA)
+  (void)file;
+  return "none: this qrun was built without CUDA";
+#else
+  if (kernels::cuda::device_count() == 0) {
+    return "none found (CUDA build for " + kernels::cuda::compiled_architectures() + ")";
+  }
+  std::set<std::string> types;
+  std::string missing;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.n_dims < 2 || t.name == "token_embd.weight") continue;  // norms; host lookups
+    if (kernels::cuda::mmvq_supports(t.type) || kernels::cuda::gemm_supports(t.type)) {
+      types.insert(dtype_name(t.type));
+    } else if (missing.empty()) {
+      missing = format("%s ('%s')", dtype_name(t.type), t.name.c_str());
+    }
+  }
+  std::string list;
+  for (const std::string& t : types) list += (list.empty() ? "" : ", ") + t;
+  std::string s = kernels::cuda::device_description(0);
+  if (!missing.empty()) return s + ": -ngl all cannot run this file: no CUDA kernel for " + missing;
+  return s + ": -ngl all runs MMVQ (decode) and cuBLAS F16 GEMM (prefill) on " + list +
+         " weights, split-K attention over an f16 KV cache";
 #endif
 }
 

@@ -24,4 +24,12 @@ void add_gpu_layers_flag(CLI::App* cmd, std::string& value);
 Result<std::unique_ptr<Backend>> make_gpu_backend(const std::string& ngl, const gguf::File& file,
                                                   const Model& model, const KvCache& kv, bool log);
 
+// One line for `qrun info`: the GPU -ngl all would use and the kernels it would run on this
+// file's matrices (MMVQ for decode, cuBLAS F16 GEMM for prefill), or why there is none: no
+// CUDA build, no device, or a tensor type the CUDA backend cannot multiply.
+std::string describe_gpu(const gguf::File& file);
+
+// For `qrun --version`: the CUDA devices present, or why none can be used.
+std::string describe_gpu_devices();
+
 }  // namespace qrun::cli
