@@ -44,6 +44,20 @@ else
   cat "$out/gen_cpu.txt"; echo; cat "$out/gen_gpu.txt"; echo; tail -3 "$out/gen_gpu.err"
 fi
 
+# KL divergence of the GPU's next-token distributions from the CPU's, on the same text:
+# a real model (TinyLlama 5M) and a Gemma-3-shaped synthetic one whose 512-token chunks run
+# past its 128-position sliding window.
+"$qrun" synth --arch gemma3 --like smollm-135m --type q4_k_m --sliding-window 128 \
+  -o /tmp/gemma3-synth.gguf 2>&1 | tail -1
+for km in "$dir/data/models/TinyLLama-v0-5M-Q4_K_M.gguf" /tmp/gemma3-synth.gguf; do
+  kb=/tmp/$(basename "$km").kld
+  "$qrun" perplexity -m "$km" -f README.md -c 512 --chunks 4 --kl-divergence-base "$kb" \
+    > /dev/null 2>&1
+  "$qrun" perplexity -m "$km" -ngl all -c 512 --kl-divergence-base "$kb" --kl-divergence \
+    > "$out/kld_$(basename "$km").txt" 2>&1
+  note "KLD GPU vs CPU, $(basename "$km"): $(grep -E 'Mean +KLD|Same top p:' "$out/kld_$(basename "$km").txt" | tr -s ' ' | tr '\n' ' ')"
+done
+
 like=${QRUN_BENCH_LIKE:-llama-3-8b}
 type=${QRUN_BENCH_TYPE:-q4_0}
 big=/tmp/bench-$like-$type.gguf
