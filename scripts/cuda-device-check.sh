@@ -15,6 +15,11 @@ out=${OUT:-./out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export QRUN_TEST_DATA="$dir/data"
+# cuBLAS from wherever the machine has CUDA's libraries (a toolkit, or a Python wheel).
+if ! ldconfig -p | grep -q 'libcublas\.so\.13'; then
+  cublas=$(find /usr/local /opt /usr/lib -name 'libcublas.so.13*' 2>/dev/null | head -1)
+  [ -n "$cublas" ] && export LD_LIBRARY_PATH="$(dirname "$cublas"):$LD_LIBRARY_PATH"
+fi
 qrun="$dir/bin/qrun"
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
