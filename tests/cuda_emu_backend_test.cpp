@@ -213,8 +213,9 @@ TEST(CudaEmuBackend, KvStoreAndAttentionDecodeMatchCpu) {
 }
 
 // Buffers declared as scratch stay on the device for the scope: a chain of ops through
-// them equals the CPU's, their host memory is never written, and only the output that
-// lies outside them comes back. After end_scratch the same memory is host memory again.
+// them equals the CPU's (a matmul after its input changed quantizes it again), their host
+// memory is never written, and only the output that lies outside them comes back. After
+// end_scratch the same memory is host memory again.
 TEST(CudaEmuBackend, ScratchBuffersStayOnTheDeviceForTheScope) {
   CudaBackend gpu;
   CpuBackend cpu(1, Isa::kGeneric);
@@ -234,6 +235,7 @@ TEST(CudaEmuBackend, ScratchBuffersStayOnTheDeviceForTheScope) {
   gpu.begin_scratch(buffers);
   gpu.get_rows(w, ids, x.data());
   gpu.rms_norm(x.data(), norm_w, n_tokens, n_in, 1e-6f, xn.data());
+  gpu.matmul(w, x.data(), n_tokens, y.data());  // quantizes x; the add below changes it
   gpu.add(x.data(), xn.data(), n_tokens * n_in, x.data());
   gpu.matmul(w, x.data(), n_tokens, y.data());
   gpu.end_scratch();

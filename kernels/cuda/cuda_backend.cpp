@@ -103,7 +103,17 @@ float* CudaBackend::input(int slot, const float* host, int64_t n) {
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   void* d = scratch_[slot].get(bytes);
   copy_to_device(d, host, bytes, stream_);
+  wrote(static_cast<const float*>(d), n);
   return static_cast<float*>(d);
+}
+
+void CudaBackend::wrote(const float* device, int64_t n) {
+  const auto b = reinterpret_cast<uintptr_t>(device);
+  const auto q = reinterpret_cast<uintptr_t>(quantized_from_);
+  const auto float_bytes = [](int64_t count) {
+    return static_cast<uintptr_t>(count) * sizeof(float);
+  };
+  if (q < b + float_bytes(n) && b < q + float_bytes(quantized_n_)) quantized_from_ = nullptr;
 }
 
 float* CudaBackend::output(int slot, float* host, int64_t n) {
@@ -112,6 +122,7 @@ float* CudaBackend::output(int slot, float* host, int64_t n) {
 }
 
 void CudaBackend::finish_output(float* host, const float* device, int64_t n) {
+  wrote(device, n);
   if (resident(host, n) == device) return;
   copy_to_host(host, device, static_cast<size_t>(n) * sizeof(float), stream_);
   synchronize(stream_);
@@ -130,9 +141,15 @@ void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, floa
     matmul_gemm(w.type, dw, n_in, n_out, dx, n_tokens, dy, scratch_[kGemm].get(bytes), bytes,
                 stream_);
   } else if (mmvq_supports(w.type)) {
+    // Q, K and V (and gate and up) multiply the same activations: quantize them once.
     auto* dq = static_cast<BlockQ8_1*>(
         scratch_[kAux].get(static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
-    quantize_q8_1(dx, n_tokens, n_in, dq, stream_);
+    if (quantized_from_ != dx || quantized_n_ != n_tokens * n_in || quantized_to_ != dq) {
+      quantize_q8_1(dx, n_tokens, n_in, dq, stream_);
+      quantized_from_ = dx;
+      quantized_n_ = n_tokens * n_in;
+      quantized_to_ = dq;
+    }
     mmvq(w.type, dw, n_in, n_out, dq, n_tokens, dy, stream_);
   } else {
     mmv_float(w.type, dw, n_in, n_out, dx, n_tokens, dy, stream_);
@@ -153,6 +170,7 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, fl
   }
   if (float* d = resident(out, n_ids * n)) {
     copy_to_device(d, rows_.data(), rows_.size() * sizeof(float), stream_);
+    wrote(d, n_ids * n);
   } else {
     std::copy(rows_.begin(), rows_.end(), out);
   }

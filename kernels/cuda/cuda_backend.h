@@ -77,6 +77,9 @@ class CudaBackend final : public Backend {
   // finish_output copies a non-resident result back to the host and waits for it.
   float* output(int slot, float* host, int64_t n);
   void finish_output(float* host, const float* device, int64_t n);
+  // Records that device[0 .. n) was written: forgets the quantized activations if they
+  // were made from there.
+  void wrote(const float* device, int64_t n);
   // positions in device memory, uploaded only when they differ from the last ones.
   const int32_t* device_positions(std::span<const int32_t> positions);
   void elementwise2(void (*op)(const float*, const float*, int64_t, float*, Stream), const float* a,
@@ -102,7 +105,12 @@ class CudaBackend final : public Backend {
   std::vector<float> rows_;                       // get_rows' host staging
   std::unordered_map<const void*, DeviceKv> kv_;  // keyed by the host cache's k
   Scratch scratch_[6];                            // by Slot (cuda_backend.cpp)
-  std::vector<int32_t> positions_;                // the positions device_positions_ holds
+  // The activations the kAux slot holds quantized (matmul): made from quantized_n_ floats
+  // at quantized_from_ (device memory), into quantized_to_; null when none.
+  const float* quantized_from_ = nullptr;
+  int64_t quantized_n_ = 0;
+  const void* quantized_to_ = nullptr;
+  std::vector<int32_t> positions_;  // the positions device_positions_ holds
   DeviceArray<int32_t> device_positions_;
   Stream stream_{};
 };
