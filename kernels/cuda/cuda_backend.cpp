@@ -239,8 +239,7 @@ void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_toke
   }
   const float* dk = input(kIn0, k, n_tokens * n);
   const float* dv = input(kIn1, v, n_tokens * n);
-  store_rows_f16(dk, n_tokens, n, pos, cache.n_rows, layer.k.data(), stream_);
-  store_rows_f16(dv, n_tokens, n, pos, cache.n_rows, layer.v.data(), stream_);
+  store_kv_f16(dk, dv, n_tokens, n, pos, cache.n_rows, layer.k.data(), layer.v.data(), stream_);
 }
 
 void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,

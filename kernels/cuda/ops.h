@@ -20,10 +20,11 @@ void softcap(const float* x, int64_t n, float cap, float* out, Stream stream);
 void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream stream);
 void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream);
 
-// Writes n_tokens rows of row_elems floats, rounded to F16 (round to nearest even, as
-// the CPU backend's F16 cache), to rows (pos + t) % n_rows of the ring dst: kv_store.
-void store_rows_f16(const float* src, int64_t n_tokens, int64_t row_elems, int64_t pos,
-                    int64_t n_rows, uint16_t* dst, Stream stream);
+// Writes n_tokens rows of row_elems floats from k and from v, rounded to F16 (round to
+// nearest even, as the CPU backend's F16 cache), to rows (pos + t) % n_rows of the rings
+// k_dst and v_dst: kv_store, in one launch.
+void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t row_elems, int64_t pos,
+                  int64_t n_rows, uint16_t* k_dst, uint16_t* v_dst, Stream stream);
 
 // ---- ops_norm.cu ----
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for n_rows rows of n; y may alias x.

@@ -39,7 +39,7 @@ __device__ __forceinline__ float* partial_of(float* scratch, const Geometry& g, 
 
 __global__ void __launch_bounds__(kWarps* kWarp)
     attention_split_kernel(const float* q, const uint16_t* k, const uint16_t* v, Geometry g,
-                           float* scratch) {
+                           float* scratch, float* direct_out) {
   __shared__ float warp_m[kWarps];
   __shared__ float warp_l[kWarps];
   __shared__ float warp_acc[kWarps][kWarp * kMaxDimsPerLane];
@@ -106,6 +106,16 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   for (int w = 0; w < kWarps; ++w) {
     factor[w] = warp_l[w] > 0.0f ? expf(warp_m[w] - block_m) : 0.0f;
     block_l += warp_l[w] * factor[w];
+  }
+  if (direct_out != nullptr) {  // one split: the output itself, as the merge would write it
+    const float inv = 1.0f / block_l;
+    float* o = direct_out + (t * g.n_head + h) * g.head_dim;
+    for (int64_t d = threadIdx.x; d < g.head_dim; d += blockDim.x) {
+      float a = 0.0f;
+      for (int w = 0; w < kWarps; ++w) a += warp_acc[w][d] * factor[w];
+      o[d] = a * inv;
+    }
+    return;
   }
   float* out = partial_of(scratch, g, t, h, s);
   if (threadIdx.x == 0) {
@@ -181,8 +191,13 @@ void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView
   g.scale = params.scale;
   const dim3 split_grid(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_splits),
                         static_cast<unsigned>(n_tokens));
+  // With one split (up to kSplit positions) the split kernel writes the output and the
+  // merge is skipped: one launch fewer per layer in short-context decoding.
+  const bool one_split = g.n_splits == 1;
   launch(attention_split_kernel, split_grid, dim3(kWarps * kWarp), stream, q,
-         static_cast<const uint16_t*>(cache.k), static_cast<const uint16_t*>(cache.v), g, scratch);
+         static_cast<const uint16_t*>(cache.k), static_cast<const uint16_t*>(cache.v), g, scratch,
+         one_split ? out : nullptr);
+  if (one_split) return;
   launch(attention_merge_kernel,
          dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(n_tokens)),
          dim3(kWarps * kWarp), stream, g, static_cast<const float*>(scratch), out);

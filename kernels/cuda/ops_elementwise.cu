@@ -67,24 +67,29 @@ __global__ void geglu_kernel(const float* gate, const float* up, int64_t n, floa
   }
 }
 
-// Row t of src (row_elems floats) to row (pos + t) % n_rows of the F16 ring dst.
-__global__ void store_rows_f16_kernel(const float* src, int64_t n_tokens, int64_t row_elems,
-                                      int64_t pos, int64_t n_rows, uint16_t* dst) {
+// Rows t of k and v (row_elems floats each) to row (pos + t) % n_rows of the F16 rings
+// k_dst and v_dst: one launch for both halves of the cache.
+__global__ void store_kv_f16_kernel(const float* k, const float* v, int64_t n_tokens,
+                                    int64_t row_elems, int64_t pos, int64_t n_rows, uint16_t* k_dst,
+                                    uint16_t* v_dst) {
   const int64_t n = n_tokens * row_elems;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const int64_t t = i / row_elems;
-    dst[((pos + t) % n_rows) * row_elems + i % row_elems] = f32_to_f16(src[i]);
+  for (int64_t i = first_index(); i < 2 * n; i += grid_stride()) {
+    const bool is_v = i >= n;
+    const int64_t j = is_v ? i - n : i;
+    const int64_t t = j / row_elems;
+    uint16_t* dst = is_v ? v_dst : k_dst;
+    dst[((pos + t) % n_rows) * row_elems + j % row_elems] = f32_to_f16(is_v ? v[j] : k[j]);
   }
 }
 
 }  // namespace
 
-void store_rows_f16(const float* src, int64_t n_tokens, int64_t row_elems, int64_t pos,
-                    int64_t n_rows, uint16_t* dst, Stream stream) {
-  const int64_t n = n_tokens * row_elems;
+void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t row_elems, int64_t pos,
+                  int64_t n_rows, uint16_t* k_dst, uint16_t* v_dst, Stream stream) {
+  const int64_t n = 2 * n_tokens * row_elems;
   if (n > 0) {
-    launch(store_rows_f16_kernel, grid_for(n), dim3(kThreads), stream, src, n_tokens, row_elems,
-           pos, n_rows, dst);
+    launch(store_kv_f16_kernel, grid_for(n), dim3(kThreads), stream, k, v, n_tokens, row_elems, pos,
+           n_rows, k_dst, v_dst);
   }
 }
 
