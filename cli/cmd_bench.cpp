@@ -28,6 +28,9 @@
 #include "cli/threads.h"
 #include "core/model_info.h"
 #include "kernels/cpu/cpu_backend.h"
+#if defined(QRUN_HAVE_CUDA)
+#include "kernels/cuda/cuda_info.h"
+#endif
 #include "kernels/cpu/mem_bandwidth.h"
 
 namespace qrun::cli {
@@ -347,6 +350,10 @@ void print_markdown(const BenchContext& c, const std::vector<BenchRecord>& recor
               c.backend == "cpu" ? c.isa.c_str() : c.backend.c_str(),
               human_bytes(static_cast<double>(c.weight_bytes_per_token)).c_str());
   for (const auto& [n_threads, m] : memory) {
+    if (c.backend != "cpu") {
+      std::printf("; GPU memory bandwidth: %.2f GB/s (device copy, read + write)", m.gbps);
+      continue;
+    }
     std::printf("; memory read bandwidth: %.2f GB/s with %d thread%s", m.gbps, n_threads,
                 n_threads == 1 ? "" : "s");
   }
@@ -440,6 +447,17 @@ Result<void> run_bench(BenchOptions o) {
       cpu = static_cast<kernels::CpuBackend*>(s.backend.get());
     }
     const int n_threads = cpu != nullptr ? cpu->n_threads() : 0;
+#if defined(QRUN_HAVE_CUDA)
+    if (cpu == nullptr && (o.memory || max_n > 0) && !memory.count(n_threads)) {
+      kernels::MemBandwidth m;
+      m.gbps = m.mean_gbps = kernels::cuda::device_copy_gbps();
+      m.passes = 10;
+      m.buffer_bytes = size_t{1} << 30;
+      std::fprintf(stderr, "qrun: bench: GPU memory %.2f GB/s (device copy, read + write)\n",
+                   m.gbps);
+      if (m.gbps > 0.0) memory.emplace(n_threads, m);
+    }
+#endif
     if (cpu != nullptr && (o.memory || max_n > 0) && !memory.count(n_threads)) {
       Result<kernels::MemBandwidth> m = measure_memory(cpu->pool());
       if (!m.ok()) return m.error();

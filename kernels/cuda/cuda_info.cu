@@ -1,6 +1,7 @@
 // Device queries for `qrun --version` and the GPU test skips.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -39,6 +40,35 @@ DeviceMemory device_memory() {
     return {};
   }
   return m;
+}
+
+double device_copy_gbps() {
+  constexpr size_t kBytes = size_t{1} << 30;
+  void* a = nullptr;
+  void* b = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  double best = 0.0;
+  if (cudaMalloc(&a, kBytes) == cudaSuccess && cudaMalloc(&b, kBytes) == cudaSuccess &&
+      cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess &&
+      cudaMemset(a, 1, kBytes) == cudaSuccess) {
+    for (int i = 0; i < 11; ++i) {  // the first is the warm-up
+      float ms = 0.0f;
+      if (cudaEventRecord(start) != cudaSuccess ||
+          cudaMemcpy(b, a, kBytes, cudaMemcpyDeviceToDevice) != cudaSuccess ||
+          cudaEventRecord(stop) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
+          cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+        best = 0.0;
+        break;
+      }
+      if (i > 0 && ms > 0.0f) best = std::max(best, 2.0 * kBytes / (ms * 1e-3) / 1e9);
+    }
+  }
+  cudaGetLastError();
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  return best;
 }
 
 }  // namespace qrun::kernels::cuda

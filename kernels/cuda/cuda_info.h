@@ -18,5 +18,9 @@ struct DeviceMemory {
   size_t total = 0;
 };
 DeviceMemory device_memory();
+// The current device's memory bandwidth in GB/s, bytes read plus bytes written by a
+// device-to-device copy of 1 GiB (best of 10 after a warm-up): the roofline that decoding
+// is measured against. 0 when it cannot be measured.
+double device_copy_gbps();
 
 }  // namespace qrun::kernels::cuda
