@@ -6,9 +6,14 @@
 # this runs everything in one go, writes logs to $OUT (default ./out) and prints a summary
 # last.
 #   scripts/cuda-device-check.sh [DIR]
-# Environment: QRUN_BENCH_LIKE (default llama-3-8b) and QRUN_BENCH_TYPE (q4_0), the
-# synthetic model `qrun synth` makes for the benchmark; LLAMA_BENCH, a llama-bench built
-# with CUDA to run on the same file (skipped when unset).
+# Environment:
+#   QRUN_BENCH_LIKE (default llama-3-8b), QRUN_BENCH_TYPE (q4_0): the synthetic model
+#     `qrun synth` makes for the benchmark.
+#   QRUN_VARIANTS: environment settings, space-separated (e.g. "QRUN_CUDA_GRAPHS=0"), under
+#     which the GPU tests and the decode benchmark run again, one at a time (A/B).
+#   LLAMA_SRC: a .tar.xz of llama.cpp's source, built with CUDA for this GPU in the
+#     background while the tests run, then benchmarked on the same file as qrun;
+#   LLAMA_BENCH: or an llama-bench already built with CUDA.
 set -uo pipefail
 dir=${1:-.dev}
 out=${OUT:-./out}
@@ -24,18 +29,34 @@ qrun="$dir/bin/qrun"
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 
+llama_pid=
+if [ -n "${LLAMA_SRC:-}" ]; then
+  (set -e; rm -rf /tmp/llsrc; mkdir -p /tmp/llsrc; tar xJf "$LLAMA_SRC" -C /tmp/llsrc
+   cmake -S /tmp/llsrc -B /tmp/llsrc/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=native -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+     -DLLAMA_BUILD_SERVER=OFF
+   ninja -C /tmp/llsrc/build -j "$(( $(nproc) - 2 ))" llama-bench) > "$out/llama_build.log" 2>&1 &
+  llama_pid=$!
+fi
+
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.txt"
 "$qrun" --version | tail -3
 
-for t in "$dir"/bin/cuda_gpu_*_test; do
-  name=$(basename "$t")
-  if timeout 300 "$t" --gtest_brief=1 > "$out/$name.log" 2>&1; then
-    note "$name: $(grep -E '^\[  (PASSED|SKIPPED)' "$out/$name.log" | tr '\n' ' ')"
-  else
-    note "$name: FAILED (rc $?)"
-    grep -E "Failure|FAILED|error|Expected|Which is|nmse|row" "$out/$name.log" | head -20
-  fi
-done
+run_tests() {  # $1: an environment setting, or empty
+  local t name
+  for t in "$dir"/bin/cuda_gpu_*_test; do
+    name=$(basename "$t")${1:+.$1}
+    if env ${1:+"$1"} timeout 300 "$t" --gtest_brief=1 > "$out/$name.log" 2>&1; then
+      note "$name: $(grep -E '^\[  (PASSED|SKIPPED)' "$out/$name.log" | tr '\n' ' ')"
+    else
+      note "$name: FAILED (rc $?)"
+      grep -E "Failure|FAILED|error|Expected|Which is|nmse|row" "$out/$name.log" | head -20
+    fi
+  done
+}
+run_tests ""
+for v in ${QRUN_VARIANTS:-}; do run_tests "$v"; done
 
 # One real generation each way on a shared model: the same greedy text from CPU and GPU.
 m="$dir/data/models/TinyLLama-v0-5M-Q4_K_M.gguf"
@@ -67,25 +88,37 @@ like=${QRUN_BENCH_LIKE:-llama-3-8b}
 type=${QRUN_BENCH_TYPE:-q4_0}
 big=/tmp/bench-$like-$type.gguf
 [ -f "$big" ] || "$qrun" synth --like "$like" --type "$type" -o "$big" 2>&1 | tail -1
-# The copy bandwidth of the card (bytes read plus written), the roofline of decoding.
-python3 - <<'PY' 2>&1 | tee "$out/bandwidth.txt"
-import torch
-a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
-for _ in range(3): b.copy_(a)
-s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-s.record()
-for _ in range(20): b.copy_(a)
-e.record(); torch.cuda.synchronize()
-print("device copy: %.0f GB/s (read + write)" % (2 * a.numel() * 20 / (s.elapsed_time(e) / 1e3) / 1e9))
-PY
-timeout 240 "$qrun" bench -m "$big" -ngl all -p 512 -n 128 -r 3 > "$out/bench_qrun.txt" 2>&1
-tail -8 "$out/bench_qrun.txt"
 small=/tmp/bench-tinyllama-1.1b-$type.gguf
 [ -f "$small" ] || "$qrun" synth --like tinyllama-1.1b --type "$type" -o "$small" 2>&1 | tail -1
-timeout 120 "$qrun" bench -m "$small" -ngl all -p 0 -n 128 -r 3 > "$out/bench_qrun_small.txt" 2>&1
-tail -4 "$out/bench_qrun_small.txt"
+
+# Benchmarks on an idle machine: wait for llama.cpp's build first.
+if [ -n "$llama_pid" ]; then
+  if wait "$llama_pid"; then
+    LLAMA_BENCH=/tmp/llsrc/build/bin/llama-bench
+  else
+    note "llama.cpp build failed: $(tail -3 "$out/llama_build.log" | tr '\n' ' ')"
+  fi
+fi
+bench() {  # $1: log name, $2: environment setting or empty, then qrun bench's arguments
+  local log=$1 setting=$2
+  shift 2
+  env ${setting:+"$setting"} timeout 240 "$qrun" bench -ngl all -r 3 "$@" > "$out/$log.txt" 2>&1
+  note "qrun ${setting:-default} $*: $(grep -E '^\| llama' "$out/$log.txt" | awk -F'|' '{print $7 $8 $10}' | tr -s ' ' | tr '\n' ';')"
+}
+bench bench_qrun "" -m "$big" -p 512 -n 128
+for v in ${QRUN_VARIANTS:-}; do bench "bench_qrun.$v" "$v" -m "$big" -p 0 -n 128; done
+bench bench_qrun_small "" -m "$small" -p 0 -n 128
+tail -3 "$out/bench_qrun.txt"
+for b in "$dir"/bin/cuda_*_bench; do
+  [ -x "$b" ] || continue
+  timeout 120 "$b" > "$out/$(basename "$b").txt" 2>&1
+  tail -30 "$out/$(basename "$b").txt"
+done
 if [ -n "${LLAMA_BENCH:-}" ]; then
-  timeout 240 "$LLAMA_BENCH" -m "$big" -ngl 99 -p 512 -n 128 -r 3 > "$out/bench_llama.txt" 2>&1
-  tail -8 "$out/bench_llama.txt"
+  for m in "$big" "$small"; do
+    timeout 240 "$LLAMA_BENCH" -m "$m" -ngl 99 -p 512 -n 128 -r 3 > "$out/bench_llama_$(basename "$m").txt" 2>&1
+    note "llama.cpp $(basename "$m"): $(grep -E '^\| llama' "$out/bench_llama_$(basename "$m").txt" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+  done
+  tail -6 "$out/bench_llama_$(basename "$big").txt"
 fi
 printf '%s\n' "${summary[@]}"
