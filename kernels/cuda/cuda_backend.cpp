@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -22,7 +23,55 @@ enum Slot { kIn0, kIn1, kOut, kAux, kAttnScratch, kGemm };
 // weights once per token: the dequantized tile costs about as much traffic as four passes.
 constexpr int64_t kGemmMinTokens = 5;
 
+bool graphs_from_env() {
+  const char* v = std::getenv("QRUN_CUDA_GRAPHS");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 }  // namespace
+
+CudaBackend::CudaBackend() : CudaBackend(graphs_from_env()) {}
+
+CudaBackend::CudaBackend(bool graphs) : graphs_(graphs) {}
+
+CudaBackend::~CudaBackend() {
+  if (stream_.handle == nullptr) return;
+  end_capture(false);
+  synchronize(stream());
+  destroy_graph(graph_);
+  destroy_stream(stream());
+}
+
+Stream CudaBackend::stream() {
+  if (stream_.handle == nullptr) stream_ = create_stream();
+  return stream_;
+}
+
+void CudaBackend::end_capture(bool early) {
+  if (!capturing_) return;
+  capturing_ = false;
+  if (early) ++stats_.flushes;
+  switch (end_capture_and_launch(stream_, graph_)) {
+    case GraphRun::kEmpty:
+      return;
+    case GraphRun::kUpdated:
+      ++stats_.updates;
+      break;
+    case GraphRun::kInstantiated:
+      ++stats_.instantiations;
+      break;
+  }
+  ++stats_.launches;
+}
+
+void* CudaBackend::scratch(int slot, size_t bytes) {
+  DeviceArray<uint8_t>& s = scratch_[slot];
+  if (s.size() < bytes) {
+    flush();
+    s = DeviceArray<uint8_t>(bytes);
+  }
+  return s.data();
+}
 
 bool CudaBackend::supports(Op op, DType type) const {
   switch (op) {
@@ -56,33 +105,41 @@ const void* CudaBackend::device_copy(const void* host, size_t bytes) {
   std::memcpy(ends.data() + 64, h + bytes - edge, edge);
   auto it = weights_.find(host);
   if (it == weights_.end() || it->second.bytes.size() != bytes || it->second.ends != ends) {
+    flush();
     WeightCopy copy{DeviceArray<uint8_t>(bytes), ends};
-    copy.bytes.upload(std::span(h, bytes), stream_);
+    copy.bytes.upload(std::span(h, bytes), stream());
     it = weights_.insert_or_assign(host, std::move(copy)).first;
   }
   return it->second.bytes.data();
 }
 
 void CudaBackend::begin_scratch(std::span<const std::span<float>> buffers) {
+  flush();  // (a scope left open: none is captured across scopes)
+  bool same = buffers.size() == resident_.size();
   std::vector<ResidentBuffer> next;
   next.reserve(buffers.size());
   for (const std::span<float> b : buffers) {
     if (b.empty()) continue;
-    auto same = std::find_if(resident_.begin(), resident_.end(), [&](const ResidentBuffer& r) {
+    auto kept = std::find_if(resident_.begin(), resident_.end(), [&](const ResidentBuffer& r) {
       return r.host == b.data() && r.n == b.size();
     });
-    if (same != resident_.end()) {
-      next.push_back(std::move(*same));
+    if (kept != resident_.end()) {
+      next.push_back(std::move(*kept));
     } else {
+      same = false;
       next.push_back(ResidentBuffer{b.data(), b.size(), DeviceArray<float>(b.size())});
     }
   }
   resident_ = std::move(next);
   scope_open_ = true;
+  scope_decode_ = false;
+  if (!same) decode_warm_ = false;
 }
 
 void CudaBackend::end_scratch() {
+  end_capture(false);
   scope_open_ = false;
+  decode_warm_ = scope_decode_;
 }
 
 float* CudaBackend::resident(const float* host, int64_t n) {
@@ -101,8 +158,9 @@ float* CudaBackend::resident(const float* host, int64_t n) {
 float* CudaBackend::input(int slot, const float* host, int64_t n) {
   if (float* d = resident(host, n)) return d;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-  void* d = scratch_[slot].get(bytes);
-  copy_to_device(d, host, bytes, stream_);
+  void* d = scratch(slot, bytes);
+  flush();  // an upload from pageable memory
+  copy_to_device(d, host, bytes, stream());
   wrote(static_cast<const float*>(d), n);
   return static_cast<float*>(d);
 }
@@ -118,14 +176,16 @@ void CudaBackend::wrote(const float* device, int64_t n) {
 
 float* CudaBackend::output(int slot, float* host, int64_t n) {
   if (float* d = resident(host, n)) return d;
-  return static_cast<float*>(scratch_[slot].get(static_cast<size_t>(n) * sizeof(float)));
+  return static_cast<float*>(scratch(slot, static_cast<size_t>(n) * sizeof(float)));
 }
 
 void CudaBackend::finish_output(float* host, const float* device, int64_t n) {
   wrote(device, n);
   if (resident(host, n) == device) return;
-  copy_to_host(host, device, static_cast<size_t>(n) * sizeof(float), stream_);
-  synchronize(stream_);
+  end_capture(false);  // the step's logits (or another result the host reads)
+  copy_to_host(host, device, static_cast<size_t>(n) * sizeof(float), stream());
+  synchronize(stream());
+  positions_queued_ = false;
 }
 
 void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
@@ -138,21 +198,20 @@ void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, floa
   float* dy = output(kOut, y, n_tokens * n_out);
   if (n_tokens >= kGemmMinTokens && gemm_supports(w.type)) {
     const size_t bytes = matmul_gemm_scratch_bytes(n_in, n_out, n_tokens);
-    matmul_gemm(w.type, dw, n_in, n_out, dx, n_tokens, dy, scratch_[kGemm].get(bytes), bytes,
-                stream_);
+    matmul_gemm(w.type, dw, n_in, n_out, dx, n_tokens, dy, scratch(kGemm, bytes), bytes, stream());
   } else if (mmvq_supports(w.type)) {
     // Q, K and V (and gate and up) multiply the same activations: quantize them once.
     auto* dq = static_cast<BlockQ8_1*>(
-        scratch_[kAux].get(static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
+        scratch(kAux, static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
     if (quantized_from_ != dx || quantized_n_ != n_tokens * n_in || quantized_to_ != dq) {
-      quantize_q8_1(dx, n_tokens, n_in, dq, stream_);
+      quantize_q8_1(dx, n_tokens, n_in, dq, stream());
       quantized_from_ = dx;
       quantized_n_ = n_tokens * n_in;
       quantized_to_ = dq;
     }
-    mmvq(w.type, dw, n_in, n_out, dq, n_tokens, dy, stream_);
+    mmvq(w.type, dw, n_in, n_out, dq, n_tokens, dy, stream());
   } else {
-    mmv_float(w.type, dw, n_in, n_out, dx, n_tokens, dy, stream_);
+    mmv_float(w.type, dw, n_in, n_out, dx, n_tokens, dy, stream());
   }
   finish_output(y, dy, n_tokens * n_out);
 }
@@ -168,12 +227,28 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, fl
                ids[i], static_cast<long long>(table.n_rows()));
     tt.to_float(table.row(ids[i]), rows_.data() + i * n, n);
   }
-  if (float* d = resident(out, n_ids * n)) {
-    copy_to_device(d, rows_.data(), rows_.size() * sizeof(float), stream_);
-    wrote(d, n_ids * n);
-  } else {
+  float* d = resident(out, n_ids * n);
+  if (d == nullptr) {
     std::copy(rows_.begin(), rows_.end(), out);
+    return;
   }
+  flush();  // an upload from pageable memory
+  copy_to_device(d, rows_.data(), rows_.size() * sizeof(float), stream());
+  wrote(d, n_ids * n);
+  if (n_ids != 1) return;
+  // A decode step: captured from here on if the last scope was one on these buffers.
+  if (graphs_ && decode_warm_) {
+    if (positions_queued_) {
+      // (after a scope that did not read its result back) so that RoPE's upload of the
+      // new positions need not end the capture to wait for the last one
+      synchronize(stream());
+      positions_queued_ = false;
+    }
+    begin_capture(stream());
+    capturing_ = true;
+    ++stats_.captures;
+  }
+  scope_decode_ = true;
 }
 
 void CudaBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows, int64_t n,
@@ -184,7 +259,7 @@ void CudaBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows,
   const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
   const float* dx = input(kIn0, x, n_rows * n);
   float* dy = output(kOut, y, n_rows * n);
-  cuda::rms_norm(dx, dw, n_rows, n, eps, dy, stream_);
+  cuda::rms_norm(dx, dw, n_rows, n, eps, dy, stream());
   finish_output(y, dy, n_rows * n);
 }
 
@@ -201,20 +276,31 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_
     dp.freq_factors = static_cast<const float*>(
         device_copy(params.freq_factors, static_cast<size_t>(params.n_rot / 2) * sizeof(float)));
   }
-  cuda::rope(dx, n_tokens, n_head, head_dim, dpos, dp, stream_);
+  cuda::rope(dx, n_tokens, n_head, head_dim, dpos, dp, stream());
   finish_output(x, dx, n);
 }
 
 const int32_t* CudaBackend::device_positions(std::span<const int32_t> positions) {
-  // A forward pass ropes Q and K of every layer at the same positions: one upload (which
-  // waits for the stream, from pageable memory) per pass, not two per layer.
-  if (!std::equal(positions.begin(), positions.end(), positions_.begin(), positions_.end())) {
-    positions_.assign(positions.begin(), positions.end());
-    if (device_positions_.size() < positions_.size()) {
-      device_positions_ = DeviceArray<int32_t>(positions_.size());
-    }
-    device_positions_.upload(positions_, stream_);
+  // A forward pass ropes Q and K of every layer at the same positions: one upload per
+  // pass, not two per layer.
+  const int32_t* held = positions_.data();
+  if (std::equal(positions.begin(), positions.end(), held, held + n_positions_)) {
+    return device_positions_.data();
   }
+  if (positions_.size() < positions.size()) {
+    flush();
+    positions_ = PinnedArray<int32_t>(positions.size());
+    device_positions_ = DeviceArray<int32_t>(positions.size());
+  }
+  if (positions_queued_) {
+    // The last copy from the staging memory may still be queued (or captured).
+    flush();
+    synchronize(stream());
+  }
+  std::copy(positions.begin(), positions.end(), positions_.data());
+  n_positions_ = positions.size();
+  copy_to_device(device_positions_.data(), positions_.data(), positions.size_bytes(), stream());
+  positions_queued_ = true;
   return device_positions_.data();
 }
 
@@ -232,14 +318,15 @@ void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_toke
   DeviceKv& layer = kv_[cache.k];
   if (layer.k.size() != elems) {
     // A new layer, or one whose shape changed: zeros, as a new host cache holds.
+    flush();
     layer.k = DeviceArray<uint16_t>(elems);
     layer.v = DeviceArray<uint16_t>(elems);
-    fill_zero(layer.k.data(), elems * sizeof(uint16_t), stream_);
-    fill_zero(layer.v.data(), elems * sizeof(uint16_t), stream_);
+    fill_zero(layer.k.data(), elems * sizeof(uint16_t), stream());
+    fill_zero(layer.v.data(), elems * sizeof(uint16_t), stream());
   }
   const float* dk = input(kIn0, k, n_tokens * n);
   const float* dv = input(kIn1, v, n_tokens * n);
-  store_kv_f16(dk, dv, n_tokens, n, pos, cache.n_rows, layer.k.data(), layer.v.data(), stream_);
+  store_kv_f16(dk, dv, n_tokens, n, pos, cache.n_rows, layer.k.data(), layer.v.data(), stream());
 }
 
 void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
@@ -249,12 +336,15 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   const int64_t n = n_tokens * params.n_head * params.head_dim;
   const float* dq = input(kIn0, q, n);
   float* dout = output(kOut, out, n);
-  auto* dscratch = static_cast<float*>(
-      scratch_[kAttnScratch].get(attention_scratch_floats(n_tokens, pos0, params) * sizeof(float)));
+  // Sized, the first time a layer is seen, for a token at the cache's last row, so that
+  // decode steps do not grow it as they go.
+  const size_t floats = std::max(attention_scratch_floats(n_tokens, pos0, params),
+                                 attention_scratch_floats(1, cache.n_rows - 1, params));
+  auto* dscratch = static_cast<float*>(scratch(kAttnScratch, floats * sizeof(float)));
   KvLayerView dcache = cache;
   dcache.k = it->second.k.data();
   dcache.v = it->second.v.data();
-  cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream_);
+  cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream());
   finish_output(out, dout, n);
 }
 
@@ -263,7 +353,7 @@ void CudaBackend::elementwise2(void (*op)(const float*, const float*, int64_t, f
   const float* da = input(kIn0, a, n);
   const float* db = input(kIn1, b, n);
   float* dout = output(kOut, out, n);
-  op(da, db, n, dout, stream_);
+  op(da, db, n, dout, stream());
   finish_output(out, dout, n);
 }
 
@@ -280,14 +370,14 @@ void CudaBackend::add(const float* a, const float* b, int64_t n, float* out) {
 void CudaBackend::scale(const float* x, int64_t n, float s, float* out) {
   const float* dx = input(kIn0, x, n);
   float* dout = output(kOut, out, n);
-  cuda::scale(dx, n, s, dout, stream_);
+  cuda::scale(dx, n, s, dout, stream());
   finish_output(out, dout, n);
 }
 
 void CudaBackend::softcap(const float* x, int64_t n, float cap, float* out) {
   const float* dx = input(kIn0, x, n);
   float* dout = output(kOut, out, n);
-  cuda::softcap(dx, n, cap, dout, stream_);
+  cuda::softcap(dx, n, cap, dout, stream());
   finish_output(out, dout, n);
 }
 

@@ -17,6 +17,15 @@
 // multiplied by cuBLAS, as llama.cpp's CUDA backend does for batches; attention sums in
 // float rather than in llama.cpp's F16 accumulator. get_rows dequantizes on the host (one
 // row per token) and uploads. Not thread-safe: one caller at a time.
+// Graphs: everything is queued on one stream of the backend's own. A one-token forward
+// chunk (decode) inside a scratch scope, after one such chunk ran eagerly on the same
+// buffers, is captured from the moment get_rows has uploaded its embedding until the
+// logits go to the host (or end_scratch), then launched as one CUDA graph: re-captured
+// each token and the kept executable graph updated to it (instantiated anew only when
+// the update fails), as llama.cpp does. Whatever a capture cannot hold (an allocation, a
+// first weight copy, a new KV layer, an upload from pageable memory, a copy to the host)
+// first ends the capture and launches what it holds, so the work runs in order either
+// way. QRUN_CUDA_GRAPHS=0 runs every step eagerly.
 #pragma once
 
 #include <array>
@@ -33,7 +42,23 @@ QRUN_CUDA_NAMESPACE_BEGIN
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() = default;
+  // What the graph logic decided, for the tests.
+  struct GraphStats {
+    int64_t captures = 0;        // decode steps whose capture began
+    int64_t flushes = 0;         // captures ended early by work a graph cannot hold
+    int64_t launches = 0;        // captures that held work, launched as a graph
+    int64_t instantiations = 0;  // of the launches, those on a new executable graph
+    int64_t updates = 0;         // of the launches, those on the kept one, updated
+  };
+
+  // Graphs as QRUN_CUDA_GRAPHS says (on unless it is 0).
+  CudaBackend();
+  explicit CudaBackend(bool graphs);
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+  ~CudaBackend() override;
+
+  const GraphStats& graph_stats() const { return stats_; }
 
   std::string_view name() const override { return "cuda"; }
   bool supports(Op op, DType type) const override;
@@ -57,14 +82,15 @@ class CudaBackend final : public Backend {
   void end_scratch() override;
 
  private:
-  // A device buffer that grows to the largest request and is then reused.
-  struct Scratch {
-    DeviceArray<uint8_t> bytes;
-    void* get(size_t n) {
-      if (bytes.size() < n) bytes = DeviceArray<uint8_t>(n);
-      return bytes.data();
-    }
-  };
+  // The backend's stream, created on first use.
+  Stream stream();
+  // Ends an open capture and launches what it holds; `early` when the capture ends before
+  // the step's logits are out (the work that follows runs eagerly).
+  void end_capture(bool early);
+  void flush() { end_capture(true); }
+  // Scratch slot `slot` (a device buffer that grows to the largest request and is then
+  // reused) with at least `bytes`.
+  void* scratch(int slot, size_t bytes);
   // The device copy of a weight (or norm weight, or RoPE factor table) at `host`.
   const void* device_copy(const void* host, size_t bytes);
   // The device memory behind host[0 .. n) when it lies in a scratch buffer of the open
@@ -80,7 +106,8 @@ class CudaBackend final : public Backend {
   // Records that device[0 .. n) was written: forgets the quantized activations if they
   // were made from there.
   void wrote(const float* device, int64_t n);
-  // positions in device memory, uploaded only when they differ from the last ones.
+  // positions in device memory, uploaded (through pinned memory, so a capture can hold
+  // the copy) only when they differ from the last ones.
   const int32_t* device_positions(std::span<const int32_t> positions);
   void elementwise2(void (*op)(const float*, const float*, int64_t, float*, Stream), const float* a,
                     const float* b, int64_t n, float* out);
@@ -104,15 +131,28 @@ class CudaBackend final : public Backend {
   bool scope_open_ = false;
   std::vector<float> rows_;                       // get_rows' host staging
   std::unordered_map<const void*, DeviceKv> kv_;  // keyed by the host cache's k
-  Scratch scratch_[6];                            // by Slot (cuda_backend.cpp)
+  DeviceArray<uint8_t> scratch_[6];               // by Slot (cuda_backend.cpp)
   // The activations the kAux slot holds quantized (matmul): made from quantized_n_ floats
   // at quantized_from_ (device memory), into quantized_to_; null when none.
   const float* quantized_from_ = nullptr;
   int64_t quantized_n_ = 0;
   const void* quantized_to_ = nullptr;
-  std::vector<int32_t> positions_;  // the positions device_positions_ holds
+  // The positions device_positions_ holds (the first n_positions_), staged in pinned
+  // memory; positions_queued_ while a copy from it may not have run yet.
+  PinnedArray<int32_t> positions_;
+  size_t n_positions_ = 0;
+  bool positions_queued_ = false;
   DeviceArray<int32_t> device_positions_;
   Stream stream_{};
+  // Graphs: whether to use them; whether the stream is capturing; whether this scope ran a
+  // one-token step, and whether the last scope did on the same buffers (then the next
+  // step's allocations are done and it is captured).
+  bool graphs_ = true;
+  bool capturing_ = false;
+  bool scope_decode_ = false;
+  bool decode_warm_ = false;
+  GraphExec graph_;
+  GraphStats stats_;
 };
 
 QRUN_CUDA_NAMESPACE_END

@@ -51,6 +51,72 @@ void device_free(void* ptr) {
   check(cudaFree(ptr), "cudaFree");
 }
 
+void* pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMallocHost(&p, bytes == 0 ? 1 : bytes), "cudaMallocHost");
+  return p;
+}
+
+void pinned_free(void* ptr) {
+  check(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
+Stream create_stream() {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return Stream{s};
+}
+
+void destroy_stream(Stream stream) {
+  check(cudaStreamDestroy(handle(stream)), "cudaStreamDestroy");
+}
+
+void begin_capture(Stream stream) {
+  QRUN_CHECK(stream.handle != nullptr, "begin_capture: the default stream cannot be captured");
+  // Relaxed, as llama.cpp: calls such as cudaMalloc from other threads (or from this one)
+  // do not invalidate the capture; the backend flushes before its own allocations anyway.
+  check(cudaStreamBeginCapture(handle(stream), cudaStreamCaptureModeRelaxed),
+        "cudaStreamBeginCapture");
+}
+
+GraphRun end_capture_and_launch(Stream stream, GraphExec& exec) {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(handle(stream), &graph), "cudaStreamEndCapture");
+  size_t n_nodes = 0;
+  check(cudaGraphGetNodes(graph, nullptr, &n_nodes), "cudaGraphGetNodes");
+  GraphRun run = GraphRun::kEmpty;
+  if (n_nodes != 0) {
+    run = GraphRun::kUpdated;
+    auto kept = static_cast<cudaGraphExec_t>(exec.handle);
+    cudaGraphExecUpdateResultInfo info{};
+    if (kept != nullptr && cudaGraphExecUpdate(kept, graph, &info) != cudaSuccess) {
+      // A failed update is an expected answer (another topology), not an error, but it
+      // is also recorded as the thread's last error: clear it, or the next kernel
+      // launch's cudaGetLastError would report it.
+      (void)cudaGetLastError();
+      check(cudaGraphExecDestroy(kept), "cudaGraphExecDestroy");
+      kept = nullptr;
+      exec.handle = nullptr;
+    }
+    if (kept == nullptr) {
+      check(cudaGraphInstantiate(&kept, graph, 0), "cudaGraphInstantiate");
+      exec.handle = kept;
+      run = GraphRun::kInstantiated;
+    }
+    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec.handle), handle(stream)),
+          "cudaGraphLaunch");
+  }
+  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  return run;
+}
+
+void destroy_graph(GraphExec& exec) {
+  if (exec.handle != nullptr) {
+    check(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec.handle)), "cudaGraphExecDestroy");
+  }
+  exec.handle = nullptr;
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, handle(stream)),
         "cudaMemcpyAsync (to device)");

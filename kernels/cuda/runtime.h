@@ -2,6 +2,11 @@
 // implements it with the CUDA runtime; emu/runtime_emu.cpp with host memory for the
 // emulated build, where every call is synchronous. Failures are bugs or exhausted device
 // memory and abort with the runtime's message (the backend plans its memory up front).
+// Graphs: the work queued on a stream between begin_capture and end_capture_and_launch is
+// recorded instead of run, then launched as one CUDA graph. While a stream captures, only
+// kernels, gemm_f16, fill_zero and copies between device memory and pinned host memory
+// (pinned_alloc) may be queued on it: no allocation, no free, no copy from or to pageable
+// memory, no synchronize (the emulated runtime checks this; it runs everything eagerly).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +29,35 @@ const char* runtime_name();
 // 256-byte aligned device memory (never null: aborts when exhausted).
 void* device_alloc(size_t bytes);
 void device_free(void* ptr);
+// Page-locked host memory, which copies may read or write while a stream captures.
+void* pinned_alloc(size_t bytes);
+void pinned_free(void* ptr);
+// A stream of its own (non-blocking: no implicit order with the default stream), which
+// can be captured; the default stream cannot.
+Stream create_stream();
+void destroy_stream(Stream stream);
+
+// The executable graph end_capture_and_launch keeps between captures (cudaGraphExec_t).
+struct GraphExec {
+  void* handle = nullptr;
+};
+// How end_capture_and_launch ran what was captured.
+enum class GraphRun {
+  kEmpty,         // nothing was captured: nothing launched
+  kUpdated,       // the kept executable graph took the new one's parameters
+  kInstantiated,  // the first graph, or one the kept one could not be updated to
+};
+// Starts recording the work queued on `stream` (not the default stream).
+void begin_capture(Stream stream);
+// Ends the capture, brings `exec` to the recorded graph (cudaGraphExecUpdate, or a new
+// instantiation when the update fails: another topology) and launches it on `stream`.
+GraphRun end_capture_and_launch(Stream stream, GraphExec& exec);
+void destroy_graph(GraphExec& exec);
+
+#if defined(QRUN_SIMT_EMU)
+// The emulated runtime's record of a kernel queued on `stream` (simt.h's launch).
+void note_kernel(Stream stream);
+#endif
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream = {});
 void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream = {});
 void fill_zero(void* dst, size_t bytes, Stream stream = {});
@@ -69,6 +103,34 @@ class DeviceArray {
     synchronize(stream);
     return out;
   }
+
+ private:
+  size_t n_ = 0;
+  T* ptr_ = nullptr;
+};
+
+// An owned pinned host array of n trivially copyable T (its elements uninitialized).
+template <class T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  explicit PinnedArray(size_t n) : n_(n), ptr_(static_cast<T*>(pinned_alloc(n * sizeof(T)))) {}
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  PinnedArray(PinnedArray&& o) noexcept
+      : n_(std::exchange(o.n_, 0)), ptr_(std::exchange(o.ptr_, nullptr)) {}
+  PinnedArray& operator=(PinnedArray&& o) noexcept {
+    std::swap(n_, o.n_);
+    std::swap(ptr_, o.ptr_);
+    return *this;
+  }
+  ~PinnedArray() {
+    if (ptr_ != nullptr) pinned_free(ptr_);
+  }
+
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  size_t size() const { return n_; }
 
  private:
   size_t n_ = 0;

@@ -39,7 +39,8 @@ inline uint16_t f32_to_f16(float f) {
 // Runs kernel(args...) on a grid of `grid` blocks of `block` threads; parameters are
 // converted to the kernel's parameter types once and every thread gets its own copy.
 template <class... P, class... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream, A&&... args) {
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream stream, A&&... args) {
+  note_kernel(stream);
   const std::tuple<P...> params(std::forward<A>(args)...);
   struct Call {
     void (*kernel)(P...);
