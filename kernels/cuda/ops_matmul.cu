@@ -1,12 +1,22 @@
 // Decode matmuls as llama.cpp's MMVQ: activations quantized to 8-bit blocks of 32
-// (quantize_q8_1), then one warp per output row, each lane summing the integer dot
-// products (vecdot_q8_1.cuh) of the chunks c = lane, lane + 32, ... in float, and a
-// butterfly sum over the warp. The result differs from a double-precision sum of the same
-// integers and scales by the float rounding of about n_in / 32 / 32 + 5 additions per
-// output; tests/cuda_emu_matmul_test.cpp states the bound it checks.
-// Not tuned: lanes read whole blocks each (no coalescing across lanes); a GPU at hand is
-// where to measure and reshape that.
+// (quantize_q8_1), then per output row the integer dot products of its 32-element chunks
+// (vecdot_q8_1.cuh) scaled and summed in float, and a butterfly sum over the warp. The
+// kernels (mmvq_variant_name) differ in how a warp reads the row:
+//  v1: one warp per row, lane l dots whole chunks l, l + 32, ... (loads of one block per
+//      lane, so a warp load instruction touches 32 blocks: not coalesced), one token per
+//      launch row of blocks;
+//  v2..v4: the words of a chunk split over kParts lanes, neighbouring lanes reading
+//      neighbouring words and blocks (coalesced, as llama.cpp's MMVQ); the parts' integer
+//      sums meet by shuffles (exact) before one lane scales the chunk; kUnroll chunks per
+//      lane loaded before any is used; up to 8 tokens per pass over the weights. Q4_K and
+//      Q5_K rows that are 16-byte aligned load 8 or 16 bytes at once.
+// Either way a lane sums its chunks in order, then the warp: the result differs from a
+// double-precision sum of the same integers and scales by the float rounding of at most
+// n_in / 32 + 5 additions and a few products per chunk; tests/cuda_emu_matmul_test.cpp
+// states the bound it checks, for every variant.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
@@ -39,6 +49,10 @@ __global__ void __launch_bounds__(kQuantThreads)
   }
 }
 
+__device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     mmvq_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x, float* y) {
@@ -50,7 +64,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   const uint8_t* row = w + o * (n_in / T::kBlockElems) * T::kBlockBytes;
   const BlockQ8_1* xt = x + t * n_chunks;
   float sum = 0.0f;
-  for (int64_t c = lane; c < n_chunks; c += kWarp) sum += T::dot(row, c, xt[c]);
+  for (int64_t c = lane; c < n_chunks; c += kWarp) sum += vecdot::dot<T>(row, c, xt[c]);
   sum = warp_sum(sum);
   if (lane == 0) y[t * n_out + o] = sum;
 }
@@ -58,12 +72,122 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
 template <class T>
 void launch_mmvq(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x, int64_t n_tokens,
                  float* y, Stream stream) {
-  QRUN_CHECK(n_in % T::kBlockElems == 0, "mmvq: %lld inputs, not a multiple of %d",
-             static_cast<long long>(n_in), T::kBlockElems);
   const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(n_tokens));
   launch(mmvq_kernel<T>, grid, dim3(kRowsPerBlock * kWarp), stream, static_cast<const uint8_t*>(w),
          n_in, n_out, x, y);
+}
+
+// One warp per row; kW words of a chunk per lane, so kParts = kWords / kW lanes per chunk
+// and kGroups chunks per step of the warp: lane l takes part l % kParts of chunks
+// l / kParts + kGroups * i. Tokens blockIdx.y * kTokens ..+kTokens share each load of
+// the weights (the last group reads the last token again for its missing ones).
+template <class T, int kW, int kUnroll, int kTokens, bool kA16>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+    mmvq_split_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                      int64_t n_tokens, float* y) {
+  constexpr int kParts = T::kWords / kW;
+  constexpr int kGroups = kWarp / kParts;
+  static_assert(kParts * kW == T::kWords && kGroups * kParts == kWarp);
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (o >= n_out) return;  // whole warps leave together
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int part = lane % kParts;
+  const int w0 = part * kW;
+  const int64_t n_chunks = n_in / 32;
+  const uint8_t* row = w + o * (n_in / T::kBlockElems) * T::kBlockBytes;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const BlockQ8_1* xt[kTokens];
+  for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
+  float sum[kTokens] = {};
+  // Every lane runs every step (the shuffles need the whole warp); chunks past the end
+  // read the last chunk and are not added.
+  for (int64_t base = 0; base < n_chunks; base += kGroups * kUnroll) {
+    const int64_t first = base + lane / kParts;
+    int64_t c[kUnroll];
+    vecdot::Words<kW> f[kUnroll];
+    for (int u = 0; u < kUnroll; ++u) {
+      c[u] = min_i64(first + u * kGroups, n_chunks - 1);
+      T::template load<kW, kA16>(row, c[u], w0, f[u]);
+    }
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool valid = part == 0 && first + u * kGroups < n_chunks;
+      for (int t = 0; t < kTokens; ++t) {
+        const BlockQ8_1& a = xt[t][c[u]];
+        int total = T::part(row, c[u], f[u], vecdot::act_ints(a), w0);
+        for (int m = 1; m < kParts; m <<= 1) total += __shfl_xor_sync(0xffffffffu, total, m);
+        if (valid) sum[t] += T::finish(row, c[u], a, total);
+      }
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    const float s = warp_sum(sum[t]);
+    if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
+  }
+}
+
+template <class T, int kW, int kUnroll, bool kA16>
+void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                       int64_t n_tokens, float* y, Stream stream) {
+  const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+  const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
+  const dim3 block(kRowsPerBlock * kWarp);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (tokens) {
+    case 1:
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 1, kA16>, grid, block, stream, wb, n_in,
+                    n_out, x, n_tokens, y);
+    case 2:
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 2, kA16>, grid, block, stream, wb, n_in,
+                    n_out, x, n_tokens, y);
+    case 4:
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 4, kA16>, grid, block, stream, wb, n_in,
+                    n_out, x, n_tokens, y);
+    default:
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 8, kA16>, grid, block, stream, wb, n_in,
+                    n_out, x, n_tokens, y);
+  }
+}
+
+// The variants, by index: v1 = 0.
+constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4"};
+constexpr int kVariants = 4;
+
+template <class T>
+void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                    int64_t n_tokens, float* y, Stream stream) {
+  // Wide loads only where the type has them and the row is 16-byte aligned (every K row
+  // is a multiple of 16 bytes, so then every row is).
+  constexpr bool kWide = T::kBlockBytes % 16 == 0;
+  const bool a16 = kWide && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  switch (variant) {
+    case 1:  // v2: 2 words a lane, 2 chunks in flight
+      return a16 ? launch_mmvq_split<T, 2, 2, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
+                 : launch_mmvq_split<T, 2, 2, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 2:  // v3: 4 words a lane (16-byte loads for Q4_K, Q5_K), 2 chunks in flight
+      return a16 ? launch_mmvq_split<T, 4, 2, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
+                 : launch_mmvq_split<T, 4, 2, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 3:  // v4: 2 words a lane, 4 chunks in flight
+      return a16 ? launch_mmvq_split<T, 2, 4, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
+                 : launch_mmvq_split<T, 2, 4, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    default:
+      return launch_mmvq<T>(w, n_in, n_out, x, n_tokens, y, stream);
+  }
+}
+
+// QRUN_CUDA_MMVQ, read once: the variant mmvq() runs (default v1).
+int default_variant() {
+  static const int variant = [] {
+    const char* env = std::getenv("QRUN_CUDA_MMVQ");
+    if (env == nullptr || *env == '\0') return 0;
+    for (int v = 0; v < kVariants; ++v) {
+      if (std::strcmp(env, kVariantNames[v]) == 0) return v;
+    }
+    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1, v2, v3, v4", env);
+    return 0;
+  }();
+  return variant;
 }
 
 // F16 and F32 weights (small models keep some matrices unquantized): one warp per output
@@ -132,29 +256,48 @@ bool mmvq_supports(DType type) {
   }
 }
 
-void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
-          int64_t n_tokens, float* y, Stream stream) {
+int mmvq_variant_count() {
+  return kVariants;
+}
+
+const char* mmvq_variant_name(int variant) {
+  QRUN_CHECK(variant >= 0 && variant < kVariants, "mmvq: no variant %d", variant);
+  return kVariantNames[variant];
+}
+
+void mmvq_variant(int variant, DType type, const void* w, int64_t n_in, int64_t n_out,
+                  const BlockQ8_1* x, int64_t n_tokens, float* y, Stream stream) {
+  QRUN_CHECK(variant >= 0 && variant < kVariants, "mmvq: no variant %d", variant);
   QRUN_CHECK(n_out >= 0 && n_tokens >= 0 && n_tokens <= 65535 &&
                  (n_out + kRowsPerBlock - 1) / kRowsPerBlock <= 0x7fffffff,
              "mmvq: %lld rows, %lld tokens", static_cast<long long>(n_out),
              static_cast<long long>(n_tokens));
+  QRUN_CHECK(mmvq_supports(type), "mmvq: no kernel for %s weights", dtype_name(type));
+  const int block_elems = type_traits(type).block_elems;
+  QRUN_CHECK(n_in % block_elems == 0, "mmvq: %lld inputs, not a multiple of %d",
+             static_cast<long long>(n_in), block_elems);
   if (n_out == 0 || n_tokens == 0) return;
   switch (type) {
     case DType::kQ4_0:
-      return launch_mmvq<vecdot::Q4_0>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q4_0>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ5_0:
-      return launch_mmvq<vecdot::Q5_0>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q5_0>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ8_0:
-      return launch_mmvq<vecdot::Q8_0>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q8_0>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ4_K:
-      return launch_mmvq<vecdot::Q4_K>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q4_K>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ5_K:
-      return launch_mmvq<vecdot::Q5_K>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q5_K>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ6_K:
-      return launch_mmvq<vecdot::Q6_K>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q6_K>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     default:
-      QRUN_CHECK(false, "mmvq: no kernel for %s weights", dtype_name(type));
+      break;
   }
+}
+
+void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+          int64_t n_tokens, float* y, Stream stream) {
+  mmvq_variant(default_variant(), type, w, n_in, n_out, x, n_tokens, y, stream);
 }
 
 QRUN_CUDA_NAMESPACE_END
