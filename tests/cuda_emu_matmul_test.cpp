@@ -86,8 +86,8 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
   ASSERT_TRUE(mmvq_supports(type));
   const TypeTraits& tt = type_traits(type);
   const bool k_quant = tt.block_elems == 256;
-  const std::vector<int64_t> n_ins =
-      k_quant ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 4096};
+  const std::vector<int64_t> n_ins = k_quant ? std::vector<int64_t>{256, 768, 2304, 4096}
+                                             : std::vector<int64_t>{32, 96, 1280, 4096};
   for (int64_t n_in : n_ins) {
     for (int64_t n_out : {1, 7, 33}) {
       // 9 tokens: groups of 8 and 1; 3: one group of 4 with a token missing.

@@ -150,9 +150,113 @@ void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8
   }
 }
 
+// Copies of whole 64-chunk tiles of a row through shared memory: the warp reads each
+// tile with 16-byte loads of consecutive addresses (fully coalesced whatever the block
+// size), the next tile's loads in flight while the lanes dot the current one, lane l the
+// chunks l and l + 32 of the tile (vecdot::dot, as v1) for every token. Needs rows that
+// are a multiple of 16 bytes at a 16-byte aligned address (launch_variant checks).
+constexpr int kTileChunks = 64;
+constexpr int kTileVecs = kTileChunks * 34 / 16;  // the largest tile: Q8_0, 2176 bytes
+constexpr int kTileVecsPerLane = (kTileVecs + kWarp - 1) / kWarp;
+
+struct alignas(16) Tile {
+  int ints[kTileVecs * 4];
+};
+
+// 16 bytes from global memory at p (16-byte aligned) to v, and from v to shared memory.
+__device__ __forceinline__ void load16(const uint8_t* p, int* v) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(v, p, 16);
+#else
+  const int4 q = *reinterpret_cast<const int4*>(p);
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
+#endif
+}
+__device__ __forceinline__ void store16(int* dst, const int* v) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(dst, v, 16);
+#else
+  *reinterpret_cast<int4*>(dst) = make_int4(v[0], v[1], v[2], v[3]);
+#endif
+}
+
+template <class T, int kTokens>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+    mmvq_tile_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                     int64_t n_tokens, float* y) {
+  constexpr int kChunksPerBlock = T::kBlockElems / 32;
+  constexpr int kTileBytes = kTileChunks / kChunksPerBlock * T::kBlockBytes;
+  static_assert(kTileBytes % 16 == 0 && kTileBytes <= kTileVecs * 16);
+  __shared__ Tile tiles[kRowsPerBlock];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  if (o >= n_out) return;  // whole warps leave together
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t n_chunks = n_in / 32;
+  const int64_t row_bytes = n_in / T::kBlockElems * T::kBlockBytes;
+  const uint8_t* row = w + o * row_bytes;
+  int* tile = tiles[warp].ints;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const BlockQ8_1* xt[kTokens];
+  for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
+  float sum[kTokens] = {};
+  int v[kTileVecsPerLane][4];
+  // Vector i of the tile at byte `start` goes to lane i % 32, slot i / 32.
+  const auto fetch = [&](int64_t start) {
+    const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
+    for (int k = 0; k < kTileVecsPerLane; ++k) {
+      const int64_t i = static_cast<int64_t>(k) * kWarp + lane;
+      if (i < vecs) load16(row + start + 16 * i, v[k]);
+    }
+  };
+  fetch(0);
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += kTileChunks) {
+    const int64_t start = c0 / kChunksPerBlock * T::kBlockBytes;
+    const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
+    for (int k = 0; k < kTileVecsPerLane; ++k) {
+      const int64_t i = static_cast<int64_t>(k) * kWarp + lane;
+      if (i < vecs) store16(tile + 4 * i, v[k]);
+    }
+    __syncwarp();
+    if (c0 + kTileChunks < n_chunks) fetch(start + kTileBytes);
+    const auto* t_bytes = reinterpret_cast<const uint8_t*>(tile);
+    for (int j = lane; j < kTileChunks && c0 + j < n_chunks; j += kWarp) {
+      for (int t = 0; t < kTokens; ++t) sum[t] += vecdot::dot<T>(t_bytes, j, xt[t][c0 + j]);
+    }
+    __syncwarp();  // the tile is read before the next store
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    const float s = warp_sum(sum[t]);
+    if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
+  }
+}
+
+template <class T>
+void launch_mmvq_tile(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                      int64_t n_tokens, float* y, Stream stream) {
+  const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+  const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
+  const dim3 block(kRowsPerBlock * kWarp);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (tokens) {
+    case 1:
+      return launch(mmvq_tile_kernel<T, 1>, grid, block, stream, wb, n_in, n_out, x, n_tokens, y);
+    case 2:
+      return launch(mmvq_tile_kernel<T, 2>, grid, block, stream, wb, n_in, n_out, x, n_tokens, y);
+    case 4:
+      return launch(mmvq_tile_kernel<T, 4>, grid, block, stream, wb, n_in, n_out, x, n_tokens, y);
+    default:
+      return launch(mmvq_tile_kernel<T, 8>, grid, block, stream, wb, n_in, n_out, x, n_tokens, y);
+  }
+}
+
 // The variants, by index: v1 = 0.
-constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4"};
-constexpr int kVariants = 4;
+constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4", "v5"};
+constexpr int kVariants = 5;
 
 template <class T>
 void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
@@ -171,6 +275,12 @@ void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, con
     case 3:  // v4: 2 words a lane, 4 chunks in flight
       return a16 ? launch_mmvq_split<T, 2, 4, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
                  : launch_mmvq_split<T, 2, 4, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 4:  // v5: tiles through shared memory, where rows allow; else as v2
+      if (reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
+          n_in / T::kBlockElems * T::kBlockBytes % 16 == 0) {
+        return launch_mmvq_tile<T>(w, n_in, n_out, x, n_tokens, y, stream);
+      }
+      return launch_mmvq_split<T, 2, 2, false>(w, n_in, n_out, x, n_tokens, y, stream);
     default:
       return launch_mmvq<T>(w, n_in, n_out, x, n_tokens, y, stream);
   }
@@ -184,7 +294,7 @@ int default_variant() {
     for (int v = 0; v < kVariants; ++v) {
       if (std::strcmp(env, kVariantNames[v]) == 0) return v;
     }
-    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1, v2, v3, v4", env);
+    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1, v2, v3, v4, v5", env);
     return 0;
   }();
   return variant;
