@@ -7,7 +7,9 @@
 // max |y1|; above 1e-3 the line says WRONG); then a summary per (type, tokens): the
 // bandwidth of one 8B layer's seven matmuls per variant, and the best variant.
 // Run (about a minute on an H100/H200; a build configured with -DQRUN_CUDA=ON):
-//   build-cuda/kernels/cuda/cuda_mmvq_bench [--types q4_0,q4_k] [--tokens 1,2,4] [--samples 5]
+//   build-cuda/kernels/cuda/cuda_mmvq_bench [--types q4_0,q4_k] [--tokens 1,2,4]
+//       [--shapes 4096x4096,...] [--samples 5]
+// The 4096x1024 launches are short enough (~1 us at 3 TB/s) that launch gaps show.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,8 +34,10 @@ struct Shape {
   int64_t n_in, n_out;
   int per_layer;  // how many of the layer's seven matmuls have it
 };
-constexpr Shape kShapes[] = {{4096, 4096, 2}, {4096, 1024, 2}, {4096, 14336, 2}, {14336, 4096, 1}};
+const std::vector<Shape> kShapes8B = {
+    {4096, 4096, 2}, {4096, 1024, 2}, {4096, 14336, 2}, {14336, 4096, 1}};
 constexpr size_t kRotateBytes = size_t{80} << 20;
+constexpr size_t kSampleBytes = size_t{16} << 20;
 constexpr int kMaxTokens = 8;
 
 void check_cuda(cudaError_t err, const char* what) {
@@ -71,7 +75,8 @@ struct Result {
 // Median time of one launch of `variant`, rotating over the copies.
 Result measure(int variant, DType type, const Shape& s,
                const std::vector<cuda::DeviceArray<uint8_t>>& w, const cuda::BlockQ8_1* x,
-               int64_t n_tokens, float* y, int samples, const std::vector<float>& y_ref) {
+               int64_t n_tokens, float* y, int samples, const std::vector<float>& y_ref,
+               size_t& next) {
   Result r;
   const size_t n_y = static_cast<size_t>(s.n_out * n_tokens);
   check_cuda(cudaMemset(y, 0xff, n_y * sizeof(float)), "memset");  // NaN
@@ -86,7 +91,11 @@ Result measure(int variant, DType type, const Shape& s,
   }
   r.max_rel = ref_max > 0.0 ? diff_max / ref_max : diff_max;
 
-  const int per_sample = static_cast<int>(std::max<size_t>(w.size(), 8));
+  // Launches rotate over the copies across samples (next), so consecutive launches read
+  // >= kRotateBytes; a sample reads at least kSampleBytes of weights.
+  const size_t bytes = qrun::row_size(type, s.n_in) * static_cast<size_t>(s.n_out);
+  const int per_sample =
+      static_cast<int>(std::clamp<size_t>((kSampleBytes + bytes - 1) / bytes, 1, 64));
   cudaEvent_t start, stop;
   check_cuda(cudaEventCreate(&start), "event");
   check_cuda(cudaEventCreate(&stop), "event");
@@ -94,8 +103,8 @@ Result measure(int variant, DType type, const Shape& s,
   for (int sample = -1; sample < samples; ++sample) {  // sample -1: warm-up
     check_cuda(cudaEventRecord(start), "record");
     for (int i = 0; i < per_sample; ++i) {
-      cuda::mmvq_variant(variant, type, w[i % w.size()].data(), s.n_in, s.n_out, x, n_tokens, y,
-                         {});
+      cuda::mmvq_variant(variant, type, w[next].data(), s.n_in, s.n_out, x, n_tokens, y, {});
+      next = (next + 1) % w.size();
     }
     check_cuda(cudaEventRecord(stop), "record");
     check_cuda(cudaEventSynchronize(stop), "sync");
@@ -110,12 +119,21 @@ Result measure(int variant, DType type, const Shape& s,
   return r;
 }
 
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--types q4_0,...] [--tokens 1,2,4] [--shapes 4096x4096,...] "
+               "[--samples 5]\n",
+               argv0);
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> type_names = {"q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "q5_0"};
   std::vector<int64_t> token_counts = {1, 2, 4};
   int samples = 5;
+  std::vector<Shape> shapes = kShapes8B;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--types") {
@@ -123,12 +141,17 @@ int main(int argc, char** argv) {
     } else if (flag == "--tokens") {
       token_counts.clear();
       for (const std::string& t : split(value)) token_counts.push_back(std::stoll(t));
+    } else if (flag == "--shapes") {  // n_in x n_out pairs: 2048x512,2048x8192
+      shapes.clear();
+      for (const std::string& sh : split(value)) {
+        const size_t x = sh.find('x');
+        if (x == std::string::npos) return usage(argv[0]);
+        shapes.push_back({std::stoll(sh.substr(0, x)), std::stoll(sh.substr(x + 1)), 1});
+      }
     } else if (flag == "--samples") {
       samples = std::max(1, std::stoi(value));
     } else {
-      std::fprintf(stderr, "usage: %s [--types q4_0,...] [--tokens 1,2,4] [--samples 5]\n",
-                   argv[0]);
-      return 2;
+      return usage(argv[0]);
     }
   }
   for (int64_t t : token_counts) {
@@ -155,7 +178,7 @@ int main(int argc, char** argv) {
     // layer[t][v]: seconds for one 8B layer's matmuls; bytes: their weight bytes.
     std::vector<std::vector<double>> layer(token_counts.size(), std::vector<double>(n_variants));
     double layer_bytes = 0.0;
-    for (const Shape& s : kShapes) {
+    for (const Shape& s : shapes) {
       const size_t row_bytes = qrun::row_size(*type, s.n_in);
       const size_t bytes = row_bytes * static_cast<size_t>(s.n_out);
       layer_bytes += static_cast<double>(bytes) * s.per_layer;
@@ -179,6 +202,7 @@ int main(int argc, char** argv) {
       cuda::DeviceArray<cuda::BlockQ8_1> dq(static_cast<size_t>(kMaxTokens * s.n_in / 32));
       cuda::quantize_q8_1(dx.data(), kMaxTokens, s.n_in, dq.data(), {});
       cuda::DeviceArray<float> dy(static_cast<size_t>(kMaxTokens * s.n_out));
+      size_t next = 0;  // the copy the next timed launch reads
       for (size_t ti = 0; ti < token_counts.size(); ++ti) {
         const int64_t n_tokens = token_counts[ti];
         cuda::mmvq_variant(0, *type, w[0].data(), s.n_in, s.n_out, dq.data(), n_tokens, dy.data(),
@@ -188,7 +212,8 @@ int main(int argc, char** argv) {
                               cudaMemcpyDeviceToHost),
                    "download");
         for (int v = 0; v < n_variants; ++v) {
-          const Result r = measure(v, *type, s, w, dq.data(), n_tokens, dy.data(), samples, y_ref);
+          const Result r =
+              measure(v, *type, s, w, dq.data(), n_tokens, dy.data(), samples, y_ref, next);
           layer[ti][v] += r.seconds * s.per_layer;
           std::printf("%-5s %5lldx%-6lld %3lld %-4s %10.2f %8.0f %10.2e%s\n", name.c_str(),
                       static_cast<long long>(s.n_in), static_cast<long long>(s.n_out),
@@ -213,9 +238,15 @@ int main(int argc, char** argv) {
       summary.push_back(line);
     }
   }
-  std::printf(
-      "\nsummary: one 8B layer's seven matmuls (2x 4096x4096, 2x 4096x1024, 2x "
-      "4096x14336, 14336x4096), weight bytes / summed median times\n");
+  const bool layer_8b = shapes.size() == kShapes8B.size() &&
+                        std::equal(shapes.begin(), shapes.end(), kShapes8B.begin(),
+                                   [](const Shape& a, const Shape& b) {
+                                     return a.n_in == b.n_in && a.n_out == b.n_out;
+                                   });
+  std::printf("\nsummary: weight bytes / summed median times of %s\n",
+              layer_8b ? "one 8B layer's seven matmuls (2x 4096x4096, 2x 4096x1024, 2x "
+                         "4096x14336, 14336x4096)"
+                       : "the shapes, once each");
   for (const std::string& line : summary) std::printf("%s\n", line.c_str());
   return 0;
 }
