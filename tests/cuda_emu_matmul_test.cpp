@@ -90,6 +90,7 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
                                              : std::vector<int64_t>{32, 96, 1280, 4096};
   for (int64_t n_in : n_ins) {
     for (int64_t n_out : {1, 7, 33}) {
+      if (n_in == 4096 && n_out == 33) continue;  // slow emulated; 33 rows at the other n_in
       // 9 tokens: groups of 8 and 1; 3: one group of 4 with a token missing.
       const int64_t n_tokens = n_out == 1 ? 1 : n_out == 7 ? 9 : 3;
       // The 7-row weights start 2 bytes into their allocation: no wide loads.

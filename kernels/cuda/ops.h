@@ -69,7 +69,7 @@ void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_
           int64_t n_tokens, float* y, Stream stream);
 
 // The kernels behind mmvq, which all compute the same function with the same integer dot
-// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v4".
+// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v6".
 // mmvq runs the one QRUN_CUDA_MMVQ names (read once per process; default v1); tests and
 // cuda_mmvq_bench run each by index (0 .. mmvq_variant_count() - 1).
 int mmvq_variant_count();

@@ -1,19 +1,25 @@
 // Decode matmuls as llama.cpp's MMVQ: activations quantized to 8-bit blocks of 32
 // (quantize_q8_1), then per output row the integer dot products of its 32-element chunks
 // (vecdot_q8_1.cuh) scaled and summed in float, and a butterfly sum over the warp. The
-// kernels (mmvq_variant_name) differ in how a warp reads the row:
+// kernels (mmvq_variant_name; QRUN_CUDA_MMVQ picks mmvq's) differ in how warps read a row:
 //  v1: one warp per row, lane l dots whole chunks l, l + 32, ... (loads of one block per
 //      lane, so a warp load instruction touches 32 blocks: not coalesced), one token per
-//      launch row of blocks;
-//  v2..v4: the words of a chunk split over kParts lanes, neighbouring lanes reading
-//      neighbouring words and blocks (coalesced, as llama.cpp's MMVQ); the parts' integer
-//      sums meet by shuffles (exact) before one lane scales the chunk; kUnroll chunks per
-//      lane loaded before any is used; up to 8 tokens per pass over the weights. Q4_K and
-//      Q5_K rows that are 16-byte aligned load 8 or 16 bytes at once.
-// Either way a lane sums its chunks in order, then the warp: the result differs from a
-// double-precision sum of the same integers and scales by the float rounding of at most
-// n_in / 32 + 5 additions and a few products per chunk; tests/cuda_emu_matmul_test.cpp
-// states the bound it checks, for every variant.
+//      row of blocks of the grid;
+//  v2, v3, v4: the words of a chunk split over lanes (v2, v4: 2 words a lane; v3: 4),
+//      neighbouring lanes reading neighbouring words and blocks (coalesced, as llama.cpp's
+//      MMVQ); the parts' integer sums meet by shuffles (exact) before one lane scales the
+//      chunk; 2 (v2, v3) or 4 (v4) chunks a lane loaded before any is used; up to 8
+//      tokens per pass over the weights. Q4_K and Q5_K rows at 16-byte aligned addresses
+//      load 8 or 16 bytes at once;
+//  v5: 64-chunk tiles of the row through shared memory, read with 16-byte coalesced
+//      loads, the next tile in flight while the lanes dot this one as v1 does; up to 8
+//      tokens per pass (rows not a multiple of 16 bytes, or misaligned: v2's kernel);
+//  v6: v2 with the block's 4 warps on one row (as llama.cpp for one token), their sums
+//      added in warp order.
+// Each lane sums its chunks in order, then the warp (then v6's warps): the result differs
+// from a double-precision sum of the same integers and scales by the float rounding of at
+// most n_in / 32 + 8 additions and a few products per chunk;
+// tests/cuda_emu_matmul_test.cpp states the bound it checks, for every variant.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -78,19 +84,26 @@ void launch_mmvq(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
          n_in, n_out, x, y);
 }
 
-// One warp per row; kW words of a chunk per lane, so kParts = kWords / kW lanes per chunk
-// and kGroups chunks per step of the warp: lane l takes part l % kParts of chunks
-// l / kParts + kGroups * i. Tokens blockIdx.y * kTokens ..+kTokens share each load of
-// the weights (the last group reads the last token again for its missing ones).
-template <class T, int kW, int kUnroll, int kTokens, bool kA16>
+// kRowWarps warps per row (1 or all kRowsPerBlock of the block); kW words of a chunk per
+// lane, so kParts = kWords / kW lanes per chunk and kGroups chunks per step of a warp:
+// lane l of warp r of the row takes part l % kParts of chunks
+// kGroups * (r + kRowWarps * i) + l / kParts. Tokens blockIdx.y * kTokens ..+kTokens share
+// each load of the weights (the last group reads the last token again for its missing
+// ones). The row's warps add their sums in warp order.
+template <class T, int kW, int kUnroll, int kTokens, bool kA16, int kRowWarps>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     mmvq_split_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
                       int64_t n_tokens, float* y) {
   constexpr int kParts = T::kWords / kW;
   constexpr int kGroups = kWarp / kParts;
+  constexpr int kStride = kGroups * kRowWarps;  // chunks per step of the row's warps
   static_assert(kParts * kW == T::kWords && kGroups * kParts == kWarp);
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  if (o >= n_out) return;  // whole warps leave together
+  static_assert(kRowWarps == 1 || kRowWarps == kRowsPerBlock);
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t o =
+      static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / kRowWarps) + warp / kRowWarps;
+  if (o >= n_out) return;  // whole warps (kRowWarps > 1: the whole block) leave together
+  const int sub = warp % kRowWarps;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int part = lane % kParts;
   const int w0 = part * kW;
@@ -102,16 +115,16 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   float sum[kTokens] = {};
   // Every lane runs every step (the shuffles need the whole warp); chunks past the end
   // read the last chunk and are not added.
-  for (int64_t base = 0; base < n_chunks; base += kGroups * kUnroll) {
-    const int64_t first = base + lane / kParts;
+  for (int64_t base = 0; base < n_chunks; base += kStride * kUnroll) {
+    const int64_t first = base + kGroups * sub + lane / kParts;
     int64_t c[kUnroll];
     vecdot::Words<kW> f[kUnroll];
     for (int u = 0; u < kUnroll; ++u) {
-      c[u] = min_i64(first + u * kGroups, n_chunks - 1);
+      c[u] = min_i64(first + u * kStride, n_chunks - 1);
       T::template load<kW, kA16>(row, c[u], w0, f[u]);
     }
     for (int u = 0; u < kUnroll; ++u) {
-      const bool valid = part == 0 && first + u * kGroups < n_chunks;
+      const bool valid = part == 0 && first + u * kStride < n_chunks;
       for (int t = 0; t < kTokens; ++t) {
         const BlockQ8_1& a = xt[t][c[u]];
         int total = T::part(row, c[u], f[u], vecdot::act_ints(a), w0);
@@ -120,33 +133,49 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
       }
     }
   }
-  for (int t = 0; t < kTokens; ++t) {
-    const float s = warp_sum(sum[t]);
-    if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
+  if constexpr (kRowWarps == 1) {
+    for (int t = 0; t < kTokens; ++t) {
+      const float s = warp_sum(sum[t]);
+      if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
+    }
+  } else {
+    __shared__ float partial[kRowWarps][kTokens];
+    for (int t = 0; t < kTokens; ++t) {
+      const float s = warp_sum(sum[t]);
+      if (lane == 0) partial[sub][t] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < kTokens && t0 + static_cast<int>(threadIdx.x) < n_tokens) {
+      const int t = static_cast<int>(threadIdx.x);
+      float s = partial[0][t];
+      for (int r = 1; r < kRowWarps; ++r) s += partial[r][t];
+      y[(t0 + t) * n_out + o] = s;
+    }
   }
 }
 
-template <class T, int kW, int kUnroll, bool kA16>
+template <class T, int kW, int kUnroll, bool kA16, int kRowWarps = 1>
 void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
                        int64_t n_tokens, float* y, Stream stream) {
   const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
-  const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
+  constexpr int kRows = kRowsPerBlock / kRowWarps;
+  const dim3 grid(static_cast<unsigned>((n_out + kRows - 1) / kRows),
                   static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
   const dim3 block(kRowsPerBlock * kWarp);
   const auto* wb = static_cast<const uint8_t*>(w);
   switch (tokens) {
     case 1:
-      return launch(mmvq_split_kernel<T, kW, kUnroll, 1, kA16>, grid, block, stream, wb, n_in,
-                    n_out, x, n_tokens, y);
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 1, kA16, kRowWarps>, grid, block, stream, wb,
+                    n_in, n_out, x, n_tokens, y);
     case 2:
-      return launch(mmvq_split_kernel<T, kW, kUnroll, 2, kA16>, grid, block, stream, wb, n_in,
-                    n_out, x, n_tokens, y);
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 2, kA16, kRowWarps>, grid, block, stream, wb,
+                    n_in, n_out, x, n_tokens, y);
     case 4:
-      return launch(mmvq_split_kernel<T, kW, kUnroll, 4, kA16>, grid, block, stream, wb, n_in,
-                    n_out, x, n_tokens, y);
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 4, kA16, kRowWarps>, grid, block, stream, wb,
+                    n_in, n_out, x, n_tokens, y);
     default:
-      return launch(mmvq_split_kernel<T, kW, kUnroll, 8, kA16>, grid, block, stream, wb, n_in,
-                    n_out, x, n_tokens, y);
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 8, kA16, kRowWarps>, grid, block, stream, wb,
+                    n_in, n_out, x, n_tokens, y);
   }
 }
 
@@ -255,8 +284,8 @@ void launch_mmvq_tile(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_
 }
 
 // The variants, by index: v1 = 0.
-constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4", "v5"};
-constexpr int kVariants = 5;
+constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4", "v5", "v6"};
+constexpr int kVariants = 6;
 
 template <class T>
 void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
@@ -281,6 +310,11 @@ void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, con
         return launch_mmvq_tile<T>(w, n_in, n_out, x, n_tokens, y, stream);
       }
       return launch_mmvq_split<T, 2, 2, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 5:  // v6: as v2 with the block's 4 warps on one row
+      return a16 ? launch_mmvq_split<T, 2, 2, kWide, kRowsPerBlock>(w, n_in, n_out, x, n_tokens, y,
+                                                                    stream)
+                 : launch_mmvq_split<T, 2, 2, false, kRowsPerBlock>(w, n_in, n_out, x, n_tokens, y,
+                                                                    stream);
     default:
       return launch_mmvq<T>(w, n_in, n_out, x, n_tokens, y, stream);
   }
@@ -294,7 +328,7 @@ int default_variant() {
     for (int v = 0; v < kVariants; ++v) {
       if (std::strcmp(env, kVariantNames[v]) == 0) return v;
     }
-    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1, v2, v3, v4, v5", env);
+    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1, v2, v3, v4, v5, v6", env);
     return 0;
   }();
   return variant;
