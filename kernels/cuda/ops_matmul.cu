@@ -412,8 +412,7 @@ const char* mmvq_variant_name(int variant) {
 void mmvq_variant(int variant, DType type, const void* w, int64_t n_in, int64_t n_out,
                   const BlockQ8_1* x, int64_t n_tokens, float* y, Stream stream) {
   QRUN_CHECK(variant >= 0 && variant < kVariants, "mmvq: no variant %d", variant);
-  QRUN_CHECK(n_out >= 0 && n_tokens >= 0 && n_tokens <= 65535 &&
-                 (n_out + kRowsPerBlock - 1) / kRowsPerBlock <= 0x7fffffff,
+  QRUN_CHECK(n_out >= 0 && n_out <= 0x7fffffff && n_tokens >= 0 && n_tokens <= 65535,
              "mmvq: %lld rows, %lld tokens", static_cast<long long>(n_out),
              static_cast<long long>(n_tokens));
   QRUN_CHECK(mmvq_supports(type), "mmvq: no kernel for %s weights", dtype_name(type));
