@@ -5,11 +5,13 @@
 // they do not stay in L2. Prints one line per (type, shape, tokens, variant): the median
 // time of a launch, weight bytes / time, and the max error relative to v1 (max |y - y1| /
 // max |y1|; above 1e-3 the line says WRONG); then a summary per (type, tokens): the
-// bandwidth of one 8B layer's seven matmuls per variant, and the best variant.
-// Run (about a minute on an H100/H200; a build configured with -DQRUN_CUDA=ON):
+// bandwidth of one 8B layer's seven matmuls per variant, the best variant (WRONG ones
+// excluded) and the fastest per shape.
+// Run (under a minute on an H100/H200, all types; a build configured with -DQRUN_CUDA=ON):
 //   build-cuda/kernels/cuda/cuda_mmvq_bench [--types q4_0,q4_k] [--tokens 1,2,4]
 //       [--shapes 4096x4096,...] [--samples 5]
-// The 4096x1024 launches are short enough (~1 us at 3 TB/s) that launch gaps show.
+// The 4096x1024 launches are short enough (~1 us at 3 TB/s) that launch gaps show: the
+// lines time launches back to back, as decoding queues them.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -178,6 +180,9 @@ int main(int argc, char** argv) {
     // layer[t][v]: seconds for one 8B layer's matmuls; bytes: their weight bytes.
     std::vector<std::vector<double>> layer(token_counts.size(), std::vector<double>(n_variants));
     double layer_bytes = 0.0;
+    std::vector<std::vector<bool>> wrong(token_counts.size(), std::vector<bool>(n_variants));
+    // per_shape[t]: each shape's fastest variant.
+    std::vector<std::string> per_shape(token_counts.size());
     for (const Shape& s : shapes) {
       const size_t row_bytes = qrun::row_size(*type, s.n_in);
       const size_t bytes = row_bytes * static_cast<size_t>(s.n_out);
@@ -211,17 +216,28 @@ int main(int argc, char** argv) {
         check_cuda(cudaMemcpy(y_ref.data(), dy.data(), y_ref.size() * sizeof(float),
                               cudaMemcpyDeviceToHost),
                    "download");
+        int fastest = 0;
+        double fastest_seconds = INFINITY;
         for (int v = 0; v < n_variants; ++v) {
           const Result r =
               measure(v, *type, s, w, dq.data(), n_tokens, dy.data(), samples, y_ref, next);
           layer[ti][v] += r.seconds * s.per_layer;
+          if (!(r.max_rel <= 1e-3)) wrong[ti][v] = true;
+          if (r.seconds < fastest_seconds && r.max_rel <= 1e-3) {
+            fastest = v;
+            fastest_seconds = r.seconds;
+          }
           std::printf("%-5s %5lldx%-6lld %3lld %-4s %10.2f %8.0f %10.2e%s\n", name.c_str(),
                       static_cast<long long>(s.n_in), static_cast<long long>(s.n_out),
                       static_cast<long long>(n_tokens), cuda::mmvq_variant_name(v), r.seconds * 1e6,
                       static_cast<double>(bytes) / r.seconds / 1e9, r.max_rel,
-                      r.max_rel > 1e-3 ? "  WRONG" : "");
+                      !(r.max_rel <= 1e-3) ? "  WRONG" : "");
           std::fflush(stdout);
         }
+        char shape[64];
+        std::snprintf(shape, sizeof(shape), " %lldx%lld %s", static_cast<long long>(s.n_in),
+                      static_cast<long long>(s.n_out), cuda::mmvq_variant_name(fastest));
+        per_shape[ti].append(shape);
       }
     }
     for (size_t ti = 0; ti < token_counts.size(); ++ti) {
@@ -232,17 +248,20 @@ int main(int argc, char** argv) {
         std::snprintf(buf, sizeof(buf), " %s %.0f", cuda::mmvq_variant_name(v),
                       layer_bytes / layer[ti][v] / 1e9);
         line += buf;
-        if (layer[ti][v] < layer[ti][best]) best = v;
+        if (wrong[ti][v]) line += " WRONG";
+        if (!wrong[ti][v] && (wrong[ti][best] || layer[ti][v] < layer[ti][best])) best = v;
       }
-      line += std::string(" GB/s; best ") + cuda::mmvq_variant_name(best);
+      line.append(" GB/s; best ").append(cuda::mmvq_variant_name(best));
+      line.append("; per shape:").append(per_shape[ti]);
       summary.push_back(line);
     }
   }
-  const bool layer_8b = shapes.size() == kShapes8B.size() &&
-                        std::equal(shapes.begin(), shapes.end(), kShapes8B.begin(),
-                                   [](const Shape& a, const Shape& b) {
-                                     return a.n_in == b.n_in && a.n_out == b.n_out;
-                                   });
+  const bool layer_8b =
+      shapes.size() == kShapes8B.size() &&
+      std::equal(shapes.begin(), shapes.end(), kShapes8B.begin(),
+                 [](const Shape& a, const Shape& b) {
+                   return a.n_in == b.n_in && a.n_out == b.n_out && a.per_layer == b.per_layer;
+                 });
   std::printf("\nsummary: weight bytes / summed median times of %s\n",
               layer_8b ? "one 8B layer's seven matmuls (2x 4096x4096, 2x 4096x1024, 2x "
                          "4096x14336, 14336x4096)"
