@@ -69,6 +69,15 @@ bool mmvq_supports(DType type);
 void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
           int64_t n_tokens, float* y, Stream stream);
 
+// The kernels behind mmvq, which all compute the same function with the same integer dot
+// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v6".
+// mmvq runs the one QRUN_CUDA_MMVQ names (read once per process; default v1); tests and
+// cuda_mmvq_bench run each by index (0 .. mmvq_variant_count() - 1).
+int mmvq_variant_count();
+const char* mmvq_variant_name(int variant);
+void mmvq_variant(int variant, DType type, const void* w, int64_t n_in, int64_t n_out,
+                  const BlockQ8_1* x, int64_t n_tokens, float* y, Stream stream);
+
 // y[t][o] = sum_i w[o][i] * x[t][i] for F16 or F32 weights (any n_in) and float x.
 void mmv_float(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
                int64_t n_tokens, float* y, Stream stream);

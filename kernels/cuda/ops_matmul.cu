@@ -1,12 +1,28 @@
 // Decode matmuls as llama.cpp's MMVQ: activations quantized to 8-bit blocks of 32
-// (quantize_q8_1), then one warp per output row, each lane summing the integer dot
-// products (vecdot_q8_1.cuh) of the chunks c = lane, lane + 32, ... in float, and a
-// butterfly sum over the warp. The result differs from a double-precision sum of the same
-// integers and scales by the float rounding of about n_in / 32 / 32 + 5 additions per
-// output; tests/cuda_emu_matmul_test.cpp states the bound it checks.
-// Not tuned: lanes read whole blocks each (no coalescing across lanes); a GPU at hand is
-// where to measure and reshape that.
+// (quantize_q8_1), then per output row the integer dot products of its 32-element chunks
+// (vecdot_q8_1.cuh) scaled and summed in float, and a butterfly sum over the warp. The
+// kernels (mmvq_variant_name; QRUN_CUDA_MMVQ picks mmvq's) differ in how warps read a row:
+//  v1: one warp per row, lane l dots whole chunks l, l + 32, ... (loads of one block per
+//      lane, so a warp load instruction touches 32 blocks: not coalesced), one token per
+//      row of blocks of the grid;
+//  v2, v3, v4: the words of a chunk split over lanes (v2, v4: 2 words a lane; v3: 4),
+//      neighbouring lanes reading neighbouring words and blocks (coalesced, as llama.cpp's
+//      MMVQ); the parts' integer sums meet by shuffles (exact) before one lane scales the
+//      chunk; 2 (v2, v3) or 4 (v4) chunks a lane loaded before any is used; up to 8
+//      tokens per pass over the weights. Q4_K and Q5_K rows at 16-byte aligned addresses
+//      load 8 or 16 bytes at once;
+//  v5: 64-chunk tiles of the row through shared memory, read with 16-byte coalesced
+//      loads, the next tile in flight while the lanes dot this one as v1 does; up to 8
+//      tokens per pass (rows not a multiple of 16 bytes, or misaligned: v2's kernel);
+//  v6: v2 with the block's 4 warps on one row (as llama.cpp for one token), their sums
+//      added in warp order.
+// Each lane sums its chunks in order, then the warp (then v6's warps): the result differs
+// from a double-precision sum of the same integers and scales by the float rounding of at
+// most n_in / 32 + 8 additions and a few products per chunk;
+// tests/cuda_emu_matmul_test.cpp states the bound it checks, for every variant.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
@@ -39,6 +55,10 @@ __global__ void __launch_bounds__(kQuantThreads)
   }
 }
 
+__device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     mmvq_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x, float* y) {
@@ -50,7 +70,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   const uint8_t* row = w + o * (n_in / T::kBlockElems) * T::kBlockBytes;
   const BlockQ8_1* xt = x + t * n_chunks;
   float sum = 0.0f;
-  for (int64_t c = lane; c < n_chunks; c += kWarp) sum += T::dot(row, c, xt[c]);
+  for (int64_t c = lane; c < n_chunks; c += kWarp) sum += vecdot::dot<T>(row, c, xt[c]);
   sum = warp_sum(sum);
   if (lane == 0) y[t * n_out + o] = sum;
 }
@@ -58,12 +78,260 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
 template <class T>
 void launch_mmvq(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x, int64_t n_tokens,
                  float* y, Stream stream) {
-  QRUN_CHECK(n_in % T::kBlockElems == 0, "mmvq: %lld inputs, not a multiple of %d",
-             static_cast<long long>(n_in), T::kBlockElems);
   const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(n_tokens));
   launch(mmvq_kernel<T>, grid, dim3(kRowsPerBlock * kWarp), stream, static_cast<const uint8_t*>(w),
          n_in, n_out, x, y);
+}
+
+// kRowWarps warps per row (1 or all kRowsPerBlock of the block); kW words of a chunk per
+// lane, so kParts = kWords / kW lanes per chunk and kGroups chunks per step of a warp:
+// lane l of warp r of the row takes part l % kParts of chunks
+// kGroups * (r + kRowWarps * i) + l / kParts. Tokens blockIdx.y * kTokens ..+kTokens share
+// each load of the weights (the last group reads the last token again for its missing
+// ones). The row's warps add their sums in warp order.
+template <class T, int kW, int kUnroll, int kTokens, bool kA16, int kRowWarps>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+    mmvq_split_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                      int64_t n_tokens, float* y) {
+  constexpr int kParts = T::kWords / kW;
+  constexpr int kGroups = kWarp / kParts;
+  constexpr int kStride = kGroups * kRowWarps;  // chunks per step of the row's warps
+  static_assert(kParts * kW == T::kWords && kGroups * kParts == kWarp);
+  static_assert(kRowWarps == 1 || kRowWarps == kRowsPerBlock);
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t o =
+      static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / kRowWarps) + warp / kRowWarps;
+  if (o >= n_out) return;  // whole warps (kRowWarps > 1: the whole block) leave together
+  const int sub = warp % kRowWarps;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int part = lane % kParts;
+  const int w0 = part * kW;
+  const int64_t n_chunks = n_in / 32;
+  const uint8_t* row = w + o * (n_in / T::kBlockElems) * T::kBlockBytes;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const BlockQ8_1* xt[kTokens];
+  for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
+  float sum[kTokens] = {};
+  // Every lane runs every step (the shuffles need the whole warp); chunks past the end
+  // read the last chunk and are not added.
+  for (int64_t base = 0; base < n_chunks; base += kStride * kUnroll) {
+    const int64_t first = base + kGroups * sub + lane / kParts;
+    int64_t c[kUnroll];
+    vecdot::Words<kW> f[kUnroll];
+    for (int u = 0; u < kUnroll; ++u) {
+      c[u] = min_i64(first + u * kStride, n_chunks - 1);
+      T::template load<kW, kA16>(row, c[u], w0, f[u]);
+    }
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool valid = part == 0 && first + u * kStride < n_chunks;
+      for (int t = 0; t < kTokens; ++t) {
+        const BlockQ8_1& a = xt[t][c[u]];
+        int total = T::part(row, c[u], f[u], vecdot::act_ints(a), w0);
+        for (int m = 1; m < kParts; m <<= 1) total += __shfl_xor_sync(0xffffffffu, total, m);
+        if (valid) sum[t] += T::finish(row, c[u], a, total);
+      }
+    }
+  }
+  if constexpr (kRowWarps == 1) {
+    for (int t = 0; t < kTokens; ++t) {
+      const float s = warp_sum(sum[t]);
+      if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
+    }
+  } else {
+    __shared__ float partial[kRowWarps][kTokens];
+    for (int t = 0; t < kTokens; ++t) {
+      const float s = warp_sum(sum[t]);
+      if (lane == 0) partial[sub][t] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < kTokens && t0 + static_cast<int>(threadIdx.x) < n_tokens) {
+      const int t = static_cast<int>(threadIdx.x);
+      float s = partial[0][t];
+      for (int r = 1; r < kRowWarps; ++r) s += partial[r][t];
+      y[(t0 + t) * n_out + o] = s;
+    }
+  }
+}
+
+template <class T, int kW, int kUnroll, bool kA16, int kRowWarps = 1>
+void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                       int64_t n_tokens, float* y, Stream stream) {
+  const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+  constexpr int kRows = kRowsPerBlock / kRowWarps;
+  const dim3 grid(static_cast<unsigned>((n_out + kRows - 1) / kRows),
+                  static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
+  const dim3 block(kRowsPerBlock * kWarp);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (tokens) {
+    case 1:
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 1, kA16, kRowWarps>, grid, block, stream, wb,
+                    n_in, n_out, x, n_tokens, y);
+    case 2:
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 2, kA16, kRowWarps>, grid, block, stream, wb,
+                    n_in, n_out, x, n_tokens, y);
+    case 4:
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 4, kA16, kRowWarps>, grid, block, stream, wb,
+                    n_in, n_out, x, n_tokens, y);
+    default:
+      return launch(mmvq_split_kernel<T, kW, kUnroll, 8, kA16, kRowWarps>, grid, block, stream, wb,
+                    n_in, n_out, x, n_tokens, y);
+  }
+}
+
+// Copies of whole 64-chunk tiles of a row through shared memory: the warp reads each
+// tile with 16-byte loads of consecutive addresses (fully coalesced whatever the block
+// size), the next tile's loads in flight while the lanes dot the current one, lane l the
+// chunks l and l + 32 of the tile (vecdot::dot, as v1) for every token. Needs rows that
+// are a multiple of 16 bytes at a 16-byte aligned address (launch_variant checks).
+constexpr int kTileChunks = 64;
+constexpr int kTileVecs = kTileChunks * 34 / 16;  // the largest tile: Q8_0, 2176 bytes
+constexpr int kTileVecsPerLane = (kTileVecs + kWarp - 1) / kWarp;
+
+struct alignas(16) Tile {
+  int ints[kTileVecs * 4];
+};
+
+// 16 bytes from global memory at p (16-byte aligned) to v, and from v to shared memory.
+__device__ __forceinline__ void load16(const uint8_t* p, int* v) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(v, p, 16);
+#else
+  const int4 q = *reinterpret_cast<const int4*>(p);
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
+#endif
+}
+__device__ __forceinline__ void store16(int* dst, const int* v) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(dst, v, 16);
+#else
+  *reinterpret_cast<int4*>(dst) = make_int4(v[0], v[1], v[2], v[3]);
+#endif
+}
+
+template <class T, int kTokens>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+    mmvq_tile_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                     int64_t n_tokens, float* y) {
+  constexpr int kChunksPerBlock = T::kBlockElems / 32;
+  constexpr int kTileBytes = kTileChunks / kChunksPerBlock * T::kBlockBytes;
+  static_assert(kTileBytes % 16 == 0 && kTileBytes <= kTileVecs * 16);
+  __shared__ Tile tiles[kRowsPerBlock];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  if (o >= n_out) return;  // whole warps leave together
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t n_chunks = n_in / 32;
+  const int64_t row_bytes = n_in / T::kBlockElems * T::kBlockBytes;
+  const uint8_t* row = w + o * row_bytes;
+  int* tile = tiles[warp].ints;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const BlockQ8_1* xt[kTokens];
+  for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
+  float sum[kTokens] = {};
+  int v[kTileVecsPerLane][4];
+  // Vector i of the tile at byte `start` goes to lane i % 32, slot i / 32.
+  const auto fetch = [&](int64_t start) {
+    const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
+    for (int k = 0; k < kTileVecsPerLane; ++k) {
+      const int64_t i = static_cast<int64_t>(k) * kWarp + lane;
+      if (i < vecs) load16(row + start + 16 * i, v[k]);
+    }
+  };
+  fetch(0);
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += kTileChunks) {
+    const int64_t start = c0 / kChunksPerBlock * T::kBlockBytes;
+    const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
+    for (int k = 0; k < kTileVecsPerLane; ++k) {
+      const int64_t i = static_cast<int64_t>(k) * kWarp + lane;
+      if (i < vecs) store16(tile + 4 * i, v[k]);
+    }
+    __syncwarp();
+    if (c0 + kTileChunks < n_chunks) fetch(start + kTileBytes);
+    const auto* t_bytes = reinterpret_cast<const uint8_t*>(tile);
+    for (int j = lane; j < kTileChunks && c0 + j < n_chunks; j += kWarp) {
+      for (int t = 0; t < kTokens; ++t) sum[t] += vecdot::dot<T>(t_bytes, j, xt[t][c0 + j]);
+    }
+    __syncwarp();  // the tile is read before the next store
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    const float s = warp_sum(sum[t]);
+    if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
+  }
+}
+
+template <class T>
+void launch_mmvq_tile(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                      int64_t n_tokens, float* y, Stream stream) {
+  const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+  const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
+  const dim3 block(kRowsPerBlock * kWarp);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (tokens) {
+    case 1:
+      return launch(mmvq_tile_kernel<T, 1>, grid, block, stream, wb, n_in, n_out, x, n_tokens, y);
+    case 2:
+      return launch(mmvq_tile_kernel<T, 2>, grid, block, stream, wb, n_in, n_out, x, n_tokens, y);
+    case 4:
+      return launch(mmvq_tile_kernel<T, 4>, grid, block, stream, wb, n_in, n_out, x, n_tokens, y);
+    default:
+      return launch(mmvq_tile_kernel<T, 8>, grid, block, stream, wb, n_in, n_out, x, n_tokens, y);
+  }
+}
+
+// The variants, by index: v1 = 0.
+constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4", "v5", "v6"};
+constexpr int kVariants = 6;
+
+template <class T>
+void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                    int64_t n_tokens, float* y, Stream stream) {
+  // Wide loads only where the type has them and the row is 16-byte aligned (every K row
+  // is a multiple of 16 bytes, so then every row is).
+  constexpr bool kWide = T::kBlockBytes % 16 == 0;
+  const bool a16 = kWide && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  switch (variant) {
+    case 1:  // v2: 2 words a lane, 2 chunks in flight
+      return a16 ? launch_mmvq_split<T, 2, 2, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
+                 : launch_mmvq_split<T, 2, 2, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 2:  // v3: 4 words a lane (16-byte loads for Q4_K, Q5_K), 2 chunks in flight
+      return a16 ? launch_mmvq_split<T, 4, 2, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
+                 : launch_mmvq_split<T, 4, 2, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 3:  // v4: 2 words a lane, 4 chunks in flight
+      return a16 ? launch_mmvq_split<T, 2, 4, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
+                 : launch_mmvq_split<T, 2, 4, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 4:  // v5: tiles through shared memory, where rows allow; else as v2
+      if (reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
+          n_in / T::kBlockElems * T::kBlockBytes % 16 == 0) {
+        return launch_mmvq_tile<T>(w, n_in, n_out, x, n_tokens, y, stream);
+      }
+      return launch_mmvq_split<T, 2, 2, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 5:  // v6: as v2 with the block's 4 warps on one row
+      return a16 ? launch_mmvq_split<T, 2, 2, kWide, kRowsPerBlock>(w, n_in, n_out, x, n_tokens, y,
+                                                                    stream)
+                 : launch_mmvq_split<T, 2, 2, false, kRowsPerBlock>(w, n_in, n_out, x, n_tokens, y,
+                                                                    stream);
+    default:
+      return launch_mmvq<T>(w, n_in, n_out, x, n_tokens, y, stream);
+  }
+}
+
+// QRUN_CUDA_MMVQ, read once: the variant mmvq() runs (default v1).
+int default_variant() {
+  static const int variant = [] {
+    const char* env = std::getenv("QRUN_CUDA_MMVQ");
+    if (env == nullptr || *env == '\0') return 0;
+    for (int v = 0; v < kVariants; ++v) {
+      if (std::strcmp(env, kVariantNames[v]) == 0) return v;
+    }
+    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1, v2, v3, v4, v5, v6", env);
+    return 0;
+  }();
+  return variant;
 }
 
 // F16 and F32 weights (small models keep some matrices unquantized): one warp per output
@@ -132,29 +400,47 @@ bool mmvq_supports(DType type) {
   }
 }
 
-void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
-          int64_t n_tokens, float* y, Stream stream) {
-  QRUN_CHECK(n_out >= 0 && n_tokens >= 0 && n_tokens <= 65535 &&
-                 (n_out + kRowsPerBlock - 1) / kRowsPerBlock <= 0x7fffffff,
+int mmvq_variant_count() {
+  return kVariants;
+}
+
+const char* mmvq_variant_name(int variant) {
+  QRUN_CHECK(variant >= 0 && variant < kVariants, "mmvq: no variant %d", variant);
+  return kVariantNames[variant];
+}
+
+void mmvq_variant(int variant, DType type, const void* w, int64_t n_in, int64_t n_out,
+                  const BlockQ8_1* x, int64_t n_tokens, float* y, Stream stream) {
+  QRUN_CHECK(variant >= 0 && variant < kVariants, "mmvq: no variant %d", variant);
+  QRUN_CHECK(n_out >= 0 && n_out <= 0x7fffffff && n_tokens >= 0 && n_tokens <= 65535,
              "mmvq: %lld rows, %lld tokens", static_cast<long long>(n_out),
              static_cast<long long>(n_tokens));
+  QRUN_CHECK(mmvq_supports(type), "mmvq: no kernel for %s weights", dtype_name(type));
+  const int block_elems = type_traits(type).block_elems;
+  QRUN_CHECK(n_in % block_elems == 0, "mmvq: %lld inputs, not a multiple of %d",
+             static_cast<long long>(n_in), block_elems);
   if (n_out == 0 || n_tokens == 0) return;
   switch (type) {
     case DType::kQ4_0:
-      return launch_mmvq<vecdot::Q4_0>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q4_0>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ5_0:
-      return launch_mmvq<vecdot::Q5_0>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q5_0>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ8_0:
-      return launch_mmvq<vecdot::Q8_0>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q8_0>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ4_K:
-      return launch_mmvq<vecdot::Q4_K>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q4_K>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ5_K:
-      return launch_mmvq<vecdot::Q5_K>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q5_K>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     case DType::kQ6_K:
-      return launch_mmvq<vecdot::Q6_K>(w, n_in, n_out, x, n_tokens, y, stream);
+      return launch_variant<vecdot::Q6_K>(variant, w, n_in, n_out, x, n_tokens, y, stream);
     default:
-      QRUN_CHECK(false, "mmvq: no kernel for %s weights", dtype_name(type));
+      break;
   }
+}
+
+void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+          int64_t n_tokens, float* y, Stream stream) {
+  mmvq_variant(default_variant(), type, w, n_in, n_out, x, n_tokens, y, stream);
 }
 
 QRUN_CUDA_NAMESPACE_END

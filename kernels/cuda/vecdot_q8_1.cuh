@@ -1,12 +1,19 @@
 // Integer dot products of one 32-element chunk of a weight row with one BlockQ8_1 of
-// activations, per weight type (block layouts: ggml-like/quants.h). Each unpacks four
-// weights per 32-bit word and multiplies with __dp4a, so the sum over the chunk is exact;
-// the only rounding is in the final scaling by the block scales (a few float operations).
+// activations, per weight type (block layouts: ggml-like/quants.h). A chunk's weights are
+// kWords 32-bit words; each word unpacks to four weights per activation word, multiplied
+// with __dp4a, so the integer sum over the chunk is exact in any order and however the
+// words are split among threads. The only rounding is in finish(), the scaling of the
+// chunk's integer total by the block scales (a few float operations).
 // The offset types (Q4_0, Q5_0, Q6_K) subtract offset * sum(activations) from the integer
 // sum; the min types (Q4_K, Q5_K) subtract dmin * m * sum.
+// Each type has: load<N, kA16>(row, c, w0, f), the N words w0 ..+N of chunk c (w0 a
+// multiple of N; kA16: the row is 16-byte aligned, for the types whose words allow wider
+// loads); part(row, c, f, aq, w0), their integer dot with the activation words aq; and
+// finish(row, c, a, total), the chunk's float value from the sum of every part.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
@@ -14,6 +21,39 @@
 QRUN_CUDA_NAMESPACE_BEGIN
 
 namespace vecdot {
+
+// The weight words one thread holds of a chunk: q the packed low bits, h the high bits
+// where the type keeps them apart (Q5_0: h[0] = qh of the block; Q5_K, Q6_K: per word).
+template <int N>
+struct Words {
+  int q[N];
+  int h[N];
+};
+
+// N consecutive 32-bit words at p into out: one 8- or 16-byte load where p is aligned to
+// it (kAligned), else 32-bit loads (kAligned with N = 1), else 16-bit pairs.
+template <int N, bool kAligned>
+__device__ __forceinline__ void load_words(const uint8_t* p, int* out) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(out, p, sizeof(int) * N);
+#else
+  if constexpr (kAligned && N == 4) {
+    const int4 v = *reinterpret_cast<const int4*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+  } else if constexpr (kAligned && N == 2) {
+    const int2 v = *reinterpret_cast<const int2*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+  } else if constexpr (kAligned) {
+    for (int j = 0; j < N; ++j) out[j] = load_i32_a4(p + 4 * j);
+  } else {
+    for (int j = 0; j < N; ++j) out[j] = load_i32_a2(p + 4 * j);
+  }
+#endif
+}
 
 // The 6-bit scale and min of sub-block s of a Q4_K/Q5_K scales array (quants.h).
 __device__ __forceinline__ void k_scale_min(const uint8_t* b, int s, int* sc, int* m) {
@@ -26,24 +66,47 @@ __device__ __forceinline__ void k_scale_min(const uint8_t* b, int s, int* sc, in
   }
 }
 
+// Sub-block s's value from its integer dot sumi, for the Q4_K/Q5_K super-block at blk
+// (d, dmin, scales: bytes 0-15 of both).
+__device__ __forceinline__ float k_finish(const uint8_t* blk, int s, const BlockQ8_1& a, int sumi) {
+  int sc = 0, m = 0;
+  k_scale_min(blk + 4, s, &sc, &m);
+  const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+  const float dmin = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk + 2));
+  return a.d * (d * static_cast<float>(sc * sumi) - dmin * static_cast<float>(m * a.sum));
+}
+
 __device__ __forceinline__ const int* act_ints(const BlockQ8_1& a) {
   return reinterpret_cast<const int*>(a.qs);
+}
+
+__device__ __forceinline__ float load_f16(const uint8_t* p) {
+  return f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
 }
 
 struct Q4_0 {
   static constexpr int kBlockElems = 32;
   static constexpr int kBlockBytes = 18;
-  // x = d * (q - 8); qs[j]: q[j] low nibble, q[j + 16] high nibble.
-  __device__ __forceinline__ static float dot(const uint8_t* row, int64_t c, const BlockQ8_1& a) {
-    const uint8_t* blk = row + c * kBlockBytes;
-    const int* aq = act_ints(a);
+  static constexpr int kWords = 4;
+  // x = d * (q - 8); qs[j]: q[j] low nibble, q[j + 16] high nibble, so word i pairs with
+  // activation words i and i + 4.
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    load_words<N, false>(row + c * kBlockBytes + 2 + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t*, int64_t, const Words<N>& f,
+                                             const int* aq, int w0) {
     int sumi = 0;
-    for (int i = 0; i < 4; ++i) {
-      const int v = load_i32_a2(blk + 2 + 4 * i);
-      sumi = __dp4a(v & 0x0F0F0F0F, aq[i], sumi);
-      sumi = __dp4a((v >> 4) & 0x0F0F0F0F, aq[i + 4], sumi);
+    for (int j = 0; j < N; ++j) {
+      sumi = __dp4a(f.q[j] & 0x0F0F0F0F, aq[w0 + j], sumi);
+      sumi = __dp4a((f.q[j] >> 4) & 0x0F0F0F0F, aq[w0 + j + 4], sumi);
     }
-    const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+    return sumi;
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    const float d = load_f16(row + c * kBlockBytes);
     return static_cast<float>(sumi - 8 * a.sum) * (d * a.d);
   }
 };
@@ -51,16 +114,23 @@ struct Q4_0 {
 struct Q5_0 {
   static constexpr int kBlockElems = 32;
   static constexpr int kBlockBytes = 22;
+  static constexpr int kWords = 4;
   // x = d * (q - 16); bit 4 of q[i] is bit i of qh, bits 0-3 packed as Q4_0.
-  __device__ __forceinline__ static float dot(const uint8_t* row, int64_t c, const BlockQ8_1& a) {
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
     const uint8_t* blk = row + c * kBlockBytes;
-    const int* aq = act_ints(a);
-    const uint32_t qh = static_cast<uint32_t>(load_i32_a2(blk + 2));
+    f.h[0] = load_i32_a2(blk + 2);
+    load_words<N, false>(blk + 6 + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t*, int64_t, const Words<N>& f,
+                                             const int* aq, int w0) {
+    const uint32_t qh = static_cast<uint32_t>(f.h[0]);
     int sumi = 0;
-    for (int i = 0; i < 4; ++i) {
-      const int v = load_i32_a2(blk + 6 + 4 * i);
-      int lo = v & 0x0F0F0F0F;
-      int hi = (v >> 4) & 0x0F0F0F0F;
+    for (int j = 0; j < N; ++j) {
+      const int i = w0 + j;
+      int lo = f.q[j] & 0x0F0F0F0F;
+      int hi = (f.q[j] >> 4) & 0x0F0F0F0F;
       for (int k = 0; k < 4; ++k) {
         lo |= static_cast<int>(((qh >> (4 * i + k)) & 1u) << (8 * k + 4));
         hi |= static_cast<int>(((qh >> (16 + 4 * i + k)) & 1u) << (8 * k + 4));
@@ -68,7 +138,11 @@ struct Q5_0 {
       sumi = __dp4a(lo, aq[i], sumi);
       sumi = __dp4a(hi, aq[i + 4], sumi);
     }
-    const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+    return sumi;
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    const float d = load_f16(row + c * kBlockBytes);
     return static_cast<float>(sumi - 16 * a.sum) * (d * a.d);
   }
 };
@@ -76,96 +150,135 @@ struct Q5_0 {
 struct Q8_0 {
   static constexpr int kBlockElems = 32;
   static constexpr int kBlockBytes = 34;
-  __device__ __forceinline__ static float dot(const uint8_t* row, int64_t c, const BlockQ8_1& a) {
-    const uint8_t* blk = row + c * kBlockBytes;
-    const int* aq = act_ints(a);
+  static constexpr int kWords = 8;
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    load_words<N, false>(row + c * kBlockBytes + 2 + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t*, int64_t, const Words<N>& f,
+                                             const int* aq, int w0) {
     int sumi = 0;
-    for (int i = 0; i < 8; ++i) sumi = __dp4a(load_i32_a2(blk + 2 + 4 * i), aq[i], sumi);
-    const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+    for (int j = 0; j < N; ++j) sumi = __dp4a(f.q[j], aq[w0 + j], sumi);
+    return sumi;
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    const float d = load_f16(row + c * kBlockBytes);
     return static_cast<float>(sumi) * (d * a.d);
   }
 };
 
+// Chunk c of the K types is sub-block s = c % 8 of super-block c / 8.
 struct Q4_K {
   static constexpr int kBlockElems = 256;
   static constexpr int kBlockBytes = 144;
-  // Chunk c is sub-block s = c % 8 of super-block c / 8: x = d * sc[s] * q - dmin * m[s],
-  // q in the low (s even) or high (s odd) nibbles of qs[32 * (s / 2) ..+32].
-  __device__ __forceinline__ static float dot(const uint8_t* row, int64_t c, const BlockQ8_1& a) {
-    const uint8_t* blk = row + (c / 8) * kBlockBytes;
-    const int s = static_cast<int>(c % 8);
-    const uint8_t* qs = blk + 16 + 32 * (s / 2);
-    const int shift = 4 * (s % 2);
-    const int* aq = act_ints(a);
+  static constexpr int kWords = 8;
+  // x = d * sc[s] * q - dmin * m[s], q in the low (s even) or high (s odd) nibbles of
+  // qs[32 * (s / 2) ..+32] (qs at byte 16: 16-byte aligned in an aligned row).
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    const uint8_t* qs = row + (c / 8) * kBlockBytes + 16 + 32 * (c % 8 / 2);
+    load_words<N, kA16>(qs + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t*, int64_t c, const Words<N>& f,
+                                             const int* aq, int w0) {
+    const int shift = 4 * static_cast<int>(c % 2);
     int sumi = 0;
-    for (int i = 0; i < 8; ++i) {
-      sumi = __dp4a((load_i32_a2(qs + 4 * i) >> shift) & 0x0F0F0F0F, aq[i], sumi);
-    }
-    int sc = 0, m = 0;
-    k_scale_min(blk + 4, s, &sc, &m);
-    const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
-    const float dmin = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk + 2));
-    return a.d * (d * static_cast<float>(sc * sumi) - dmin * static_cast<float>(m * a.sum));
+    for (int j = 0; j < N; ++j) sumi = __dp4a((f.q[j] >> shift) & 0x0F0F0F0F, aq[w0 + j], sumi);
+    return sumi;
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    return k_finish(row + (c / 8) * kBlockBytes, static_cast<int>(c % 8), a, sumi);
   }
 };
 
 struct Q5_K {
   static constexpr int kBlockElems = 256;
   static constexpr int kBlockBytes = 176;
-  // As Q4_K (qs at byte 48), with bit 4 of element l of sub-block s in bit s of qh[l].
-  __device__ __forceinline__ static float dot(const uint8_t* row, int64_t c, const BlockQ8_1& a) {
+  static constexpr int kWords = 8;
+  // As Q4_K (qs at byte 48), with bit 4 of element l of sub-block s in bit s of qh[l]
+  // (qh at byte 16).
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
     const uint8_t* blk = row + (c / 8) * kBlockBytes;
+    load_words<N, kA16>(blk + 48 + 32 * (c % 8 / 2) + 4 * w0, f.q);
+    load_words<N, kA16>(blk + 16 + 4 * w0, f.h);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t*, int64_t c, const Words<N>& f,
+                                             const int* aq, int w0) {
     const int s = static_cast<int>(c % 8);
-    const uint8_t* qs = blk + 48 + 32 * (s / 2);
-    const uint8_t* qh = blk + 16;
     const int shift = 4 * (s % 2);
-    const int* aq = act_ints(a);
     int sumi = 0;
-    for (int i = 0; i < 8; ++i) {
-      const int lo = (load_i32_a2(qs + 4 * i) >> shift) & 0x0F0F0F0F;
-      const uint32_t h = static_cast<uint32_t>(load_i32_a2(qh + 4 * i));
-      const int hi = static_cast<int>(((h >> s) & 0x01010101u) << 4);
-      sumi = __dp4a(lo | hi, aq[i], sumi);
+    for (int j = 0; j < N; ++j) {
+      const int lo = (f.q[j] >> shift) & 0x0F0F0F0F;
+      const int hi = static_cast<int>(((static_cast<uint32_t>(f.h[j]) >> s) & 0x01010101u) << 4);
+      sumi = __dp4a(lo | hi, aq[w0 + j], sumi);
     }
-    int sc = 0, m = 0;
-    k_scale_min(blk + 4, s, &sc, &m);
-    const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
-    const float dmin = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk + 2));
-    return a.d * (d * static_cast<float>(sc * sumi) - dmin * static_cast<float>(m * a.sum));
+    return sumi;
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    return k_finish(row + (c / 8) * kBlockBytes, static_cast<int>(c % 8), a, sumi);
   }
 };
 
 struct Q6_K {
   static constexpr int kBlockElems = 256;
   static constexpr int kBlockBytes = 210;
-  // Chunk c is elements 32s ..+32 (s = c % 8) of super-block c / 8, i.e. 128h + 32r + l
-  // with h = s / 4, r = s % 4: low 4 bits in ql[64h + 32(r & 1) + l] (high nibble when
-  // r >= 2), bits 4-5 in bit pair r of qh[32h + l]. x = d * scales[2s or 2s + 1] * (q - 32).
-  __device__ __forceinline__ static float dot(const uint8_t* row, int64_t c, const BlockQ8_1& a) {
+  static constexpr int kWords = 8;
+  // Chunk c is elements 32s ..+32 of its super-block, i.e. 128h + 32r + l with h = s / 4,
+  // r = s % 4: low 4 bits in ql[64h + 32(r & 1) + l] (high nibble when r >= 2), bits 4-5
+  // in bit pair r of qh[32h + l]. x = d * scales[2s + l / 16] * (q - 32): words 0-3 take
+  // the first scale, 4-7 the second, and part() returns the scaled integer.
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
     const uint8_t* blk = row + (c / 8) * kBlockBytes;
     const int s = static_cast<int>(c % 8);
     const int h = s / 4;
     const int r = s % 4;
-    const uint8_t* ql = blk + 64 * h + 32 * (r & 1);
-    const uint8_t* qh = blk + 128 + 32 * h;
+    load_words<N, false>(blk + 64 * h + 32 * (r & 1) + 4 * w0, f.q);
+    load_words<N, false>(blk + 128 + 32 * h + 4 * w0, f.h);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t* row, int64_t c, const Words<N>& f,
+                                             const int* aq, int w0) {
+    const int s = static_cast<int>(c % 8);
+    const int r = s % 4;
     const int nibble_shift = 4 * (r >> 1);
-    const int* aq = act_ints(a);
-    int sumi[2] = {0, 0};
-    int suma[2] = {0, 0};
-    for (int i = 0; i < 8; ++i) {
-      const int lo = (load_i32_a2(ql + 4 * i) >> nibble_shift) & 0x0F0F0F0F;
-      const uint32_t hb = static_cast<uint32_t>(load_i32_a2(qh + 4 * i));
-      const int hi = static_cast<int>(((hb >> (2 * r)) & 0x03030303u) << 4);
-      sumi[i / 4] = __dp4a(lo | hi, aq[i], sumi[i / 4]);
-      suma[i / 4] = __dp4a(0x01010101, aq[i], suma[i / 4]);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(row + (c / 8) * kBlockBytes + 192);
+    int total = 0, sumi = 0, suma = 0;
+    for (int j = 0; j < N; ++j) {
+      const int lo = (f.q[j] >> nibble_shift) & 0x0F0F0F0F;
+      const int hi =
+          static_cast<int>(((static_cast<uint32_t>(f.h[j]) >> (2 * r)) & 0x03030303u) << 4);
+      sumi = __dp4a(lo | hi, aq[w0 + j], sumi);
+      suma = __dp4a(0x01010101, aq[w0 + j], suma);
+      if ((w0 + j) % 4 == 3 || j == N - 1) {  // the end of a half (or of the part)
+        total += scales[2 * s + (w0 + j) / 4] * (sumi - 32 * suma);
+        sumi = 0;
+        suma = 0;
+      }
     }
-    const int8_t* scales = reinterpret_cast<const int8_t*>(blk + 192);
-    const int total =
-        scales[2 * s] * (sumi[0] - 32 * suma[0]) + scales[2 * s + 1] * (sumi[1] - 32 * suma[1]);
-    const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk + 208));
+    return total;
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int total) {
+    const float d = load_f16(row + (c / 8) * kBlockBytes + 208);
     return static_cast<float>(total) * (d * a.d);
   }
 };
+
+// The whole chunk's float value, as one thread computes it.
+template <class T>
+__device__ __forceinline__ float dot(const uint8_t* row, int64_t c, const BlockQ8_1& a) {
+  Words<T::kWords> f;
+  T::template load<T::kWords, false>(row, c, 0, f);
+  return T::finish(row, c, a, T::part(row, c, f, act_ints(a), 0));
+}
 
 }  // namespace vecdot
 
