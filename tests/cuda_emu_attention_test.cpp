@@ -2,7 +2,7 @@
 // decode kernel and the prefill path (matrix products, from kPrefillMinTokens tokens, or
 // called directly with a given chunk), on head sizes 4 to 256, GQA ratios 1, 4 and 6,
 // contexts shorter and longer than a split, several tokens at once (causal), and sliding
-// windows over ring caches (runs of rows that wrap, chunks wider than the ring).
+// windows over ring caches (runs of rows that wrap, chunks that cross the ring's end).
 // Oracles:
 //  - a double-precision softmax attention over the same F16 keys and values: the kernel
 //    sums q.k in float, so a score is off by at most head_dim * eps * scale * sum|q k|
@@ -11,7 +11,9 @@
 //    (4 ds + 64 eps) * max|v|, per token and head. The prefill path rounds q to F16, which
 //    adds 2^-11 * scale * sum|q k| to ds, and the softmax weights to F16 (2^-11 relative,
 //    2^-25 absolute, against a sum >= 1), which moves the output by at most
-//    (2^-10 + n 2^-24) * max|v|; it is allowed that much more;
+//    (2^-10 + n 2^-24) * max|v|; it is allowed that much more. Each case prints its worst
+//    error; under the emulator: prefill at most 3.5e-4 max|v| (about 2^-11.5, the F16
+//    roundings, far inside the bound, which takes every rounding at its worst), decode 8e-8;
 //  - the CPU backend's attention (llama.cpp's F16-accumulator numerics), within F16
 //    precision: 2^-8 * max|v|.
 #include <gtest/gtest.h>
