@@ -1,12 +1,19 @@
-// The CUDA split-K decode attention, run under the SIMT emulator, over an F16 KV cache:
-// head sizes 64/128/256, GQA ratios 1, 4 and 6, contexts shorter and longer than a split,
-// several tokens at once (causal), and a sliding window over a ring cache.
+// The CUDA attention, run under the SIMT emulator, over an F16 KV cache: the split-K
+// decode kernel and the prefill path (matrix products, from kPrefillMinTokens tokens, or
+// called directly with a given chunk), on head sizes 4 to 256, GQA ratios 1, 4 and 6,
+// contexts shorter and longer than a split, several tokens at once (causal), and sliding
+// windows over ring caches (runs of rows that wrap, chunks that cross the ring's end).
 // Oracles:
 //  - a double-precision softmax attention over the same F16 keys and values: the kernel
 //    sums q.k in float, so a score is off by at most head_dim * eps * scale * sum|q k|
 //    (ds); the softmax weights then move by a factor within exp(+-2 ds), and the float
 //    sums of the output add about (n / 4 / 256 + 8) eps relative; the check allows
-//    (4 ds + 64 eps) * max|v|, per token and head;
+//    (4 ds + 64 eps) * max|v|, per token and head. The prefill path rounds q to F16, which
+//    adds 2^-11 * scale * sum|q k| to ds, and the softmax weights to F16 (2^-11 relative,
+//    2^-25 absolute, against a sum >= 1), which moves the output by at most
+//    (2^-10 + n 2^-24) * max|v|; it is allowed that much more. Each case prints its worst
+//    error; under the emulator: prefill at most 3.5e-4 max|v| (about 2^-11.5, the F16
+//    roundings, far inside the bound, which takes every rounding at its worst), decode 8e-8;
 //  - the CPU backend's attention (llama.cpp's F16-accumulator numerics), within F16
 //    precision: 2^-8 * max|v|.
 #include <gtest/gtest.h>
@@ -14,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <vector>
@@ -33,11 +41,13 @@ struct Case {
   int64_t n_tokens;
   int64_t window;  // 0: whole context
   int64_t n_rows;  // cache rows (a ring when < pos0 + n_tokens)
+  int64_t chunk;   // > 0: attention_prefill with chunks of this many tokens
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << "head_dim " << c.head_dim << " heads " << c.n_head << "/" << c.n_head_kv << " pos0 "
-      << c.pos0 << " tokens " << c.n_tokens << " window " << c.window << " rows " << c.n_rows;
+      << c.pos0 << " tokens " << c.n_tokens << " window " << c.window << " rows " << c.n_rows
+      << " chunk " << c.chunk;
 }
 
 class CudaEmuAttention : public ::testing::TestWithParam<Case> {};
@@ -69,11 +79,19 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
   DeviceArray<uint16_t> dk{std::span<const uint16_t>(k)};
   DeviceArray<uint16_t> dv{std::span<const uint16_t>(v)};
   DeviceArray<float> dq{std::span<const float>(q)};
-  DeviceArray<float> dscratch(attention_scratch_floats(c.n_tokens, c.pos0, p));
+  const bool prefill = c.chunk > 0 || c.n_tokens >= kPrefillMinTokens;
+  DeviceArray<float> dscratch(c.chunk > 0
+                                  ? attention_prefill_scratch_floats(c.n_tokens, c.pos0, p, c.chunk)
+                                  : attention_scratch_floats(c.n_tokens, c.pos0, p));
   DeviceArray<float> dout(q.size());
   KvLayerView dcache{DType::kF16, DType::kF16, dk.data(), dv.data(),
                      c.n_rows,    c.n_head_kv, c.head_dim};
-  attention(dq.data(), c.n_tokens, c.pos0, dcache, p, dscratch.data(), dout.data(), Stream{});
+  if (c.chunk > 0) {
+    attention_prefill(dq.data(), c.n_tokens, c.pos0, dcache, p, c.chunk, dscratch.data(),
+                      dout.data(), Stream{});
+  } else {
+    attention(dq.data(), c.n_tokens, c.pos0, dcache, p, dscratch.data(), dout.data(), Stream{});
+  }
   const std::vector<float> got = dout.download();
 
   CpuBackend cpu(1, Isa::kGeneric);
@@ -83,6 +101,8 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
   cpu.attention(q.data(), c.n_tokens, c.pos0, hcache, p, cpu_out.data());
 
   const double eps = std::numeric_limits<float>::epsilon();
+  const double f16_eps = std::ldexp(1.0, -11);  // F16 rounding, relative
+  double worst = 0.0, worst_tol = 0.0;          // the largest error / max|v| and its bound
   for (int64_t t = 0; t < c.n_tokens; ++t) {
     const int64_t hi = c.pos0 + t;
     const int64_t lo = c.window > 0 ? std::max<int64_t>(0, hi - c.window + 1) : 0;
@@ -100,7 +120,8 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
         }
         scores.push_back(dot * p.scale);
         max_score = std::max(max_score, scores.back());
-        ds = std::max(ds, static_cast<double>(c.head_dim) * eps * p.scale * mag);
+        ds = std::max(ds, (static_cast<double>(c.head_dim) * eps + (prefill ? f16_eps : 0.0)) *
+                              p.scale * mag);
       }
       double l = 0.0;
       std::vector<double> want(static_cast<size_t>(c.head_dim), 0.0);
@@ -113,9 +134,16 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
           vmax = std::max(vmax, std::fabs(static_cast<double>(fp16_to_fp32(vr[d]))));
         }
       }
-      const double tol = (4.0 * ds + 64.0 * eps) * vmax;
+      const double n = static_cast<double>(hi - lo + 1);
+      const double weights = prefill ? 2.0 * f16_eps + n * std::ldexp(1.0, -24) : 0.0;
+      const double tol = (4.0 * ds + 64.0 * eps + weights) * vmax;
       for (int64_t d = 0; d < c.head_dim; ++d) {
         const size_t i = static_cast<size_t>((t * c.n_head + h) * c.head_dim + d);
+        const double err = std::fabs(got[i] - want[static_cast<size_t>(d)] / l);
+        if (err / vmax > worst) {
+          worst = err / vmax;
+          worst_tol = tol / vmax;
+        }
         ASSERT_NEAR(got[i], want[static_cast<size_t>(d)] / l, tol)
             << "token " << t << " head " << h << " dim " << d;
         ASSERT_NEAR(got[i], cpu_out[i], vmax / 256.0)
@@ -123,19 +151,36 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
       }
     }
   }
+  std::printf("%s path: max error %.3g max|v| (bound there %.3g)\n", prefill ? "prefill" : "decode",
+              worst, worst_tol);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaEmuAttention,
-    ::testing::Values(Case{64, 4, 4, 0, 1, 0, 16},         // the first token: one position
-                      Case{128, 8, 2, 37, 1, 0, 64},       // GQA 4, one partial split
-                      Case{256, 6, 1, 700, 1, 0, 1024},    // GQA 6, three splits
-                      Case{128, 4, 1, 255, 3, 0, 300},     // several tokens across a split edge
-                      Case{64, 8, 2, 500, 2, 100, 128},    // sliding window over a ring
-                      Case{256, 2, 2, 1000, 1, 300, 512},  // window spanning two splits
-                      Case{96, 3, 3, 20, 1, 0, 32},        // head_dim 96: three dims per lane
-                      Case{4, 16, 16, 300, 2, 0, 512},     // head_dim 4 (TinyLlama 5M)
-                      Case{80, 4, 2, 40, 1, 0, 64}));      // head_dim 80: lanes idle in round 3
+    ::testing::Values(Case{64, 4, 4, 0, 1, 0, 16, 0},         // the first token: one position
+                      Case{128, 8, 2, 37, 1, 0, 64, 0},       // GQA 4, one partial split
+                      Case{256, 6, 1, 700, 1, 0, 1024, 0},    // GQA 6, three splits
+                      Case{128, 4, 1, 255, 3, 0, 300, 0},     // several tokens across a split edge
+                      Case{64, 8, 2, 500, 2, 100, 128, 0},    // sliding window over a ring
+                      Case{256, 2, 2, 1000, 1, 300, 512, 0},  // window spanning two splits
+                      Case{96, 3, 3, 20, 1, 0, 32, 0},        // head_dim 96: three dims per lane
+                      Case{4, 16, 16, 300, 2, 0, 512, 0},     // head_dim 4 (TinyLlama 5M)
+                      Case{80, 4, 2, 40, 1, 0, 64, 0},        // head_dim 80: lanes idle in round 3
+                      // The prefill path, through attention() from kPrefillMinTokens tokens:
+                      Case{64, 4, 4, 0, 16, 0, 64, 0},         // a first prompt of 16 tokens
+                      Case{128, 8, 2, 0, 33, 0, 64, 0},        // GQA 4, 33 tokens
+                      Case{128, 6, 1, 37, 100, 0, 256, 0},     // GQA 6, after a first prompt
+                      Case{64, 8, 2, 0, 512, 0, 512, 0},       // pp512's shape (fewer heads)
+                      Case{256, 4, 2, 300, 100, 128, 256, 0},  // a window over a ring that wraps
+                      Case{256, 2, 1, 0, 200, 0, 256, 0},      // head_dim 256
+                      Case{96, 3, 3, 20, 20, 0, 64, 0},        // head_dim 96
+                      Case{4, 16, 16, 300, 17, 0, 512, 0},     // head_dim 4
+                      // and directly, with chunks of a given size:
+                      Case{128, 4, 4, 10, 50, 0, 128, 16},  // chunks of 16, 16, 16, 2
+                      Case{64, 4, 2, 1000, 40, 64, 128,
+                           16},                            // a window, chunks across the ring's end
+                      Case{80, 4, 2, 40, 3, 0, 64, 1},     // one token per chunk
+                      Case{128, 8, 2, 37, 1, 0, 64, 4}));  // one token, GQA 4
 
 }  // namespace
 }  // namespace qrun::kernels::cuda

@@ -212,6 +212,37 @@ TEST(CudaEmuBackend, KvStoreAndAttentionDecodeMatchCpu) {
   }
 }
 
+// Prompt chunks of 16 tokens and more take the prefill path (matrix products) with the
+// scratch the backend sizes for it; the chunks wrap the ring under a window of 40, and a
+// decode step reads what they stored.
+TEST(CudaEmuBackend, KvStoreAndAttentionPrefillMatchCpu) {
+  CudaBackend gpu;
+  CpuBackend cpu(1, Isa::kGeneric);
+  const int64_t n_head = 8, n_head_kv = 2, head_dim = 64, n_rows = 64;
+  const int64_t row = n_head_kv * head_dim;
+  std::vector<uint16_t> gk(static_cast<size_t>(n_rows * row)), gv(gk.size());
+  std::vector<uint16_t> ck(gk.size()), cv(gk.size());
+  const KvLayerView gcache{DType::kF16, DType::kF16, gk.data(), gv.data(),
+                           n_rows,      n_head_kv,   head_dim};
+  const KvLayerView ccache{DType::kF16, DType::kF16, ck.data(), cv.data(),
+                           n_rows,      n_head_kv,   head_dim};
+  AttentionParams p{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(64.0f), 40};
+  int64_t pos = 0;
+  for (const int64_t n_tokens : {24, 20, 20, 20, 1}) {
+    const uint32_t seed = static_cast<uint32_t>(pos);
+    const std::vector<float> k = random_vector(n_tokens * row, 400 + seed);
+    const std::vector<float> v = random_vector(n_tokens * row, 500 + seed);
+    const std::vector<float> q = random_vector(n_tokens * n_head * head_dim, 600 + seed);
+    gpu.kv_store(gcache, pos, n_tokens, k.data(), v.data());
+    cpu.kv_store(ccache, pos, n_tokens, k.data(), v.data());
+    std::vector<float> g(q.size()), c(q.size());
+    gpu.attention(q.data(), n_tokens, pos, gcache, p, g.data());
+    cpu.attention(q.data(), n_tokens, pos, ccache, p, c.data());
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], c[i], 4.0f / 256.0f) << pos << " " << i;
+    pos += n_tokens;
+  }
+}
+
 // Buffers declared as scratch stay on the device for the scope: a chain of ops through
 // them equals the CPU's (a matmul after its input changed quantizes it again), their host
 // memory is never written, and only the output that lies outside them comes back. After

@@ -6,7 +6,8 @@
 //    (every scale and high-bit pattern, not only those a quantizer writes);
 //  - convert_f32_to_f16 gives fp32_to_fp16's bits (ties, subnormals, overflow to inf);
 //  - gemm_f16 on padded operands (lda, ldb, ldc larger than needed) equals the double dot
-//    of the F16 values within float summation, and leaves the padding of c alone;
+//    of the F16 values within float summation, and leaves the padding of c alone; so does
+//    gemm_f16_batched, with either layout of a, padding between problems, and beta 0 or 1;
 //  - matmul_gemm, on awkward shapes and with scratch small enough for several tiles, is
 //    compared with two double-precision products:
 //      ref16, of the F16-rounded weights and x: what the GEMM computes, so only the float
@@ -193,6 +194,59 @@ TEST(CudaEmuGemm, GemmF16HonoursLeadingDimensions) {
         magnitude += std::fabs(prod);
       }
       EXPECT_NEAR(got[j * ldc + i], want, kSumTol * 0x1p-23 * magnitude) << j << ", " << i;
+    }
+  }
+}
+
+// gemm_f16_batched on the same kind of padded operands, with padding between the problems
+// too: a holds rows of k (a_rows) or rows of m, and with beta 1 the products are added to
+// c's values; c's padding stays.
+TEST(CudaEmuGemm, GemmF16BatchedHonoursLayoutsStridesAndBeta) {
+  const int64_t m = 5, n = 3, k = 7, ldb = 11, ldc = 6, batch = 3;
+  constexpr float kPad = 1000.0f, kC = -7.0f;
+  for (const bool a_rows : {true, false}) {
+    for (const float beta : {0.0f, 1.0f}) {
+      SCOPED_TRACE(::testing::Message() << "a_rows " << a_rows << " beta " << beta);
+      const int64_t lda = a_rows ? 9 : 8;
+      const int64_t stride_a = (a_rows ? m : k) * lda + 4;
+      const int64_t stride_b = n * ldb + 2, stride_c = n * ldc + 3;
+      std::vector<uint16_t> a(static_cast<size_t>(batch * stride_a), fp32_to_fp16(kPad));
+      std::vector<uint16_t> b(static_cast<size_t>(batch * stride_b), fp32_to_fp16(kPad));
+      const std::vector<float> av = random_vector(batch * m * k, 3);
+      const std::vector<float> bv = random_vector(batch * n * k, 4);
+      auto a_at = [&](int64_t l, int64_t i, int64_t p) -> uint16_t& {
+        return a[l * stride_a + (a_rows ? i * lda + p : p * lda + i)];
+      };
+      for (int64_t l = 0; l < batch; ++l) {
+        for (int64_t p = 0; p < k; ++p) {
+          for (int64_t i = 0; i < m; ++i) a_at(l, i, p) = fp32_to_fp16(av[(l * m + i) * k + p]);
+          for (int64_t j = 0; j < n; ++j) {
+            b[l * stride_b + j * ldb + p] = fp32_to_fp16(bv[(l * n + j) * k + p]);
+          }
+        }
+      }
+      std::vector<float> c(static_cast<size_t>(batch * stride_c), kC);
+      DeviceArray<uint16_t> da{std::span<const uint16_t>(a)}, db{std::span<const uint16_t>(b)};
+      DeviceArray<float> dc{std::span<const float>(c)};
+      gemm_f16_batched(m, n, k, da.data(), lda, stride_a, a_rows, db.data(), ldb, stride_b,
+                       dc.data(), ldc, stride_c, batch, beta, Stream{});
+      const std::vector<float> got = dc.download();
+      for (int64_t e = 0; e < batch * stride_c; ++e) {
+        const int64_t l = e / stride_c, j = (e % stride_c) / ldc, i = (e % stride_c) % ldc;
+        if (j >= n || i >= m) {
+          EXPECT_EQ(got[e], kC) << "padding of c at " << e;
+          continue;
+        }
+        double want = beta * kC, magnitude = 0.0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double prod =
+              double{fp16_to_fp32(a_at(l, i, p))} * fp16_to_fp32(b[l * stride_b + j * ldb + p]);
+          want += prod;
+          magnitude += std::fabs(prod);
+        }
+        EXPECT_NEAR(got[e], want, kSumTol * 0x1p-23 * (magnitude + std::fabs(kC)))
+            << l << ": " << j << ", " << i;
+      }
     }
   }
 }

@@ -39,11 +39,26 @@ void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const in
 
 // ---- ops_attention.cu ----
 // Backend::attention over an F16 cache in device memory (k, v, q, out device pointers),
-// head_dim up to 256. scratch holds attention_scratch_floats(...) floats.
+// head_dim up to 256. scratch holds attention_scratch_floats(...) floats. Fewer than
+// kPrefillMinTokens tokens run the split-K kernel, more run attention_prefill.
 inline constexpr int64_t kSplit = 256;  // positions per split of the split-K kernel
+inline constexpr int64_t kPrefillMinTokens = 16;
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                const AttentionParams& params, float* scratch, float* out, Stream stream);
+
+// ---- ops_attention_prefill.cu ----
+// The same attention as matrix products on the tensor cores (gemm_f16_batched), for many
+// tokens: chunks of chunk_tokens tokens, each scored against every position its tokens
+// attend (q rounded to F16), masked, softmaxed and multiplied with V (weights rounded to
+// F16). Any head_dim; scratch holds attention_prefill_scratch_floats(...) floats.
+// The chunk attention() uses: scores of about 128 MiB at most, but at least 16 tokens.
+int64_t prefill_chunk_tokens(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
+size_t attention_prefill_scratch_floats(int64_t n_tokens, int64_t pos0,
+                                        const AttentionParams& params, int64_t chunk_tokens);
+void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
+                       const AttentionParams& params, int64_t chunk_tokens, float* scratch,
+                       float* out, Stream stream);
 
 // ---- quantized matrix-vector products (ops_matmul.cu) ----
 // The activation blocks the integer dot products read: 32 values x[i] ~ d * qs[i], and

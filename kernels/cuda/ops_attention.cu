@@ -1,4 +1,5 @@
-// Decode attention over an F16 KV cache, split-K ("flash decoding"): the positions a token
+// Decode attention over an F16 KV cache, split-K ("flash decoding"), for fewer than
+// kPrefillMinTokens tokens (more go to ops_attention_prefill.cu): the positions a token
 // attends are cut into splits of kSplit; one block of 4 warps per (head, split, token)
 // runs an online softmax over its split (each warp over every 4th position, each lane over
 // every 32nd dimension), merges its warps, and writes the split's (max, sum, unscaled
@@ -162,12 +163,21 @@ int64_t splits_for(int64_t pos0, int64_t n_tokens, int64_t window) {
 }  // namespace
 
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params) {
+  if (n_tokens >= kPrefillMinTokens) {
+    return attention_prefill_scratch_floats(n_tokens, pos0, params,
+                                            prefill_chunk_tokens(n_tokens, pos0, params));
+  }
   return static_cast<size_t>(n_tokens * params.n_head * splits_for(pos0, n_tokens, params.window) *
                              (params.head_dim + 2));
 }
 
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                const AttentionParams& params, float* scratch, float* out, Stream stream) {
+  if (n_tokens >= kPrefillMinTokens) {
+    attention_prefill(q, n_tokens, pos0, cache, params,
+                      prefill_chunk_tokens(n_tokens, pos0, params), scratch, out, stream);
+    return;
+  }
   QRUN_CHECK(cache.k_type == DType::kF16 && cache.v_type == DType::kF16,
              "cuda attention: %s K and %s V cache (only f16)", dtype_name(cache.k_type),
              dtype_name(cache.v_type));

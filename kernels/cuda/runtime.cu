@@ -157,4 +157,33 @@ void gemm_f16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, c
         "cublasGemmEx");
 }
 
+void gemm_f16_batched(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                      int64_t stride_a, bool a_rows, const uint16_t* b, int64_t ldb,
+                      int64_t stride_b, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                      float beta, Stream stream) {
+  QRUN_CHECK(m >= 0 && n >= 0 && k >= 0 && batch >= 0 && lda >= (a_rows ? k : m) && ldb >= k &&
+                 ldc >= m && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX && m <= INT_MAX &&
+                 n <= INT_MAX && k <= INT_MAX && batch <= INT_MAX && (beta == 0.0f || beta == 1.0f),
+             "gemm_f16_batched: m %lld n %lld k %lld, lda %lld ldb %lld ldc %lld, batch %lld, "
+             "beta %g",
+             static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+             static_cast<long long>(lda), static_cast<long long>(ldb), static_cast<long long>(ldc),
+             static_cast<long long>(batch), static_cast<double>(beta));
+  if (m == 0 || n == 0 || batch == 0) return;
+  // Column-major, as gemm_f16: C (m x n, ldc) = op(A) * B with B the k x n matrix whose
+  // column j is row j of b. a_rows: a is the k x m matrix whose column i is row i of a,
+  // op = transpose; otherwise a read column-major is the m x k matrix A itself, op = none.
+  cublasHandle_t h = cublas();
+  check(cublasSetStream(h, handle(stream)), "cublasSetStream");
+  const float alpha = 1.0f;
+  check(cublasGemmStridedBatchedEx(
+            h, a_rows ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(m),
+            static_cast<int>(n), static_cast<int>(k), &alpha, a, CUDA_R_16F, static_cast<int>(lda),
+            static_cast<long long>(stride_a), b, CUDA_R_16F, static_cast<int>(ldb),
+            static_cast<long long>(stride_b), &beta, c, CUDA_R_32F, static_cast<int>(ldc),
+            static_cast<long long>(stride_c), static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+            CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
+}
+
 QRUN_CUDA_NAMESPACE_END

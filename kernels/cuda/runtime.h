@@ -71,6 +71,18 @@ void synchronize(Stream stream = {});
 void gemm_f16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
               int64_t ldb, float* c, int64_t ldc, Stream stream = {});
 
+// gemm_f16 over `batch` independent problems, with either layout of a and an optional
+// accumulation: for each l < batch, with a_l = a + l * stride_a (b_l, c_l likewise),
+//   c_l[j * ldc + i] = beta * c_l[j * ldc + i] + sum_p A_l(i, p) * b_l[j * ldb + p]
+// for i < m, j < n, p < k, where A_l(i, p) = a_l[i * lda + p] when a_rows (a holds m rows
+// of k elements, as for gemm_f16) and a_l[p * lda + i] otherwise (k rows of m elements).
+// beta is 0 (c is only written) or 1. Sums in float as gemm_f16
+// (cublasGemmStridedBatchedEx on the GPU). Queued on `stream`.
+void gemm_f16_batched(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                      int64_t stride_a, bool a_rows, const uint16_t* b, int64_t ldb,
+                      int64_t stride_b, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                      float beta, Stream stream = {});
+
 // An owned device array of n trivially copyable T.
 template <class T>
 class DeviceArray {

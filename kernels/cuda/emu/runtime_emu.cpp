@@ -188,4 +188,34 @@ void gemm_f16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, c
   }
 }
 
+// Each dot in float, p ascending, as gemm_f16; with beta 1 the sum is then added to c.
+void gemm_f16_batched(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                      int64_t stride_a, bool a_rows, const uint16_t* b, int64_t ldb,
+                      int64_t stride_b, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                      float beta, Stream) {
+  QRUN_CHECK(m >= 0 && n >= 0 && k >= 0 && batch >= 0 && lda >= (a_rows ? k : m) && ldb >= k &&
+                 ldc >= m && (beta == 0.0f || beta == 1.0f),
+             "gemm_f16_batched: m %lld n %lld k %lld, lda %lld ldb %lld ldc %lld, batch %lld, "
+             "beta %g",
+             static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+             static_cast<long long>(lda), static_cast<long long>(ldb), static_cast<long long>(ldc),
+             static_cast<long long>(batch), static_cast<double>(beta));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t l = 0; l < batch; ++l) {
+    const uint16_t* al = a + l * stride_a;
+    const uint16_t* bl = b + l * stride_b;
+    float* cl = c + l * stride_c;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t p = 0; p < k; ++p)
+        row[p] = fp16_to_fp32(a_rows ? al[i * lda + p] : al[p * lda + i]);
+      for (int64_t j = 0; j < n; ++j) {
+        const uint16_t* bj = bl + j * ldb;
+        float sum = 0.0f;
+        for (int64_t p = 0; p < k; ++p) sum += row[p] * fp16_to_fp32(bj[p]);
+        cl[j * ldc + i] = beta == 0.0f ? sum : cl[j * ldc + i] + sum;
+      }
+    }
+  }
+}
+
 QRUN_CUDA_NAMESPACE_END
