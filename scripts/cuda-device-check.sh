@@ -3,7 +3,7 @@
 # folder (default .dev) that holds qrun and the cuda_gpu_* tests built for it (bin/), the
 # shared libraries they need beyond glibc and libstdc++ (lib/), and the shared models and
 # golden files (data/, laid out as ../shared). A lent GPU comes with minutes, not hours:
-# this runs everything in one go, writes logs to $OUT (default ./out) and prints a summary
+# this runs everything in one go, packs its logs into $OUT/logs.tgz and prints a summary
 # last.
 #   scripts/cuda-device-check.sh [DIR]
 # Environment:
@@ -14,9 +14,11 @@
 #   LLAMA_SRC: a .tar.xz of llama.cpp's source, built with CUDA for this GPU in the
 #     background while the tests run, then benchmarked on the same file as qrun;
 #   LLAMA_BENCH: or an llama-bench already built with CUDA.
+#   QRUN_KERNEL_BENCH_ARGS: arguments for the kernel benchmarks (bin/cuda_*_bench).
 set -uo pipefail
 dir=${1:-.dev}
-out=${OUT:-./out}
+out=/tmp/qrun-device-logs  # everything, packed into $OUT/logs.tgz (default ./logs.tgz) at the end
+rm -rf "$out"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export QRUN_TEST_DATA="$dir/data"
@@ -36,7 +38,8 @@ if [ -n "${LLAMA_SRC:-}" ]; then
      -DCMAKE_CUDA_ARCHITECTURES=native -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
      -DLLAMA_BUILD_SERVER=OFF
-   ninja -C /tmp/llsrc/build -j "$(( $(nproc) - 2 ))" llama-bench) > "$out/llama_build.log" 2>&1 &
+   timeout "${LLAMA_BUILD_TIMEOUT:-330}" ninja -C /tmp/llsrc/build -j "$(( $(nproc) - 2 ))" llama-bench
+  ) > "$out/llama_build.log" 2>&1 &
   llama_pid=$!
 fi
 
@@ -105,20 +108,23 @@ bench() {  # $1: log name, $2: environment setting or empty, then qrun bench's a
   env ${setting:+"$setting"} timeout 240 "$qrun" bench -ngl all -r 3 "$@" > "$out/$log.txt" 2>&1
   note "qrun ${setting:-default} $*: $(grep -E '^\| llama' "$out/$log.txt" | awk -F'|' '{print $7 $8 $10}' | tr -s ' ' | tr '\n' ';')"
 }
+llama() {  # $1: model file
+  [ -n "${LLAMA_BENCH:-}" ] || return 0
+  local log="$out/bench_llama_$(basename "$1").txt"
+  timeout 240 "$LLAMA_BENCH" -m "$1" -ngl 99 -p 512 -n 128 -r 3 > "$log" 2>&1
+  note "llama.cpp $(basename "$1"): $(grep -E '^\| llama' "$log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+}
+# The two tools alternate on each file, the most important comparison first.
 bench bench_qrun "" -m "$big" -p 512 -n 128
+llama "$big"
 for v in ${QRUN_VARIANTS:-}; do bench "bench_qrun.$v" "$v" -m "$big" -p 0 -n 128; done
-bench bench_qrun_small "" -m "$small" -p 0 -n 128
+bench bench_qrun_small "" -m "$small" -p 512 -n 128
+llama "$small"
 tail -3 "$out/bench_qrun.txt"
 for b in "$dir"/bin/cuda_*_bench; do
   [ -x "$b" ] || continue
-  timeout 120 "$b" > "$out/$(basename "$b").txt" 2>&1
-  tail -30 "$out/$(basename "$b").txt"
+  timeout 120 "$b" ${QRUN_KERNEL_BENCH_ARGS:-} > "$out/$(basename "$b").txt" 2>&1
+  tail -25 "$out/$(basename "$b").txt"
 done
-if [ -n "${LLAMA_BENCH:-}" ]; then
-  for m in "$big" "$small"; do
-    timeout 240 "$LLAMA_BENCH" -m "$m" -ngl 99 -p 512 -n 128 -r 3 > "$out/bench_llama_$(basename "$m").txt" 2>&1
-    note "llama.cpp $(basename "$m"): $(grep -E '^\| llama' "$out/bench_llama_$(basename "$m").txt" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
-  done
-  tail -6 "$out/bench_llama_$(basename "$big").txt"
-fi
+tar czf "${OUT:-.}/logs.tgz" -C "$out" .
 printf '%s\n' "${summary[@]}"
