@@ -56,16 +56,19 @@ size_t device_weight_bytes(const gguf::File& file) {
 }
 
 // The activations one forward chunk keeps on the device (the model's scratch), the largest
-// op output that comes back (all rows of logits), and room for the quantized activations,
-// attention partials and prefill tiles.
-size_t device_scratch_bytes(const Model& model) {
+// op output that comes back (all rows of logits), the decode attention's partial results
+// for a token at the end of the context, and room for the quantized activations and the
+// prefill tiles.
+size_t device_scratch_bytes(const Model& model, int64_t n_ctx) {
   const ModelHparams& hp = model.hparams();
+  const size_t attention = kernels::cuda::attention_scratch_floats(
+      1, n_ctx - 1, AttentionParams{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f, 0});
   const auto n = static_cast<size_t>(model.n_batch());
   const auto q = static_cast<size_t>(hp.n_head * hp.head_dim);
   const auto kv = static_cast<size_t>(hp.n_head_kv * hp.head_dim);
   const size_t floats = n * (2 * static_cast<size_t>(hp.n_embd) + 2 * q + 2 * kv +
                              2 * static_cast<size_t>(hp.n_ff) + static_cast<size_t>(hp.n_vocab));
-  return floats * sizeof(float) + (size_t{96} << 20);
+  return (floats + attention) * sizeof(float) + (size_t{96} << 20);
 }
 #endif
 
@@ -103,7 +106,7 @@ Result<std::unique_ptr<Backend>> make_gpu_backend(const std::string& ngl, const 
   }
   const size_t weights = device_weight_bytes(file);
   const size_t cache = kv.n_bytes();
-  const size_t scratch = device_scratch_bytes(model);
+  const size_t scratch = device_scratch_bytes(model, kv.n_ctx());
   const size_t total = weights + cache + scratch;
   const kernels::cuda::DeviceMemory mem = kernels::cuda::device_memory();
   const std::string device = kernels::cuda::device_description(0);

@@ -215,8 +215,9 @@ TEST(CudaEmuGraphOps, ANewWeightOrAGrownScratchMidCaptureEndsTheCaptureEarly) {
 }
 
 TEST(CudaEmuGraphOps, DecodeStepsPastASplitOfAttentionAllocateNothing) {
-  // The attention scratch holds one split per kSplit (256) positions: sized for the whole
-  // cache when a layer is first seen, the steps crossing position 256 are captured whole.
+  // The attention scratch holds one split per attention_split() positions (32 by default):
+  // sized for the whole cache when a layer is first seen, steps that add a split (as at
+  // position 256) are captured whole.
   SyntheticStep step;
   constexpr int64_t kRows = 512, kN = SyntheticStep::kN;
   std::vector<uint16_t> k(kRows * kN), v(kRows * kN);  // the host cache (only its key)

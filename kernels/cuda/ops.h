@@ -41,7 +41,10 @@ void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const in
 // Backend::attention over an F16 cache in device memory (k, v, q, out device pointers),
 // head_dim up to 256. scratch holds attention_scratch_floats(...) floats. Fewer than
 // kPrefillMinTokens tokens run the split-K kernel, more run attention_prefill.
-inline constexpr int64_t kSplit = 256;  // positions per split of the split-K kernel
+// Positions per split of the split-K decode kernel: QRUN_CUDA_ATTN_SPLIT (read once per
+// process), else kDefaultSplit.
+inline constexpr int64_t kDefaultSplit = 32;
+int64_t attention_split();
 inline constexpr int64_t kPrefillMinTokens = 16;
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
@@ -86,7 +89,7 @@ void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_
 
 // The kernels behind mmvq, which all compute the same function with the same integer dot
 // products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v6".
-// mmvq runs the one QRUN_CUDA_MMVQ names (read once per process; default v1); tests and
+// mmvq runs the one QRUN_CUDA_MMVQ names (read once per process; default v5); tests and
 // cuda_mmvq_bench run each by index (0 .. mmvq_variant_count() - 1).
 int mmvq_variant_count();
 const char* mmvq_variant_name(int variant);

@@ -1,6 +1,6 @@
 // Decode attention over an F16 KV cache, split-K ("flash decoding"), for fewer than
 // kPrefillMinTokens tokens (more go to ops_attention_prefill.cu): the positions a token
-// attends are cut into splits of kSplit; one block of 4 warps per (head, split, token)
+// attends are cut into splits of attention_split(); one block of 4 warps per (head, split, token)
 // runs an online softmax over its split (each warp over every 4th position, each lane over
 // every 32nd dimension), merges its warps, and writes the split's (max, sum, unscaled
 // output) to scratch; a second kernel merges the splits. Numerics: q.k and the output are
@@ -8,6 +8,7 @@
 // attention, which rounds q and its accumulator to F16, so the two agree to about F16
 // precision while this kernel is closer to exact (tests/cuda_emu_attention_test.cpp).
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
@@ -29,8 +30,24 @@ struct Geometry {
   int64_t pos0;
   int64_t window;  // 0: whole context
   int64_t n_splits;
+  int64_t split;  // positions per split (attention_split())
   float scale;
 };
+
+// The K and V elements lane owns (dimensions lane + 32 i) of position p, as floats; 0 past
+// head_dim.
+__device__ __forceinline__ void load_kv_row(const uint16_t* k, const uint16_t* v, const Geometry& g,
+                                            int64_t p, int64_t kv_offset, int lane, float* kd,
+                                            float* vd) {
+  const int64_t row = (p % g.n_rows) * g.row_elems + kv_offset;
+  QRUN_UNROLL
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int64_t d = lane + kWarp * i;
+    const bool in = d < g.head_dim;
+    kd[i] = in ? f16_to_f32(k[row + d]) : 0.0f;
+    vd[i] = in ? f16_to_f32(v[row + d]) : 0.0f;
+  }
+}
 
 // Partial result of one split: [m, l, acc[head_dim]].
 __device__ __forceinline__ float* partial_of(float* scratch, const Geometry& g, int64_t t,
@@ -55,40 +72,53 @@ __global__ void __launch_bounds__(kWarps* kWarp)
 
   const int64_t hi = g.pos0 + t;  // last position attended
   const int64_t lo = g.window > 0 && hi - g.window + 1 > 0 ? hi - g.window + 1 : 0;
-  const int64_t begin = lo + s * kSplit;
-  const int64_t end = begin + kSplit < hi + 1 ? begin + kSplit : hi + 1;
+  const int64_t begin = lo + s * g.split;
+  const int64_t end = begin + g.split < hi + 1 ? begin + g.split : hi + 1;
   const float* qh = q + (t * g.n_head + h) * g.head_dim;
   const int64_t kv_offset = (h / g.group) * g.head_dim;
 
+  // Registers only: every loop over a lane's dimensions is unrolled to kMaxDimsPerLane and
+  // guarded, so the arrays are never indexed at run time.
   float qr[kMaxDimsPerLane];
   float acc[kMaxDimsPerLane];
-  for (int i = 0; i < dims; ++i) {
+  QRUN_UNROLL
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
     const int64_t d = lane + kWarp * i;
-    qr[i] = d < g.head_dim ? qh[d] : 0.0f;
+    qr[i] = i < dims && d < g.head_dim ? qh[d] : 0.0f;
     acc[i] = 0.0f;
   }
   float m = kNegInf;
   float l = 0.0f;
+  // The next position's K and V are loaded before the current one's arithmetic, so a
+  // warp keeps a row in flight while it waits on the shuffles and expf (the loop was
+  // bound by the load latency of one row after another).
+  float kd[kMaxDimsPerLane], vd[kMaxDimsPerLane];
+  if (begin + warp < end) load_kv_row(k, v, g, begin + warp, kv_offset, lane, kd, vd);
   for (int64_t p = begin + warp; p < end; p += kWarps) {
-    const int64_t row = p % g.n_rows;
-    const uint16_t* kr = k + row * g.row_elems + kv_offset;
-    const uint16_t* vr = v + row * g.row_elems + kv_offset;
+    float kc[kMaxDimsPerLane], vc[kMaxDimsPerLane];
+    QRUN_UNROLL
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      kc[i] = kd[i];
+      vc[i] = vd[i];
+    }
+    if (p + kWarps < end) load_kv_row(k, v, g, p + kWarps, kv_offset, lane, kd, vd);
     float dot = 0.0f;
-    for (int i = 0; i < dims; ++i) {
-      const int64_t d = lane + kWarp * i;
-      if (d < g.head_dim) dot += qr[i] * f16_to_f32(kr[d]);
+    QRUN_UNROLL
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      if (i < dims && lane + kWarp * i < g.head_dim) dot += qr[i] * kc[i];
     }
     const float score = warp_sum(dot) * g.scale;
     if (score > m) {
       const float ms = expf(m - score);  // 0 on the first position (m = -inf)
       m = score;
-      for (int i = 0; i < dims; ++i) acc[i] *= ms;
+      QRUN_UNROLL
+      for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] *= ms;
       l *= ms;
     }
     const float vs = expf(score - m);
-    for (int i = 0; i < dims; ++i) {
-      const int64_t d = lane + kWarp * i;
-      if (d < g.head_dim) acc[i] += vs * f16_to_f32(vr[d]);
+    QRUN_UNROLL
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      if (i < dims && lane + kWarp * i < g.head_dim) acc[i] += vs * vc[i];
     }
     l += vs;
   }
@@ -98,7 +128,10 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     warp_m[warp] = m;
     warp_l[warp] = l;
   }
-  for (int i = 0; i < dims; ++i) warp_acc[warp][lane + kWarp * i] = acc[i];  // idle lanes: 0
+  QRUN_UNROLL
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    if (i < dims) warp_acc[warp][lane + kWarp * i] = acc[i];  // idle lanes: 0
+  }
   __syncthreads();
   float block_m = kNegInf;
   for (int w = 0; w < kWarps; ++w) block_m = fmaxf(block_m, warp_m[w]);
@@ -157,10 +190,23 @@ __global__ void __launch_bounds__(kWarps* kWarp)
 
 int64_t splits_for(int64_t pos0, int64_t n_tokens, int64_t window) {
   const int64_t longest = window > 0 && window < pos0 + n_tokens ? window : pos0 + n_tokens;
-  return (longest + kSplit - 1) / kSplit;
+  return (longest + attention_split() - 1) / attention_split();
 }
 
 }  // namespace
+
+int64_t attention_split() {
+  static const int64_t split = [] {
+    const char* env = std::getenv("QRUN_CUDA_ATTN_SPLIT");
+    if (env == nullptr || *env == '\0') return kDefaultSplit;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    QRUN_CHECK(*end == '\0' && v >= 1 && v <= 65536,
+               "QRUN_CUDA_ATTN_SPLIT=%s: not a split size in 1 .. 65536 positions", env);
+    return static_cast<int64_t>(v);
+  }();
+  return split;
+}
 
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params) {
   if (n_tokens >= kPrefillMinTokens) {
@@ -198,10 +244,11 @@ void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView
   g.pos0 = pos0;
   g.window = params.window;
   g.n_splits = splits_for(pos0, n_tokens, params.window);
+  g.split = attention_split();
   g.scale = params.scale;
   const dim3 split_grid(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_splits),
                         static_cast<unsigned>(n_tokens));
-  // With one split (up to kSplit positions) the split kernel writes the output and the
+  // With one split (up to attention_split() positions) the split kernel writes the output and the
   // merge is skipped: one launch fewer per layer in short-context decoding.
   const bool one_split = g.n_splits == 1;
   launch(attention_split_kernel, split_grid, dim3(kWarps * kWarp), stream, q,

@@ -320,11 +320,14 @@ void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, con
   }
 }
 
-// QRUN_CUDA_MMVQ, read once: the variant mmvq() runs (default v1).
+// QRUN_CUDA_MMVQ, read once: the variant mmvq() runs (default v5).
 int default_variant() {
   static const int variant = [] {
     const char* env = std::getenv("QRUN_CUDA_MMVQ");
-    if (env == nullptr || *env == '\0') return 0;
+    // v5 by measurement: on an H200 it streamed the 8B layer's seven Q4_0, Q4_K and Q6_K
+    // matmuls at 1310, 1331 and 1478 GB/s for one token against v1's 1222, 969 and 1190
+    // (kernels/cuda/bench/mmvq_bench.cpp; docs/PERFORMANCE_CUDA.md).
+    if (env == nullptr || *env == '\0') return 4;
     for (int v = 0; v < kVariants; ++v) {
       if (std::strcmp(env, kVariantNames[v]) == 0) return v;
     }

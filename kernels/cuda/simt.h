@@ -27,6 +27,14 @@ QRUN_CUDA_NAMESPACE_BEGIN
 
 inline constexpr int kWarp = 32;
 
+// Before a loop with a constant trip count whose arrays must stay in registers: nvcc's
+// `#pragma unroll`; nothing under the emulator (the host compiler has its own heuristics).
+#if defined(QRUN_SIMT_EMU)
+#define QRUN_UNROLL
+#else
+#define QRUN_UNROLL _Pragma("unroll")
+#endif
+
 #if defined(QRUN_SIMT_EMU)
 
 inline float f16_to_f32(uint16_t h) {
