@@ -142,7 +142,7 @@ TEST(CudaEmuOps, RopeMatchesCpuBackend) {
                             {256, 256, RopeMode::kNeox, true},  {128, 64, RopeMode::kNormal, true},
                             {96, 32, RopeMode::kNeox, false},   {2, 2, RopeMode::kNormal, false}};
   for (const RopeCase& c : cases) {
-    const int64_t n_tokens = 5, n_head = 3;
+    const int64_t n_tokens = 5, n_head = 9;  // three blocks of heads, the last partial
     const std::vector<int32_t> positions = {0, 1, 17, 4095, 131071};
     const std::vector<float> x = random_vector(n_tokens * n_head * c.head_dim, 5);
     std::vector<float> factors(static_cast<size_t>(c.n_rot / 2));
