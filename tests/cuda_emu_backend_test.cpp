@@ -177,36 +177,54 @@ TEST(CudaEmuBackend, NewDataAtAWeightsAddressIsCopiedAgain) {
   EXPECT_NE(first, second);
 }
 
+// One KV cache layer for each backend, and a step through both: random K, V and Q for
+// n_tokens at pos stored and attended, the GPU's output checked against the CPU's.
+class KvPair {
+ public:
+  KvPair(int64_t n_rows, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window)
+      : row_(n_head_kv * head_dim),
+        gk_(static_cast<size_t>(n_rows * row_)),
+        gv_(gk_.size()),
+        ck_(gk_.size()),
+        cv_(gk_.size()),
+        params_{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim)),
+                window},
+        gpu_view_{DType::kF16, DType::kF16, gk_.data(), gv_.data(), n_rows, n_head_kv, head_dim},
+        cpu_view_{DType::kF16, DType::kF16, ck_.data(), cv_.data(), n_rows, n_head_kv, head_dim} {}
+
+  void step(int64_t pos, int64_t n_tokens, uint32_t seed) {
+    const std::vector<float> k = random_vector(n_tokens * row_, 100 + seed);
+    const std::vector<float> v = random_vector(n_tokens * row_, 200 + seed);
+    const std::vector<float> q =
+        random_vector(n_tokens * params_.n_head * params_.head_dim, 300 + seed);
+    gpu_.kv_store(gpu_view_, pos, n_tokens, k.data(), v.data());
+    cpu_.kv_store(cpu_view_, pos, n_tokens, k.data(), v.data());
+    // The cache lives on the device: the host cache's memory is left as it was.
+    ASSERT_EQ(gk_, std::vector<uint16_t>(gk_.size()));
+    ASSERT_EQ(gv_, std::vector<uint16_t>(gv_.size()));
+    std::vector<float> g(q.size()), c(q.size());
+    gpu_.attention(q.data(), n_tokens, pos, gpu_view_, params_, g.data());
+    cpu_.attention(q.data(), n_tokens, pos, cpu_view_, params_, c.data());
+    // Within F16 precision of the CPU's F16 accumulator (see the file comment).
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], c[i], 4.0f / 256.0f) << pos << " " << i;
+  }
+
+ private:
+  int64_t row_;
+  std::vector<uint16_t> gk_, gv_, ck_, cv_;
+  AttentionParams params_;
+  KvLayerView gpu_view_, cpu_view_;
+  CudaBackend gpu_;
+  CpuBackend cpu_{1, Isa::kGeneric};
+};
+
 TEST(CudaEmuBackend, KvStoreAndAttentionDecodeMatchCpu) {
-  CudaBackend gpu;
-  CpuBackend cpu(1, Isa::kGeneric);
-  const int64_t n_head = 8, n_head_kv = 2, head_dim = 128, n_rows = 64;
-  const int64_t row = n_head_kv * head_dim;
-  std::vector<uint16_t> gk(static_cast<size_t>(n_rows * row)), gv(gk.size());
-  std::vector<uint16_t> ck(gk.size()), cv(gk.size());
-  const KvLayerView gcache{DType::kF16, DType::kF16, gk.data(), gv.data(),
-                           n_rows,      n_head_kv,   head_dim};
-  const KvLayerView ccache{DType::kF16, DType::kF16, ck.data(), cv.data(),
-                           n_rows,      n_head_kv,   head_dim};
-  AttentionParams p{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(128.0f), 40};
   // A prompt of 5 tokens, then single-token steps past the ring's end (window 40 < 64 rows).
+  KvPair kv(64, 8, 2, 128, 40);
   int64_t pos = 0;
   for (int64_t step = 0; step < 8; ++step) {
     const int64_t n_tokens = step == 0 ? 5 : 1;
-    const std::vector<float> k = random_vector(n_tokens * row, 100 + static_cast<uint32_t>(step));
-    const std::vector<float> v = random_vector(n_tokens * row, 200 + static_cast<uint32_t>(step));
-    const std::vector<float> q =
-        random_vector(n_tokens * n_head * head_dim, 300 + static_cast<uint32_t>(step));
-    gpu.kv_store(gcache, pos, n_tokens, k.data(), v.data());
-    cpu.kv_store(ccache, pos, n_tokens, k.data(), v.data());
-    // The cache lives on the device: the host cache's memory is left as it was.
-    ASSERT_EQ(gk, std::vector<uint16_t>(gk.size()));
-    ASSERT_EQ(gv, std::vector<uint16_t>(gv.size()));
-    std::vector<float> g(q.size()), c(q.size());
-    gpu.attention(q.data(), n_tokens, pos, gcache, p, g.data());
-    cpu.attention(q.data(), n_tokens, pos, ccache, p, c.data());
-    for (size_t i = 0; i < g.size(); ++i)
-      ASSERT_NEAR(g[i], c[i], 4.0f / 256.0f) << step << " " << i;
+    ASSERT_NO_FATAL_FAILURE(kv.step(pos, n_tokens, static_cast<uint32_t>(step)));
     pos += n_tokens;
     if (step == 1) pos = 60;  // jump ahead so the later steps wrap the ring
   }
@@ -216,29 +234,10 @@ TEST(CudaEmuBackend, KvStoreAndAttentionDecodeMatchCpu) {
 // scratch the backend sizes for it; the chunks wrap the ring under a window of 40, and a
 // decode step reads what they stored.
 TEST(CudaEmuBackend, KvStoreAndAttentionPrefillMatchCpu) {
-  CudaBackend gpu;
-  CpuBackend cpu(1, Isa::kGeneric);
-  const int64_t n_head = 8, n_head_kv = 2, head_dim = 64, n_rows = 64;
-  const int64_t row = n_head_kv * head_dim;
-  std::vector<uint16_t> gk(static_cast<size_t>(n_rows * row)), gv(gk.size());
-  std::vector<uint16_t> ck(gk.size()), cv(gk.size());
-  const KvLayerView gcache{DType::kF16, DType::kF16, gk.data(), gv.data(),
-                           n_rows,      n_head_kv,   head_dim};
-  const KvLayerView ccache{DType::kF16, DType::kF16, ck.data(), cv.data(),
-                           n_rows,      n_head_kv,   head_dim};
-  AttentionParams p{n_head, n_head_kv, head_dim, 1.0f / std::sqrt(64.0f), 40};
+  KvPair kv(64, 8, 2, 64, 40);
   int64_t pos = 0;
   for (const int64_t n_tokens : {24, 20, 20, 20, 1}) {
-    const uint32_t seed = static_cast<uint32_t>(pos);
-    const std::vector<float> k = random_vector(n_tokens * row, 400 + seed);
-    const std::vector<float> v = random_vector(n_tokens * row, 500 + seed);
-    const std::vector<float> q = random_vector(n_tokens * n_head * head_dim, 600 + seed);
-    gpu.kv_store(gcache, pos, n_tokens, k.data(), v.data());
-    cpu.kv_store(ccache, pos, n_tokens, k.data(), v.data());
-    std::vector<float> g(q.size()), c(q.size());
-    gpu.attention(q.data(), n_tokens, pos, gcache, p, g.data());
-    cpu.attention(q.data(), n_tokens, pos, ccache, p, c.data());
-    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], c[i], 4.0f / 256.0f) << pos << " " << i;
+    ASSERT_NO_FATAL_FAILURE(kv.step(pos, n_tokens, 400 + static_cast<uint32_t>(pos)));
     pos += n_tokens;
   }
 }
