@@ -133,6 +133,16 @@ class Backend {
   virtual void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
                     std::span<const int32_t> positions, const RopeParams& params) = 0;
 
+  // rope on q: [n_tokens, n_head, head_dim] and on k: [n_tokens, n_head_kv, head_dim] (a
+  // layer's queries and keys, at the same positions). The default runs rope on each; a
+  // backend may rotate both at once, with the same results. q and k must not overlap.
+  virtual void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+                       int64_t head_dim, std::span<const int32_t> positions,
+                       const RopeParams& params) {
+    rope(q, n_tokens, n_head, head_dim, positions, params);
+    rope(k, n_tokens, n_head_kv, head_dim, positions, params);
+  }
+
   // Writes k, v: [n_tokens, n_head_kv * head_dim] to cache rows pos .. pos + n_tokens - 1,
   // converting to the cache types (quantized rows as llama.cpp's CPU backend writes them).
   virtual void kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
@@ -143,6 +153,27 @@ class Backend {
   // q, out: [n_tokens, n_head, head_dim]. Online softmax: no n_tokens x n_ctx matrix.
   virtual void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                          const AttentionParams& params, float* out) = 0;
+
+  // Products of several weights with the same x (a layer's Q, K and V; gate and up): as
+  // matmul(*p.w, x, n_tokens, p.y) for each product, which is what the default does. A
+  // backend may run them together (one pass of the activations, one launch); the results
+  // are the same. The outputs must not overlap x or each other.
+  struct Product {
+    const Tensor* w;
+    float* y;
+  };
+  virtual void matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) {
+    for (const Product& p : products) matmul(*p.w, x, n_tokens, p.y);
+  }
+
+  // x += delta, then y = rms_norm(x) with `weight` as rms_norm (a decoder's residual add
+  // and the norm before its next block), for n_rows rows of n. y may alias x or delta. The
+  // default runs add then rms_norm; a backend may fuse them, with the same results.
+  virtual void add_rms_norm(float* x, const float* delta, const Tensor& weight, int64_t n_rows,
+                            int64_t n, float eps, float* y) {
+    add(x, delta, n_rows * n, x);
+    rms_norm(x, weight, n_rows, n, eps, y);
+  }
 
   // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;

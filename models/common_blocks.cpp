@@ -333,19 +333,17 @@ void self_attention(Backend& backend, const AttentionWeights& w, const Attention
                     std::span<const int32_t> positions, const BlockScratch& s, float* out) {
   const AttentionParams& shape = c.attn;
   // q: [n, n_head, head_dim]; k, v: [n, n_head_kv, head_dim]
-  backend.matmul(w.wq, xn, n, s.q);
+  const Backend::Product qkv[] = {{&w.wq, s.q}, {&w.wk, s.k}, {&w.wv, s.v}};
+  backend.matmuls(xn, n, qkv);
   add_bias(backend, w.bq, n, s.q);
-  backend.matmul(w.wk, xn, n, s.k);
   add_bias(backend, w.bk, n, s.k);
-  backend.matmul(w.wv, xn, n, s.v);
   add_bias(backend, w.bv, n, s.v);
   // Per-head RMS norm: each head_dim row of q and k on its own.
   if (w.q_norm.data != nullptr)
     backend.rms_norm(s.q, w.q_norm, n * shape.n_head, shape.head_dim, c.norm_eps, s.q);
   if (w.k_norm.data != nullptr)
     backend.rms_norm(s.k, w.k_norm, n * shape.n_head_kv, shape.head_dim, c.norm_eps, s.k);
-  backend.rope(s.q, n, shape.n_head, shape.head_dim, positions, c.rope);
-  backend.rope(s.k, n, shape.n_head_kv, shape.head_dim, positions, c.rope);
+  backend.rope_qk(s.q, shape.n_head, s.k, shape.n_head_kv, n, shape.head_dim, positions, c.rope);
   if (c.q_scale != 1.0f) backend.scale(s.q, n * shape.n_head * shape.head_dim, c.q_scale, s.q);
   backend.kv_store(cache, pos, n, s.k, s.v);
   // attn: [n, n_head * head_dim], each token over cache positions 0 .. its own (its window)
@@ -358,8 +356,8 @@ void gated_ffn(Backend& backend, const FfnWeights& w, FfnActivation act, const f
                const BlockScratch& s, float* out) {
   const int64_t n_ff = w.gate.ne[1];
   // gate, up: [n, n_ff]
-  backend.matmul(w.gate, xn, n, s.gate);
-  backend.matmul(w.up, xn, n, s.up);
+  const Backend::Product gate_up[] = {{&w.gate, s.gate}, {&w.up, s.up}};
+  backend.matmuls(xn, n, gate_up);
   if (act == FfnActivation::kSilu) {
     backend.swiglu(s.gate, s.up, n * n_ff, s.gate);
   } else {

@@ -214,17 +214,21 @@ void Gemma3Model::forward_chunk(Backend& backend, std::span<const int32_t> token
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const Gemma3Layer& l = layers_[static_cast<size_t>(il)];
-    // Attention. xn: [n, n_embd] normed, the attention output, normed again; x += xn
-    backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+    // Attention. x += xn (the last layer's FFN output, normed), xn: [n, n_embd] x normed,
+    // the attention output, normed again
+    if (il == 0) {
+      backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+    } else {
+      backend.add_rms_norm(x, xn, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+    }
     self_attention(backend, l.attn, l.config, kv.layer(il), xn, n, pos, positions, s, xn);
     backend.rms_norm(xn, l.attn_post_norm, n, n_embd, hp_.norm_eps, xn);
-    backend.add(x, xn, n * n_embd, x);
-    // Feed-forward. xn: [n, n_embd] normed, the FFN output, normed again; x += xn
-    backend.rms_norm(x, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
+    // Feed-forward. x += xn, xn: x normed, the FFN output, normed again
+    backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
     gated_ffn(backend, l.ffn, FfnActivation::kGelu, xn, n, s, xn);
     backend.rms_norm(xn, l.ffn_post_norm, n, n_embd, hp_.norm_eps, xn);
-    backend.add(x, xn, n * n_embd, x);
   }
+  backend.add(x, xn, n * n_embd, x);
   if (logits == nullptr) return;
 
   // Output: the rows asked for (every token, or the last), normed, projected, soft-capped.

@@ -164,15 +164,19 @@ void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const LlamaLayer& l = layers_[static_cast<size_t>(il)];
-    // Attention. xn: [n, n_embd] normed, then the attention output; x += xn
-    backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+    // Attention. x += xn (the last layer's FFN output), xn: [n, n_embd] x normed, then the
+    // attention output
+    if (il == 0) {
+      backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+    } else {
+      backend.add_rms_norm(x, xn, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+    }
     self_attention(backend, l.attn, attn_config_, kv.layer(il), xn, n, pos, positions, s, xn);
-    backend.add(x, xn, n * n_embd, x);
-    // Feed-forward. xn: [n, n_embd] normed, then the FFN output; x += xn
-    backend.rms_norm(x, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
+    // Feed-forward. x += xn, xn: x normed, then the FFN output
+    backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
     gated_ffn(backend, l.ffn, FfnActivation::kSilu, xn, n, s, xn);
-    backend.add(x, xn, n * n_embd, x);
   }
+  backend.add(x, xn, n * n_embd, x);
   if (logits == nullptr) return;
 
   // Output: the rows asked for (every token, or the last), normed and projected.
