@@ -14,12 +14,16 @@
 #   LLAMA_SRC: a .tar.xz of llama.cpp's source, built with CUDA for this GPU in the
 #     background while the tests run, then benchmarked on the same file as qrun;
 #   LLAMA_BENCH: or an llama-bench already built with CUDA.
+#   QRUN_BENCH_VARIANTS: settings under which only the decode benchmark runs again.
 #   QRUN_KERNEL_BENCH_ARGS: arguments for the kernel benchmarks (bin/cuda_*_bench).
+#   QRUN_NCU: when set and ncu is installed, Nsight Compute times every kernel of one
+#     decode step of the large file (graphs off) and prints the sum per kernel name.
 set -uo pipefail
 dir=${1:-.dev}
 out=/tmp/qrun-device-logs  # everything, packed into $OUT/logs.tgz (default ./logs.tgz) at the end
 rm -rf "$out"
 mkdir -p "$out"
+export PATH="/usr/local/cuda/bin:$PATH"
 export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export QRUN_TEST_DATA="$dir/data"
 # cuBLAS from wherever the machine has CUDA's libraries (a toolkit, or a Python wheel).
@@ -94,6 +98,25 @@ big=/tmp/bench-$like-$type.gguf
 small=/tmp/bench-tinyllama-1.1b-$type.gguf
 [ -f "$small" ] || "$qrun" synth --like tinyllama-1.1b --type "$type" -o "$small" 2>&1 | tail -1
 
+# The kernel benchmarks and the profile time the GPU alone: they run while llama.cpp builds.
+for b in "$dir"/bin/cuda_*_bench; do
+  [ -x "$b" ] || continue
+  timeout 120 "$b" ${QRUN_KERNEL_BENCH_ARGS:-} > "$out/$(basename "$b").txt" 2>&1
+  tail -25 "$out/$(basename "$b").txt"
+done
+if [ -n "${QRUN_NCU:-}" ] && command -v ncu > /dev/null; then
+  # A decode step is n_layer times the same kernels: skip the load, the warm-up and the
+  # first steps, then time 400 launches (a step of the 8B file and more) one by one.
+  QRUN_CUDA_GRAPHS=0 timeout 120 ncu --launch-skip 3000 --launch-count 400 --csv \
+    --print-kernel-base function --metrics gpu__time_duration.sum \
+    "$qrun" bench -ngl all -m "$big" -p 0 -n 32 -r 1 > "$out/ncu.csv" 2> "$out/ncu.err"
+  # Sum and count per kernel (the CSV's 5th field; times in the last, in the unit before).
+  grep '"gpu__time_duration.sum"' "$out/ncu.csv" |
+    awk -F'","' '{name=$5; t=$NF; gsub(/[",]/, "", t);
+                  unit=$(NF-1); s[name]+=t; n[name]++; u[name]=unit}
+                 END {for (k in s) printf "%10.1f %s x%d %s\n", s[k], u[k], n[k], k}' |
+    sort -rn | head -20 | tee "$out/ncu_summary.txt"
+fi
 # Benchmarks on an idle machine: wait for llama.cpp's build first.
 if [ -n "$llama_pid" ]; then
   if wait "$llama_pid"; then
@@ -117,14 +140,11 @@ llama() {  # $1: model file
 # The two tools alternate on each file, the most important comparison first.
 bench bench_qrun "" -m "$big" -p 512 -n 128
 llama "$big"
-for v in ${QRUN_VARIANTS:-}; do bench "bench_qrun.$v" "$v" -m "$big" -p 0 -n 128; done
+for v in ${QRUN_VARIANTS:-} ${QRUN_BENCH_VARIANTS:-}; do
+  bench "bench_qrun.$v" "$v" -m "$big" -p 0 -n 128
+done
 bench bench_qrun_small "" -m "$small" -p 512 -n 128
 llama "$small"
 tail -3 "$out/bench_qrun.txt"
-for b in "$dir"/bin/cuda_*_bench; do
-  [ -x "$b" ] || continue
-  timeout 120 "$b" ${QRUN_KERNEL_BENCH_ARGS:-} > "$out/$(basename "$b").txt" 2>&1
-  tail -25 "$out/$(basename "$b").txt"
-done
 tar czf "${OUT:-.}/logs.tgz" -C "$out" .
 printf '%s\n' "${summary[@]}"

@@ -86,11 +86,12 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
   ASSERT_TRUE(mmvq_supports(type));
   const TypeTraits& tt = type_traits(type);
   const bool k_quant = tt.block_elems == 256;
-  const std::vector<int64_t> n_ins = k_quant ? std::vector<int64_t>{256, 768, 2304, 4096}
-                                             : std::vector<int64_t>{32, 96, 1280, 4096};
+  // 4608: rows of 3 tiles of the tile kernels (v9 puts 4 warps on them, one with none).
+  const std::vector<int64_t> n_ins = k_quant ? std::vector<int64_t>{256, 768, 2304, 4096, 4608}
+                                             : std::vector<int64_t>{32, 96, 1280, 4096, 4608};
   for (int64_t n_in : n_ins) {
     for (int64_t n_out : {1, 7, 33}) {
-      if (n_in == 4096 && n_out == 33) continue;  // slow emulated; 33 rows at the other n_in
+      if (n_in >= 4096 && n_out == 33) continue;  // slow emulated; 33 rows at the other n_in
       // 9 tokens: groups of 8 and 1; 3: one group of 4 with a token missing.
       const int64_t n_tokens = n_out == 1 ? 1 : n_out == 7 ? 9 : 3;
       // The 7-row weights start 2 bytes into their allocation: no wide loads.
@@ -188,6 +189,51 @@ TEST(CudaEmuMatmul, MmvqRunsTheSelectedVariant) {
   const std::vector<float> got = dy.download(), expected = dv.download();
   EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0)
       << "QRUN_CUDA_MMVQ=" << (env != nullptr ? env : "(unset)");
+}
+
+// mmvq_group (one launch for Q, K and V, or gate and up) writes each output with the bits
+// of mmvq on that matrix alone: groups of 1 to kMaxGroup matrices of odd row counts (a
+// partial last block of rows at each seam of the grid), rows the tile kernel takes and
+// rows it does not (Q4_0 at n_in 96: 54-byte rows; Q6_K below 2048: one launch each), 1
+// to 5 tokens.
+TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
+  const int64_t rows[] = {13, 1, 6, 33};
+  for (const DType type : {DType::kQ4_0, DType::kQ6_K}) {
+    for (const int64_t n_in : {int64_t{96}, int64_t{512}, int64_t{2048}}) {
+      if (n_in % type_traits(type).block_elems != 0) continue;
+      const TypeTraits& tt = type_traits(type);
+      for (const int64_t n_tokens : {1, 2, 5}) {
+        const std::vector<float> x = random_vector(n_in * n_tokens, 8);
+        DeviceArray<float> dx{std::span<const float>(x)};
+        DeviceArray<BlockQ8_1> dq(static_cast<size_t>(n_in / 32 * n_tokens));
+        quantize_q8_1(dx.data(), n_tokens, n_in, dq.data(), Stream{});
+        for (int count = 1; count <= kMaxGroup; ++count) {
+          std::vector<DeviceArray<uint8_t>> dw;
+          std::vector<DeviceArray<float>> grouped, alone;
+          std::vector<MmvqJob> jobs;
+          for (int g = 0; g < count; ++g) {
+            const std::vector<float> wf = random_vector(n_in * rows[g], 40 + g);
+            std::vector<uint8_t> w(row_size(type, n_in) * static_cast<size_t>(rows[g]));
+            tt.from_float(wf.data(), w.data(), n_in * rows[g]);
+            dw.emplace_back(std::span<const uint8_t>(w));
+            const std::vector<float> nans(static_cast<size_t>(rows[g] * n_tokens),
+                                          std::numeric_limits<float>::quiet_NaN());
+            grouped.emplace_back(std::span<const float>(nans));
+            alone.emplace_back(std::span<const float>(nans));
+            jobs.push_back(MmvqJob{dw.back().data(), rows[g], grouped.back().data()});
+          }
+          mmvq_group(type, n_in, jobs, dq.data(), n_tokens, Stream{});
+          for (int g = 0; g < count; ++g) {
+            mmvq(type, dw[g].data(), n_in, rows[g], dq.data(), n_tokens, alone[g].data(), Stream{});
+            const std::vector<float> got = grouped[g].download(), want = alone[g].download();
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                << dtype_name(type) << " n_in " << n_in << ", " << n_tokens << " tokens, matrix "
+                << g << " of " << count;
+          }
+        }
+      }
+    }
+  }
 }
 
 // F16 and F32 weights: against the reference vec_dot over x converted to the weight's

@@ -9,6 +9,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -108,8 +110,12 @@ TEST(CudaEmuOps, ElementwiseMatchesReference) {
 
 // RMS norm: the mean of squares is summed in double in another order than the reference,
 // which can move the float mean by one ulp at a rounding boundary, hence 4 ulps of |y|.
+// Rows of up to 8192 floats at 16-byte aligned addresses run the vector kernel, others
+// (4097, 8196, or the row at an odd address below) the strided one.
 TEST(CudaEmuOps, RmsNormMatchesReference) {
-  for (int64_t n : kSizes) {
+  std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
+  sizes.insert(sizes.end(), {4096, 8192, 8196});
+  for (int64_t n : sizes) {
     for (int64_t n_rows : {1, 3}) {
       const std::vector<float> x = random_vector(n * n_rows, 3);
       const std::vector<float> w = random_vector(n, 4, 1.0f);
@@ -125,6 +131,79 @@ TEST(CudaEmuOps, RmsNormMatchesReference) {
       // In place.
       rms_norm(dx.data(), dw.data(), n_rows, n, 1e-6f, dx.data(), Stream{});
       expect_near_ulps(dx.download(), want, abs_of(want), 4.0f, "rms_norm in place");
+      // A row one float off 16-byte alignment.
+      DeviceArray<float> dx1(x.size() + 1);
+      copy_to_device(dx1.data() + 1, x.data(), x.size() * sizeof(float));
+      rms_norm(dx1.data() + 1, dw.data(), n_rows, n, 1e-6f, dy.data(), Stream{});
+      expect_near_ulps(dy.download(), want, abs_of(want), 4.0f, "rms_norm, unaligned rows");
+    }
+  }
+}
+
+// The decode fusions must change nothing but the launch count: RMS norm, add + RMS norm and
+// the gated activations with a quantized output write the same floats as without it, and
+// the same blocks as quantize_q8_1 makes from those floats; add_rms_norm leaves in x what
+// add wrote and in y (here aliasing delta, as a decoder calls it) what rms_norm of that
+// wrote. Bit for bit on any device: the fused kernels run the same arithmetic.
+void expect_same_blocks(const DeviceArray<BlockQ8_1>& got, const std::vector<float>& from,
+                        const char* what) {
+  const auto n = static_cast<int64_t>(from.size());
+  DeviceArray<float> dfrom{std::span<const float>(from)};
+  DeviceArray<BlockQ8_1> want(static_cast<size_t>(n / 32));
+  quantize_q8_1(dfrom.data(), 1, n, want.data(), Stream{});
+  const std::vector<BlockQ8_1> g = got.download();
+  const std::vector<BlockQ8_1> w = want.download();
+  for (size_t b = 0; b < g.size(); ++b) {
+    ASSERT_EQ(std::memcmp(&g[b], &w[b], sizeof(BlockQ8_1)), 0) << what << ": block " << b;
+  }
+}
+
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                      const char* what) {
+  expect_near_ulps(got, want, want, 0.0f, what);
+}
+
+TEST(CudaEmuOps, FusedQuantizedOutputsMatchSeparateLaunches) {
+  for (int64_t n : {32, 96, 4096, 4128, 8224}) {  // (8224: the strided RMS norm kernel)
+    for (int64_t n_rows : {1, 3}) {
+      const int64_t total = n * n_rows;
+      const std::vector<float> x = random_vector(total, 5);
+      const std::vector<float> delta = random_vector(total, 6);
+      const std::vector<float> w = random_vector(n, 7, 1.0f);
+      DeviceArray<float> dw{std::span<const float>(w)};
+      DeviceArray<float> dx{std::span<const float>(x)};
+      DeviceArray<float> dy(static_cast<size_t>(total));
+      DeviceArray<BlockQ8_1> dq(static_cast<size_t>(total / 32));
+
+      rms_norm(dx.data(), dw.data(), n_rows, n, 1e-6f, dy.data(), Stream{});
+      const std::vector<float> normed = dy.download();
+      rms_norm(dx.data(), dw.data(), n_rows, n, 1e-6f, dy.data(), Stream{}, dq.data());
+      expect_same_bits(dy.download(), normed, "rms_norm with its quantized output");
+      expect_same_blocks(dq, normed, "rms_norm's quantized output");
+
+      // Unfused: x + delta, then its norm.
+      DeviceArray<float> dd{std::span<const float>(delta)};
+      add(dx.data(), dd.data(), total, dy.data(), Stream{});
+      const std::vector<float> sum = dy.download();
+      rms_norm(dy.data(), dw.data(), n_rows, n, 1e-6f, dy.data(), Stream{});
+      const std::vector<float> sum_normed = dy.download();
+      for (BlockQ8_1* q : {static_cast<BlockQ8_1*>(nullptr), dq.data()}) {
+        DeviceArray<float> sx{std::span<const float>(x)};
+        DeviceArray<float> sd{std::span<const float>(delta)};
+        add_rms_norm(sx.data(), sd.data(), dw.data(), n_rows, n, 1e-6f, sd.data(), Stream{}, q);
+        expect_same_bits(sx.download(), sum, "add_rms_norm's x");
+        expect_same_bits(sd.download(), sum_normed, "add_rms_norm's y (aliasing delta)");
+        if (q != nullptr) expect_same_blocks(dq, sum_normed, "add_rms_norm's quantized output");
+      }
+
+      using Gated = void (*)(const float*, const float*, int64_t, float*, Stream, BlockQ8_1*);
+      for (const Gated op : {static_cast<Gated>(swiglu), static_cast<Gated>(geglu)}) {
+        op(dx.data(), dd.data(), total, dy.data(), Stream{}, nullptr);
+        const std::vector<float> gated = dy.download();
+        op(dx.data(), dd.data(), total, dy.data(), Stream{}, dq.data());
+        expect_same_bits(dy.download(), gated, "gated activation with its quantized output");
+        expect_same_blocks(dq, gated, "gated activation's quantized output");
+      }
     }
   }
 }
@@ -169,6 +248,21 @@ TEST(CudaEmuOps, RopeMatchesCpuBackend) {
     std::vector<float> mag(x.size());
     for (size_t i = 0; i < x.size(); ++i) mag[i] = 2.0f * (std::fabs(x[i]) + 4.0f);
     expect_near_ulps(dx.download(), want, mag, kUlps, "rope");
+
+    // rope_qk: Q (these 9 heads) and K (3 heads of other values) in one launch, each with
+    // the bits rope gives it alone.
+    const int64_t n_head_kv = 3;
+    const std::vector<float> k = random_vector(n_tokens * n_head_kv * c.head_dim, 6);
+    DeviceArray<float> dq2{std::span<const float>(x)};
+    DeviceArray<float> dk2{std::span<const float>(k)};
+    DeviceArray<float> dk1{std::span<const float>(k)};
+    rope_qk(dq2.data(), n_head, dk2.data(), n_head_kv, n_tokens, c.head_dim, dpos.data(), dp,
+            Stream{});
+    rope(dk1.data(), n_tokens, n_head_kv, c.head_dim, dpos.data(), dp, Stream{});
+    const std::vector<float> alone = dx.download();
+    expect_near_ulps(dq2.download(), alone, alone, 0.0f, "rope_qk's q");
+    const std::vector<float> k_alone = dk1.download();
+    expect_near_ulps(dk2.download(), k_alone, k_alone, 0.0f, "rope_qk's k");
   }
 }
 

@@ -23,16 +23,24 @@ enum Slot { kIn0, kIn1, kOut, kAux, kAttnScratch, kGemm };
 // weights once per token: the dequantized tile costs about as much traffic as four passes.
 constexpr int64_t kGemmMinTokens = 5;
 
-bool graphs_from_env() {
-  const char* v = std::getenv("QRUN_CUDA_GRAPHS");
+// The most elements a gated activation quantizes for the matmul after it: it cannot tell
+// a decode step's few rows (mmvq) from a prefill chunk's many (gemm, which does not read
+// them), so it quantizes up to 4 rows of 32768 (n_ff of most models up to 70B) and at most
+// that much work is wasted on a small prefill chunk.
+constexpr int64_t kMaxFusedGated = 4 * 32768;
+
+bool on_unless_zero(const char* name) {
+  const char* v = std::getenv(name);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 }  // namespace
 
-CudaBackend::CudaBackend() : CudaBackend(graphs_from_env()) {}
+CudaBackend::CudaBackend() : CudaBackend(on_unless_zero("QRUN_CUDA_GRAPHS")) {}
 
-CudaBackend::CudaBackend(bool graphs) : graphs_(graphs) {}
+CudaBackend::CudaBackend(bool graphs) : CudaBackend(graphs, on_unless_zero("QRUN_CUDA_FUSE")) {}
+
+CudaBackend::CudaBackend(bool graphs, bool fuse) : fuse_(fuse), graphs_(graphs) {}
 
 CudaBackend::~CudaBackend() {
   if (stream_.handle == nullptr) return;
@@ -200,20 +208,66 @@ void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, floa
     const size_t bytes = matmul_gemm_scratch_bytes(n_in, n_out, n_tokens);
     matmul_gemm(w.type, dw, n_in, n_out, dx, n_tokens, dy, scratch(kGemm, bytes), bytes, stream());
   } else if (mmvq_supports(w.type)) {
-    // Q, K and V (and gate and up) multiply the same activations: quantize them once.
-    auto* dq = static_cast<BlockQ8_1*>(
-        scratch(kAux, static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
-    if (quantized_from_ != dx || quantized_n_ != n_tokens * n_in || quantized_to_ != dq) {
-      quantize_q8_1(dx, n_tokens, n_in, dq, stream());
-      quantized_from_ = dx;
-      quantized_n_ = n_tokens * n_in;
-      quantized_to_ = dq;
-    }
-    mmvq(w.type, dw, n_in, n_out, dq, n_tokens, dy, stream());
+    mmvq(w.type, dw, n_in, n_out, quantized(dx, n_tokens, n_in), n_tokens, dy, stream());
   } else {
     mmv_float(w.type, dw, n_in, n_out, dx, n_tokens, dy, stream());
   }
   finish_output(y, dy, n_tokens * n_out);
+}
+
+const BlockQ8_1* CudaBackend::quantized(const float* dx, int64_t n_tokens, int64_t n_in) {
+  // Q, K and V (and gate and up) multiply the same activations: quantize them once.
+  auto* dq = static_cast<BlockQ8_1*>(
+      scratch(kAux, static_cast<size_t>(n_tokens * n_in / 32) * sizeof(BlockQ8_1)));
+  if (quantized_from_ != dx || quantized_n_ != n_tokens * n_in || quantized_to_ != dq) {
+    quantize_q8_1(dx, n_tokens, n_in, dq, stream());
+    quantized_as(dx, n_tokens * n_in, dq);
+  }
+  return dq;
+}
+
+BlockQ8_1* CudaBackend::fused_quantized(const float* dy, int64_t n, bool for_mmvq) {
+  if (!fuse_ || !for_mmvq || n % 32 != 0) return nullptr;
+  const bool is_resident = std::any_of(resident_.begin(), resident_.end(), [&](const auto& r) {
+    return scope_open_ && dy >= r.device.data() && dy + n <= r.device.data() + r.n;
+  });
+  if (!is_resident) return nullptr;
+  return static_cast<BlockQ8_1*>(scratch(kAux, static_cast<size_t>(n / 32) * sizeof(BlockQ8_1)));
+}
+
+void CudaBackend::quantized_as(const float* dy, int64_t n, const BlockQ8_1* q) {
+  quantized_from_ = dy;
+  quantized_n_ = n;
+  quantized_to_ = q;
+}
+
+void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) {
+  // One launch for products of one type and width (as a layer's Q, K and V of a file with
+  // one quantization type, or its gate and up), into resident outputs, in decode.
+  const Tensor& w0 = *products.front().w;
+  const int64_t n_in = w0.ne[0];
+  const bool group = fuse_ && products.size() > 1 && products.size() <= kMaxGroup &&
+                     n_tokens < kGemmMinTokens && mmvq_supports(w0.type) &&
+                     std::all_of(products.begin(), products.end(), [&](const Product& p) {
+                       return p.w->type == w0.type && p.w->ne[0] == n_in &&
+                              resident(p.y, n_tokens * p.w->n_rows()) != nullptr;
+                     });
+  if (!group) {
+    Backend::matmuls(x, n_tokens, products);
+    return;
+  }
+  std::array<MmvqJob, kMaxGroup> jobs{};
+  for (size_t i = 0; i < products.size(); ++i) {
+    const Tensor& w = *products[i].w;
+    jobs[i] = MmvqJob{device_copy(w.data, w.n_bytes()), w.n_rows(),
+                      resident(products[i].y, n_tokens * w.n_rows())};
+  }
+  const float* dx = input(kIn0, x, n_tokens * n_in);
+  mmvq_group(w0.type, n_in, std::span(jobs.data(), products.size()), quantized(dx, n_tokens, n_in),
+             n_tokens, stream());
+  for (size_t i = 0; i < products.size(); ++i) {
+    wrote(jobs[i].y, n_tokens * jobs[i].n_out);
+  }
 }
 
 void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) {
@@ -259,8 +313,31 @@ void CudaBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows,
   const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
   const float* dx = input(kIn0, x, n_rows * n);
   float* dy = output(kOut, y, n_rows * n);
-  cuda::rms_norm(dx, dw, n_rows, n, eps, dy, stream());
+  BlockQ8_1* q = fused_quantized(dy, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
+  cuda::rms_norm(dx, dw, n_rows, n, eps, dy, stream(), q);
   finish_output(y, dy, n_rows * n);
+  if (q != nullptr) quantized_as(dy, n_rows * n, q);
+}
+
+void CudaBackend::add_rms_norm(float* x, const float* delta, const Tensor& weight, int64_t n_rows,
+                               int64_t n, float eps, float* y) {
+  float* dx = resident(x, n_rows * n);
+  if (!fuse_ || dx == nullptr) {  // (the fused kernel writes x in place)
+    Backend::add_rms_norm(x, delta, weight, n_rows, n, eps, y);
+    return;
+  }
+  QRUN_CHECK(weight.type == DType::kF32 && weight.n_elements() == n,
+             "cuda add_rms_norm: weight %s of %lld elements for rows of %lld",
+             dtype_name(weight.type), static_cast<long long>(weight.n_elements()),
+             static_cast<long long>(n));
+  const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
+  const float* dd = input(kIn1, delta, n_rows * n);
+  float* dy = output(kOut, y, n_rows * n);
+  BlockQ8_1* q = fused_quantized(dy, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
+  cuda::add_rms_norm(dx, dd, dw, n_rows, n, eps, dy, stream(), q);
+  wrote(dx, n_rows * n);
+  finish_output(y, dy, n_rows * n);
+  if (q != nullptr) quantized_as(dy, n_rows * n, q);
 }
 
 void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
@@ -271,13 +348,38 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_
   const int64_t n = n_tokens * n_head * head_dim;
   float* dx = input(kIn0, x, n);  // rotated in place
   const int32_t* dpos = device_positions(positions.first(static_cast<size_t>(n_tokens)));
+  cuda::rope(dx, n_tokens, n_head, head_dim, dpos, device_rope_params(params), stream());
+  finish_output(x, dx, n);
+}
+
+void CudaBackend::rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+                          int64_t head_dim, std::span<const int32_t> positions,
+                          const RopeParams& params) {
+  const int64_t nq = n_tokens * n_head * head_dim;
+  const int64_t nk = n_tokens * n_head_kv * head_dim;
+  float* dq = resident(q, nq);
+  float* dk = resident(k, nk);
+  if (!fuse_ || dq == nullptr || dk == nullptr) {  // (both rotated in place, in one launch)
+    Backend::rope_qk(q, n_head, k, n_head_kv, n_tokens, head_dim, positions, params);
+    return;
+  }
+  QRUN_CHECK(static_cast<int64_t>(positions.size()) >= n_tokens,
+             "rope: %zu positions for %lld tokens", positions.size(),
+             static_cast<long long>(n_tokens));
+  const int32_t* dpos = device_positions(positions.first(static_cast<size_t>(n_tokens)));
+  cuda::rope_qk(dq, n_head, dk, n_head_kv, n_tokens, head_dim, dpos, device_rope_params(params),
+                stream());
+  wrote(dq, nq);
+  wrote(dk, nk);
+}
+
+RopeParams CudaBackend::device_rope_params(const RopeParams& params) {
   RopeParams dp = params;
   if (params.freq_factors != nullptr) {
     dp.freq_factors = static_cast<const float*>(
         device_copy(params.freq_factors, static_cast<size_t>(params.n_rot / 2) * sizeof(float)));
   }
-  cuda::rope(dx, n_tokens, n_head, head_dim, dpos, dp, stream());
-  finish_output(x, dx, n);
+  return dp;
 }
 
 const int32_t* CudaBackend::device_positions(std::span<const int32_t> positions) {
@@ -357,11 +459,23 @@ void CudaBackend::elementwise2(void (*op)(const float*, const float*, int64_t, f
   finish_output(out, dout, n);
 }
 
+void CudaBackend::gated(void (*op)(const float*, const float*, int64_t, float*, Stream, BlockQ8_1*),
+                        const float* gate, const float* up, int64_t n, float* out) {
+  const float* dg = input(kIn0, gate, n);
+  const float* du = input(kIn1, up, n);
+  float* dout = output(kOut, out, n);
+  // (the rows of the matmul that follows are whole blocks: its weights are quantized)
+  BlockQ8_1* q = fused_quantized(dout, n, n <= kMaxFusedGated);
+  op(dg, du, n, dout, stream(), q);
+  finish_output(out, dout, n);
+  if (q != nullptr) quantized_as(dout, n, q);
+}
+
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  elementwise2(cuda::swiglu, gate, up, n, out);
+  gated(cuda::swiglu, gate, up, n, out);
 }
 void CudaBackend::geglu(const float* gate, const float* up, int64_t n, float* out) {
-  elementwise2(cuda::geglu, gate, up, n, out);
+  gated(cuda::geglu, gate, up, n, out);
 }
 void CudaBackend::add(const float* a, const float* b, int64_t n, float* out) {
   elementwise2(cuda::add, a, b, n, out);

@@ -51,9 +51,11 @@ class CudaBackend final : public Backend {
     int64_t updates = 0;         // of the launches, those on the kept one, updated
   };
 
-  // Graphs as QRUN_CUDA_GRAPHS says (on unless it is 0).
+  // Graphs as QRUN_CUDA_GRAPHS says and decode fusions as QRUN_CUDA_FUSE says (each on
+  // unless it is 0), or as given.
   CudaBackend();
   explicit CudaBackend(bool graphs);
+  CudaBackend(bool graphs, bool fuse);
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
   ~CudaBackend() override;
@@ -64,11 +66,17 @@ class CudaBackend final : public Backend {
   bool supports(Op op, DType type) const override;
 
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override;
+  void matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) override;
   void get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) override;
   void rms_norm(const float* x, const Tensor& weight, int64_t n_rows, int64_t n, float eps,
                 float* y) override;
+  void add_rms_norm(float* x, const float* delta, const Tensor& weight, int64_t n_rows, int64_t n,
+                    float eps, float* y) override;
   void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
             std::span<const int32_t> positions, const RopeParams& params) override;
+  void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+               int64_t head_dim, std::span<const int32_t> positions,
+               const RopeParams& params) override;
   void kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
                 const float* v) override;
   void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
@@ -106,9 +114,22 @@ class CudaBackend final : public Backend {
   // Records that device[0 .. n) was written: forgets the quantized activations if they
   // were made from there.
   void wrote(const float* device, int64_t n);
+  // params with its freq_factors table (if any) in device memory.
+  RopeParams device_rope_params(const RopeParams& params);
   // positions in device memory, uploaded (through pinned memory, so a capture can hold
   // the copy) only when they differ from the last ones.
   const int32_t* device_positions(std::span<const int32_t> positions);
+  // x (device memory, n_tokens rows of n_in) quantized for mmvq in the kAux slot, where
+  // the last quantization is reused if it was of the same memory and nothing wrote it since.
+  const BlockQ8_1* quantized(const float* dx, int64_t n_tokens, int64_t n_in);
+  // Decode fusions: where an op writing n floats at dy also writes them quantized, for
+  // the matmul that takes them next (for_mmvq: the op's rows are whole blocks, and few
+  // enough for mmvq); null when it should not (fusions off, dy not resident). After the
+  // op's finish_output, quantized_as(dy, n, q) records what q holds.
+  BlockQ8_1* fused_quantized(const float* dy, int64_t n, bool for_mmvq);
+  void quantized_as(const float* dy, int64_t n, const BlockQ8_1* q);
+  void gated(void (*op)(const float*, const float*, int64_t, float*, Stream, BlockQ8_1*),
+             const float* gate, const float* up, int64_t n, float* out);
   void elementwise2(void (*op)(const float*, const float*, int64_t, float*, Stream), const float* a,
                     const float* b, int64_t n, float* out);
 
@@ -147,6 +168,9 @@ class CudaBackend final : public Backend {
   // Graphs: whether to use them; whether the stream is capturing; whether this scope ran a
   // one-token step, and whether the last scope did on the same buffers (then the next
   // step's allocations are done and it is captured).
+  // QRUN_CUDA_FUSE=0 turns off the decode fusions (matmuls, add_rms_norm and the
+  // quantized outputs of RMS norm and the gated activations), for A/B measurement.
+  bool fuse_ = true;
   bool graphs_ = true;
   bool capturing_ = false;
   bool scope_decode_ = false;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "ggml-like/backend.h"
 #include "ggml-like/dtype.h"
@@ -13,12 +14,31 @@
 
 QRUN_CUDA_NAMESPACE_BEGIN
 
+// The activation blocks the integer dot products read: 32 values x[i] ~ d * qs[i], and
+// the sum of qs (for the weight types with an offset or a min). Quantized as llama.cpp's
+// x86 CPU backend quantizes Q8_0 activations (quantize_q8_0_act in ggml-like/quants.h):
+// d = amax / 127 rounded to F16, qs = round-half-even(x * 127 / amax). d is kept as a
+// float (holding the F16 value) so the block is 4-byte aligned for 32-bit loads.
+struct BlockQ8_1 {
+  float d;
+  int32_t sum;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8_1) == 40, "q8_1 activation block must be 40 bytes");
+
+// Decode fusions: the ops that produce a matmul's input (RMS norm, SwiGLU, GELU-gated)
+// take an optional `q`: when it is not null (and the element count a multiple of 32) the
+// kernel also writes its output quantized into q, the blocks quantize_q8_1 would make from
+// it, so the matmul that follows needs no quantize launch of its own.
+
 // ---- element-wise (ops_elementwise.cu); out may alias an input ----
 void add(const float* a, const float* b, int64_t n, float* out, Stream stream);
 void scale(const float* x, int64_t n, float s, float* out, Stream stream);
 void softcap(const float* x, int64_t n, float cap, float* out, Stream stream);
-void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream stream);
-void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream);
+void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream stream,
+            BlockQ8_1* q = nullptr);
+void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream,
+           BlockQ8_1* q = nullptr);
 
 // Writes n_tokens rows of row_elems floats from k and from v, rounded to F16 (round to
 // nearest even, as the CPU backend's F16 cache), to rows (pos + t) % n_rows of the rings
@@ -29,13 +49,21 @@ void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t row_
 // ---- ops_norm.cu ----
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for n_rows rows of n; y may alias x.
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y,
-              Stream stream);
+              Stream stream, BlockQ8_1* q = nullptr);
+// x[i] += delta[i], then rms_norm of x into y, in one launch (Backend::add_rms_norm); y may
+// alias x or delta.
+void add_rms_norm(float* x, const float* delta, const float* w, int64_t n_rows, int64_t n,
+                  float eps, float* y, Stream stream, BlockQ8_1* q = nullptr);
 
 // ---- ops_rope.cu ----
 // Backend::rope on x: [n_tokens, n_head, head_dim]; positions: [n_tokens] and
 // params.freq_factors ([n_rot / 2] or null) in device memory.
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,
           const RopeParams& params, Stream stream);
+// Backend::rope_qk: rope on q ([n_tokens, n_head, head_dim]) and on k (n_head_kv heads), in
+// one launch.
+void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+             int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream);
 
 // ---- ops_attention.cu ----
 // Backend::attention over an F16 cache in device memory (k, v, q, out device pointers),
@@ -64,18 +92,6 @@ void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvL
                        float* out, Stream stream);
 
 // ---- quantized matrix-vector products (ops_matmul.cu) ----
-// The activation blocks the integer dot products read: 32 values x[i] ~ d * qs[i], and
-// the sum of qs (for the weight types with an offset or a min). Quantized as llama.cpp's
-// x86 CPU backend quantizes Q8_0 activations (quantize_q8_0_act in ggml-like/quants.h):
-// d = amax / 127 rounded to F16, qs = round-half-even(x * 127 / amax). d is kept as a
-// float (holding the F16 value) so the block is 4-byte aligned for 32-bit loads.
-struct BlockQ8_1 {
-  float d;
-  int32_t sum;
-  int8_t qs[32];
-};
-static_assert(sizeof(BlockQ8_1) == 40, "q8_1 activation block must be 40 bytes");
-
 // Quantizes n_rows rows of n elements (n a multiple of 32) into n / 32 blocks per row.
 void quantize_q8_1(const float* x, int64_t n_rows, int64_t n, BlockQ8_1* out, Stream stream);
 
@@ -87,8 +103,21 @@ bool mmvq_supports(DType type);
 void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
           int64_t n_tokens, float* y, Stream stream);
 
+// The products of up to kMaxGroup matrices of one type and width with the same
+// activations (a layer's Q, K and V; gate and up): job g computes y = w x as mmvq(type,
+// w, n_in, n_out, x, n_tokens, y), all in one launch where the kernel mmvq runs allows it
+// (v5 on rows it tiles), else one launch each. The results are the same either way.
+inline constexpr int kMaxGroup = 4;
+struct MmvqJob {
+  const void* w;
+  int64_t n_out;
+  float* y;
+};
+void mmvq_group(DType type, int64_t n_in, std::span<const MmvqJob> jobs, const BlockQ8_1* x,
+                int64_t n_tokens, Stream stream);
+
 // The kernels behind mmvq, which all compute the same function with the same integer dot
-// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v6".
+// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v9".
 // mmvq runs the one QRUN_CUDA_MMVQ names (read once per process; default v5); tests and
 // cuda_mmvq_bench run each by index (0 .. mmvq_variant_count() - 1).
 int mmvq_variant_count();

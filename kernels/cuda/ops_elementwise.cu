@@ -5,6 +5,7 @@
 // the reference (gate rounded to F16, GELU of it rounded to F16), so on the GPU a one-ulp
 // tanhf difference can move the F16 result by one F16 ulp (2^-11 relative).
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/q8_1.cuh"
 #include "kernels/cuda/simt.h"
 
 QRUN_CUDA_NAMESPACE_BEGIN
@@ -38,12 +39,22 @@ __global__ void softcap_kernel(const float* x, int64_t n, float cap, float* out)
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = cap * tanhf(x[i] * inv);
 }
 
-__global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
+// The gated activations, out[i] = act(gate[i]) * up[i]; with kQuant (n a multiple of 32,
+// so every warp's 32 consecutive elements are a whole block, and every lane of a warp runs
+// the same iterations) also quantized into q.
+template <class Act, bool kQuant>
+__global__ void gated_kernel(const float* gate, const float* up, int64_t n, float* out,
+                             BlockQ8_1* q) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
+    const float v = Act::apply(gate[i]) * up[i];
+    out[i] = v;
+    if constexpr (kQuant) quantize_q8_1_warp(v, q + i / kWarp);
   }
 }
+
+struct Silu {
+  __device__ static float apply(float g) { return g / (1.0f + expf(-g)); }
+};
 
 // GELU, tanh approximation, of the F16 value nearest g, rounded to F16: llama.cpp's table.
 __device__ __forceinline__ float gelu_f16(float g) {
@@ -54,17 +65,24 @@ __device__ __forceinline__ float gelu_f16(float g) {
       f32_to_f16(0.5f * x * (1.0f + tanhf(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)))));
 }
 
-__global__ void geglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float g = gate[i];
-    float gelu = g;  // GELU(x) = x to float precision for x >= 10
-    if (g <= -10.0f) {
-      gelu = 0.0f;
-    } else if (g < 10.0f || g != g) {
-      gelu = gelu_f16(g);
-    }
-    out[i] = gelu * up[i];
+struct Gelu {
+  __device__ static float apply(float g) {
+    if (g <= -10.0f) return 0.0f;
+    if (g < 10.0f || g != g) return gelu_f16(g);
+    return g;  // GELU(x) = x to float precision for x >= 10
   }
+};
+
+template <class Act>
+void gated(const float* gate, const float* up, int64_t n, float* out, Stream stream, BlockQ8_1* q) {
+  if (n <= 0) return;
+  if (q == nullptr) {
+    launch(gated_kernel<Act, false>, grid_for(n), dim3(kThreads), stream, gate, up, n, out, q);
+    return;
+  }
+  QRUN_CHECK(n % kWarp == 0, "gated activation: %lld elements cannot be quantized in blocks of 32",
+             static_cast<long long>(n));
+  launch(gated_kernel<Act, true>, grid_for(n), dim3(kThreads), stream, gate, up, n, out, q);
 }
 
 // Rows t of k and v (row_elems floats each) to row (pos + t) % n_rows of the F16 rings
@@ -105,12 +123,13 @@ void softcap(const float* x, int64_t n, float cap, float* out, Stream stream) {
   if (n > 0) launch(softcap_kernel, grid_for(n), dim3(kThreads), stream, x, n, cap, out);
 }
 
-void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream stream) {
-  if (n > 0) launch(swiglu_kernel, grid_for(n), dim3(kThreads), stream, gate, up, n, out);
+void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream stream,
+            BlockQ8_1* q) {
+  gated<Silu>(gate, up, n, out, stream, q);
 }
 
-void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream) {
-  if (n > 0) launch(geglu_kernel, grid_for(n), dim3(kThreads), stream, gate, up, n, out);
+void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream, BlockQ8_1* q) {
+  gated<Gelu>(gate, up, n, out, stream, q);
 }
 
 QRUN_CUDA_NAMESPACE_END

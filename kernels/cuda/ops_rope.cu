@@ -1,4 +1,5 @@
-// RoPE: one block per token and group of kHeadsPerBlock heads (each block forms the
+// RoPE: one block per token and group of kHeadsPerBlock heads (of Q, then of K, when
+// rope_qk rotates both in one launch) (each block forms the
 // token's angles itself: a decode step's one token then spreads over several blocks, where
 // one block rotating all 32 heads of a token took 7.5 us on an H200, ncu). Pair i's angle is formed
 // as the CPU backend forms it (ops_rope.cpp, after ggml): p multiplied i times by theta_scale =
@@ -20,10 +21,12 @@ constexpr int kThreads = 256;
 constexpr int kHeadsPerBlock = 4;
 constexpr int kMaxPairs = 512;  // head_dim <= 1024
 
+// Rotates a = [n_tokens, n_head_a, head_dim] and b (n_head_b heads; none when 0) at the
+// same positions: grid.y covers a's groups of heads, then b's.
 __global__ void __launch_bounds__(kThreads)
-    rope_kernel(float* x, int64_t n_head, int64_t head_dim, const int32_t* positions, int64_t n_rot,
-                float theta_scale, float freq_scale, const float* freq_factors, float attn_factor,
-                bool neox) {
+    rope_kernel(float* a, int64_t n_head_a, float* b, int64_t n_head_b, int64_t head_dim,
+                const int32_t* positions, int64_t n_rot, float theta_scale, float freq_scale,
+                const float* freq_factors, float attn_factor, bool neox) {
   __shared__ float cos_sin[2 * kMaxPairs];
   const int64_t t = blockIdx.x;
   const int64_t n_pairs = n_rot / 2;
@@ -39,8 +42,11 @@ __global__ void __launch_bounds__(kThreads)
   // Pair i of a head is (v[i * stride], v[i * stride + offset]).
   const int64_t stride = neox ? 1 : 2;
   const int64_t offset = neox ? n_pairs : 1;
-  float* token = x + t * n_head * head_dim;
-  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * kHeadsPerBlock;
+  const int64_t groups_a = (n_head_a + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const bool in_a = blockIdx.y < groups_a;
+  const int64_t n_head = in_a ? n_head_a : n_head_b;
+  float* token = (in_a ? a : b) + t * n_head * head_dim;
+  const int64_t h0 = (in_a ? blockIdx.y : blockIdx.y - groups_a) * int64_t{kHeadsPerBlock};
   const int64_t heads = n_head - h0 < kHeadsPerBlock ? n_head - h0 : kHeadsPerBlock;
   for (int64_t j = threadIdx.x; j < heads * n_pairs; j += blockDim.x) {
     const int64_t h = h0 + j / n_pairs;
@@ -58,24 +64,29 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,
-          const RopeParams& params, Stream stream) {
+void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+             int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream) {
   const int64_t n_rot = params.n_rot;
   QRUN_CHECK(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim && n_rot / 2 <= kMaxPairs,
              "rope: n_rot %lld must be even, positive and <= head_dim %lld (at most %d)",
              static_cast<long long>(n_rot), static_cast<long long>(head_dim), 2 * kMaxPairs);
-  QRUN_CHECK(n_tokens >= 0 && n_tokens <= 0x7fffffff && n_head >= 0 &&
-                 n_head <= int64_t{65535} * kHeadsPerBlock,
-             "rope: %lld tokens of %lld heads", static_cast<long long>(n_tokens),
-             static_cast<long long>(n_head));
-  if (n_tokens == 0) return;
+  const int64_t groups = (n_head + kHeadsPerBlock - 1) / kHeadsPerBlock +
+                         (n_head_kv + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  QRUN_CHECK(
+      n_tokens >= 0 && n_tokens <= 0x7fffffff && n_head >= 0 && n_head_kv >= 0 && groups <= 65535,
+      "rope: %lld tokens of %lld + %lld heads", static_cast<long long>(n_tokens),
+      static_cast<long long>(n_head), static_cast<long long>(n_head_kv));
+  if (n_tokens == 0 || groups == 0) return;
   const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(n_rot));
-  launch(rope_kernel,
-         dim3(static_cast<unsigned>(n_tokens),
-              static_cast<unsigned>((n_head + kHeadsPerBlock - 1) / kHeadsPerBlock)),
-         dim3(kThreads), stream, x, n_head, head_dim, positions, n_rot, theta_scale,
+  launch(rope_kernel, dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(groups)),
+         dim3(kThreads), stream, q, n_head, k, n_head_kv, head_dim, positions, n_rot, theta_scale,
          params.freq_scale, params.freq_factors, params.attn_factor,
          params.mode == RopeMode::kNeox);
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,
+          const RopeParams& params, Stream stream) {
+  rope_qk(x, n_head, nullptr, 0, n_tokens, head_dim, positions, params, stream);
 }
 
 QRUN_CUDA_NAMESPACE_END

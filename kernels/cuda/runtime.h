@@ -55,8 +55,10 @@ GraphRun end_capture_and_launch(Stream stream, GraphExec& exec);
 void destroy_graph(GraphExec& exec);
 
 #if defined(QRUN_SIMT_EMU)
-// The emulated runtime's record of a kernel queued on `stream` (simt.h's launch).
+// The emulated runtime's record of a kernel queued on `stream` (simt.h's launch), and
+// the number of kernels launched in this process so far (for tests that count them).
 void note_kernel(Stream stream);
+int64_t kernels_launched();
 #endif
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream = {});
 void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream = {});

@@ -6,6 +6,7 @@
 // allocation, a free, a copy from or to pageable host memory, a synchronize of that
 // stream), and end_capture_and_launch reports, as the CUDA runtime does, an empty capture,
 // the first instantiation and then updates of the kept graph.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -141,8 +142,17 @@ void destroy_graph(GraphExec& exec) {
   exec.handle = nullptr;
 }
 
+namespace {
+std::atomic<int64_t> g_kernels{0};
+}  // namespace
+
 void note_kernel(Stream stream) {
+  g_kernels.fetch_add(1, std::memory_order_relaxed);
   note_queued(stream, nullptr, 0, "kernel");
+}
+
+int64_t kernels_launched() {
+  return g_kernels.load(std::memory_order_relaxed);
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream) {
