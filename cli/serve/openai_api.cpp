@@ -136,6 +136,47 @@ bool prompt_field(const Json& body, std::string* out, ApiError* error) {
   return false;
 }
 
+// "logit_bias": an object mapping token ids (decimal strings) to biases in [-100, 100].
+bool logit_bias_field(const Json& body, int32_t n_vocab, std::vector<LogitBias>* out,
+                      ApiError* error) {
+  const auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_object()) {
+    *error = field_error("logit_bias", "must be an object mapping token ids to biases");
+    return false;
+  }
+  for (const auto& [key, value] : it->items()) {
+    const std::string where = "logit_bias[\"" + key + "\"]";
+    int64_t token = -1;
+    if (!key.empty() && key.size() <= 10 &&
+        key.find_first_not_of("0123456789") == std::string::npos) {
+      token = std::stoll(key);
+    }
+    if (token < 0) {
+      *error = field_error("logit_bias", "has the key \"" + key + "\", which is not a token id");
+      return false;
+    }
+    if (token >= n_vocab) {
+      *error = field_error("logit_bias", "has token " + key + ", outside the vocabulary of " +
+                                             std::to_string(n_vocab) + " tokens");
+      return false;
+    }
+    if (!value.is_number()) {
+      *error = field_error(where, "must be a number");
+      error->param = "logit_bias";
+      return false;
+    }
+    const double bias = value.get<double>();
+    if (!std::isfinite(bias) || bias < -100 || bias > 100) {
+      *error = field_error(where, "is " + value.dump() + ", outside [-100, 100]");
+      error->param = "logit_bias";
+      return false;
+    }
+    out->push_back(LogitBias{static_cast<int32_t>(token), static_cast<float>(bias)});
+  }
+  return true;
+}
+
 }  // namespace
 
 nlohmann::json error_json(const ApiError& e) {
@@ -147,7 +188,7 @@ nlohmann::json error_json(const ApiError& e) {
 }
 
 std::optional<CompletionRequest> parse_request(const std::string& body_text, Endpoint endpoint,
-                                               ApiError* error) {
+                                               int32_t n_vocab, ApiError* error) {
   const Json body = Json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     error->message = "the request body is not valid JSON";
@@ -219,6 +260,7 @@ std::optional<CompletionRequest> parse_request(const std::string& body_text, End
       return std::nullopt;
     }
   }
+  if (!logit_bias_field(body, n_vocab, &r.logit_bias, error)) return std::nullopt;
   return r;
 }
 
@@ -231,6 +273,7 @@ SamplingParams request_sampling(const CompletionRequest& r, const SamplingParams
   if (r.presence_penalty) p.presence_penalty = *r.presence_penalty;
   if (r.frequency_penalty) p.frequency_penalty = *r.frequency_penalty;
   if (r.seed) p.seed = *r.seed;
+  p.logit_bias.insert(p.logit_bias.end(), r.logit_bias.begin(), r.logit_bias.end());
   return p;
 }
 

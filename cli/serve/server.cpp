@@ -163,8 +163,8 @@ struct Generation {
 
 void Server::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   ApiError error;
-  std::optional<CompletionRequest> parsed =
-      parse_request(req.body, chat ? Endpoint::kChat : Endpoint::kCompletions, &error);
+  std::optional<CompletionRequest> parsed = parse_request(
+      req.body, chat ? Endpoint::kChat : Endpoint::kCompletions, s_.tokenizer->n_vocab(), &error);
   if (!parsed) return send_error(res, error);
   auto g = std::make_shared<Generation>();
   g->request = std::move(*parsed);
