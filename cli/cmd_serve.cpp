@@ -194,8 +194,8 @@ void register_serve(CLI::App& app, Action* selected) {
   cmd->footer(
       "Routes: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions.\n"
       "Sampling flags are the defaults; a request's temperature, top_p, min_p, top_k, seed,\n"
-      "presence_penalty, frequency_penalty and stop override them, and its logit_bias adds\n"
-      "to --logit-bias.\n"
+      "presence_penalty, frequency_penalty, stop and response_format override them, and its\n"
+      "logit_bias adds to --logit-bias.\n"
       "Exit codes: 0 after SIGINT or SIGTERM, 2 usage, 3 cannot bind or read a file, 4-6 as\n"
       "for `run` while loading the model.");
   cmd->callback([o, selected] { *selected = [o] { return run_serve(*o); }; });

@@ -1,6 +1,6 @@
 // `qrun serve`'s request fields beyond plain sampling, over real HTTP on the loopback (see
 // tests/support/serve_process.h): logit_bias (held to `qrun run --logit-bias`, which runs
-// the same stage).
+// the same stage) and response_format (the output parses as JSON and follows the schema).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -88,6 +88,114 @@ TEST(CliServeApi, LogitBiasErrors) {
   expect_error(bad(Json::array({1, 2})), 400, "logit_bias", "must be an object");
   post(c, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 2}, {"logit_bias", {{"511", 100}}}},
        200);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// The reply's text as JSON (discarded when it does not parse).
+Json parsed_reply(const Json& r, bool chat) {
+  const Json& choice = r["choices"][0];
+  const std::string text = chat ? choice["message"]["content"] : choice["text"];
+  return Json::parse(text, nullptr, false);
+}
+
+// A story model writes prose; with response_format it writes JSON that parses and follows
+// the schema, on both endpoints, streamed or not.
+TEST(CliServeApi, ResponseFormatConstrainsToJson) {
+  const std::filesystem::path tmpl = temp_dir() / "roles.jinja";
+  std::ofstream(tmpl) << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}";
+  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file", tmpl.string()});
+  ASSERT_SERVING(s);
+  httplib::Client c = s.client();
+  const Json base = {{"prompt", kPrompt}, {"max_tokens", 200}, {"temperature", 0}};
+  EXPECT_TRUE(parsed_reply(post(c, "/v1/completions", base, 200), false).is_discarded());
+
+  // {"type": "text"} changes nothing; json_object makes the story model open an object (it
+  // never closes one by itself), and with "}" pushed up by logit_bias it closes it at once:
+  // "{}" and the end, where without the grammar "}" would repeat.
+  Json text_body = base;
+  text_body["response_format"] = {{"type", "text"}};
+  EXPECT_EQ(post(c, "/v1/completions", text_body, 200)["choices"][0]["text"],
+            post(c, "/v1/completions", base, 200)["choices"][0]["text"]);
+  Json object_body = base;
+  object_body["response_format"] = {{"type", "json_object"}};
+  const Json opened = post(c, "/v1/completions", object_body, 200);
+  EXPECT_EQ(opened["choices"][0]["text"].get<std::string>().substr(0, 2), "{\"") << opened.dump();
+  const ProcessResult ids =
+      run_process({qrun_binary().string(), "tokenize", "-m", model("TinyLLama-v0-5M-Q4_0.gguf"),
+                   "-p", "a}", "--ids", "--no-bos"},
+                  StdinKind::kDevNull, "", 30s);
+  const std::string close_brace = std::to_string(Json::parse(ids.out).back().get<int>());
+  object_body["logit_bias"] = {{close_brace, 100}};
+  const Json closed = post(c, "/v1/completions", object_body, 200);
+  EXPECT_EQ(parsed_reply(closed, false), Json::object()) << closed.dump();
+  EXPECT_EQ(closed["choices"][0]["finish_reason"], "stop") << closed.dump();
+  object_body.erase("response_format");
+  const Json unconstrained = post(c, "/v1/completions", object_body, 200);
+  EXPECT_TRUE(parsed_reply(unconstrained, false).is_discarded()) << unconstrained.dump();
+
+  const Json schema = {
+      {"type", "object"},
+      {"properties",
+       {{"mood", {{"enum", {"happy", "sad"}}}},
+        {"age", {{"type", "integer"}, {"minimum", 1}, {"maximum", 99}}},
+        {"friends",
+         {{"type", "array"}, {"items", {{"enum", {"Tom", "Lily", "Ben"}}}}, {"maxItems", 2}}}}},
+      {"required", {"mood", "age", "friends"}},
+      {"additionalProperties", false}};
+  const Json format = {{"type", "json_schema"},
+                       {"json_schema", {{"name", "kid"}, {"strict", true}, {"schema", schema}}}};
+  auto check = [](const Json& j, const std::string& what) {
+    ASSERT_TRUE(j.is_object()) << what;
+    EXPECT_EQ(j.size(), 3u) << what;
+    ASSERT_TRUE(j["mood"].is_string()) << what;
+    EXPECT_TRUE(j["mood"] == "happy" || j["mood"] == "sad") << what;
+    ASSERT_TRUE(j["age"].is_number_integer()) << what;
+    EXPECT_GE(j["age"].get<int>(), 1) << what;
+    EXPECT_LE(j["age"].get<int>(), 99) << what;
+    ASSERT_TRUE(j["friends"].is_array()) << what;
+    EXPECT_LE(j["friends"].size(), 2u) << what;
+    for (const Json& f : j["friends"]) EXPECT_TRUE(f == "Tom" || f == "Lily" || f == "Ben") << what;
+  };
+  Json body = base;
+  body["response_format"] = format;
+  const Json completion = post(c, "/v1/completions", body, 200);
+  check(parsed_reply(completion, false), completion.dump());
+
+  Json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me about a kid."}}}},
+               {"max_tokens", 200},
+               {"temperature", 0},
+               {"response_format", format}};
+  const Json reply = post(c, "/v1/chat/completions", chat, 200);
+  check(parsed_reply(reply, true), reply.dump());
+  chat["stream"] = true;
+  const httplib::Result st = c.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(st);
+  std::string streamed;
+  for (const Json& ch : parse_sse(st->body).chunks)
+    streamed += ch["choices"][0]["delta"].value("content", "");
+  EXPECT_EQ(streamed, reply["choices"][0]["message"]["content"]);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+TEST(CliServeApi, ResponseFormatErrors) {
+  ServeProcess s({"-m", model("stories260K.gguf")});
+  ASSERT_SERVING(s);
+  httplib::Client c = s.client();
+  auto bad = [&](const Json& format) {
+    return c.Post("/v1/completions", Json{{"prompt", "a"}, {"response_format", format}}.dump(),
+                  "application/json");
+  };
+  expect_error(bad("json"), 400, "response_format", "string 'type'");
+  expect_error(bad({{"type", "yaml"}}), 400, "response_format.type", "\"yaml\"");
+  expect_error(bad({{"type", "json_schema"}}), 400, "response_format.json_schema.schema",
+               "must be an object");
+  expect_error(
+      bad({{"type", "json_schema"},
+           {"json_schema", {{"schema", {{"type", "object"}, {"not", {{"type", "null"}}}}}}}}),
+      400, "response_format.json_schema.schema", "'not'");
+  post(c, "/v1/completions",
+       {{"prompt", "a"}, {"max_tokens", 2}, {"response_format", {{"type", "text"}}}}, 200);
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 

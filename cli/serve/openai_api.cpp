@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "cli/sampling_flags.h"
+
 namespace qrun::cli::serve {
 namespace {
 
@@ -177,6 +179,50 @@ bool logit_bias_field(const Json& body, int32_t n_vocab, std::vector<LogitBias>*
   return true;
 }
 
+// "response_format": {"type": "text"}, {"type": "json_object"} (any JSON object) or
+// {"type": "json_schema", "json_schema": {"schema": {...}, "name", "strict", ...}}.
+bool response_format_field(const Json& body, std::shared_ptr<const Grammar>* out, ApiError* error) {
+  const auto it = body.find("response_format");
+  if (it == body.end() || it->is_null()) return true;
+  const auto type = it->is_object() ? it->find("type") : it->end();
+  if (!it->is_object() || type == it->end() || !type->is_string()) {
+    *error = field_error("response_format", "must be an object with a string 'type'");
+    return false;
+  }
+  const std::string kind = type->get<std::string>();
+  if (kind == "text") return true;
+  if (kind == "json_object") {
+    static const std::shared_ptr<const Grammar> any_object =
+        json_schema_grammar(R"({"type": "object", "additionalProperties": true})").value();
+    *out = any_object;
+    return true;
+  }
+  if (kind != "json_schema") {
+    *error =
+        field_error("response_format.type",
+                    "is \"" + kind + "\"; expected \"text\", \"json_object\" or \"json_schema\"");
+    return false;
+  }
+  const Json* schema = nullptr;
+  const auto spec = it->find("json_schema");
+  if (spec != it->end() && spec->is_object()) {
+    const auto found = spec->find("schema");
+    if (found != spec->end() && found->is_object()) schema = &*found;
+  }
+  if (schema == nullptr) {
+    *error = field_error("response_format.json_schema.schema", "must be an object (a JSON Schema)");
+    return false;
+  }
+  Result<std::shared_ptr<const Grammar>> grammar = json_schema_grammar(schema->dump());
+  if (!grammar.ok()) {
+    *error = field_error("response_format.json_schema.schema",
+                         "is not supported: " + grammar.error().message);
+    return false;
+  }
+  *out = std::move(*grammar);
+  return true;
+}
+
 }  // namespace
 
 nlohmann::json error_json(const ApiError& e) {
@@ -260,7 +306,10 @@ std::optional<CompletionRequest> parse_request(const std::string& body_text, End
       return std::nullopt;
     }
   }
-  if (!logit_bias_field(body, n_vocab, &r.logit_bias, error)) return std::nullopt;
+  if (!logit_bias_field(body, n_vocab, &r.logit_bias, error) ||
+      !response_format_field(body, &r.grammar, error)) {
+    return std::nullopt;
+  }
   return r;
 }
 

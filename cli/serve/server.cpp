@@ -12,6 +12,7 @@
 #include "cli/serve/openai_api.h"
 #include "core/conversation.h"
 #include "core/generate.h"
+#include "core/grammar/grammar_stage.h"
 #include "core/stop_strings.h"
 
 namespace qrun::cli::serve {
@@ -153,6 +154,27 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
   });
 }
 
+Result<void> Server::attach(std::shared_ptr<const Grammar> grammar, bool chat, Sampler& sampler) {
+  if (grammar == nullptr) return {};
+  const Tokenizer& tokenizer = *s_.tokenizer;
+  const int32_t n_vocab = tokenizer.n_vocab();
+  std::call_once(pieces_once_, [&] {
+    pieces_.resize(static_cast<size_t>(n_vocab));
+    for (int32_t id = 0; id < n_vocab; ++id)
+      pieces_[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, /*render_special=*/false);
+  });
+  std::vector<uint8_t> is_eog(static_cast<size_t>(n_vocab), 0);
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    const auto i = static_cast<size_t>(id);
+    is_eog[i] = chat ? (i < end_of_turn_.size() && end_of_turn_[i]) : tokenizer.is_eog(id);
+  }
+  Result<std::unique_ptr<ConstraintStage>> stage =
+      make_grammar_stage(std::move(grammar), pieces_, std::move(is_eog));
+  if (!stage.ok()) return stage.error();
+  sampler.set_constraint(std::move(*stage));
+  return {};
+}
+
 // The state of one generation, shared between the handler and the streaming provider.
 struct Generation {
   CompletionRequest request;
@@ -230,7 +252,8 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     SamplingParams sp = request_sampling(r, *defaults);
     if (!r.seed && config_.sampling.seed < 0) sp.seed = std::random_device{}();
     Sampler sampler = make_sampler(sp);
-    QRUN_TRY(attach_grammar(config_.sampling, *s_.tokenizer, sampler));
+    // The request's response_format, else the server's grammar flag.
+    QRUN_TRY(attach(r.grammar ? r.grammar : config_.sampling.grammar, chat, sampler));
 
     StopStringFilter filter(*s_.tokenizer, r.stop ? *r.stop : config_.sampling.stops);
     bool client_gone = false;

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ class Server {
 
  private:
   void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  // Makes `grammar` the constraint of `sampler`, with the end-of-generation tokens of the
+  // endpoint (a chat's end-of-turn tokens). kRuntime if the grammar cannot start.
+  Result<void> attach(std::shared_ptr<const Grammar> grammar, bool chat, Sampler& sampler);
 
   Session& s_;
   SerializedModel model_;
@@ -53,6 +57,8 @@ class Server {
   std::optional<ChatTemplate> template_;
   std::string template_error_;
   std::vector<bool> end_of_turn_;
+  std::once_flag pieces_once_;
+  std::vector<std::string> pieces_;  // each token's text for grammars, made at first use
   ServerConfig config_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{0};
