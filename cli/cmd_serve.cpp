@@ -192,7 +192,8 @@ void register_serve(CLI::App& app, Action* selected) {
   cmd->add_flag("-q,--quiet", o->quiet, "No logs on stderr but the listening address");
   add_sampling_flags(cmd, o->sampling);
   cmd->footer(
-      "Routes: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions.\n"
+      "Routes: GET /health, GET /metrics (Prometheus), GET /v1/models, POST /v1/completions,\n"
+      "POST /v1/chat/completions.\n"
       "Sampling flags are the defaults; a request's temperature, top_p, min_p, top_k, seed,\n"
       "presence_penalty, frequency_penalty, stop and response_format override them, and its\n"
       "logit_bias adds to --logit-bias.\n"

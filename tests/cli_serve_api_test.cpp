@@ -1,6 +1,7 @@
 // `qrun serve`'s request fields beyond plain sampling, over real HTTP on the loopback (see
 // tests/support/serve_process.h): logit_bias (held to `qrun run --logit-bias`, which runs
-// the same stage) and response_format (the output parses as JSON and follows the schema).
+// the same stage), response_format (the output parses as JSON and follows the schema),
+// and GET /metrics (counters move with requests; gauges see running and queued requests).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -196,6 +197,103 @@ TEST(CliServeApi, ResponseFormatErrors) {
       400, "response_format.json_schema.schema", "'not'");
   post(c, "/v1/completions",
        {{"prompt", "a"}, {"max_tokens", 2}, {"response_format", {{"type", "text"}}}}, 200);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// The value of the sample `series` (name and labels as written) in a /metrics text; -1
+// when it is missing.
+double metric(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+std::string scrape(const ServeProcess& s) {
+  httplib::Client c = s.client();
+  const httplib::Result r = c.Get("/metrics");
+  EXPECT_TRUE(r);
+  if (!r) return "";
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  return r->body;
+}
+
+// Polls /metrics until `ready` holds for it (false after 30 s).
+template <typename F>
+bool wait_for_metrics(const ServeProcess& s, F ready) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready(scrape(s))) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
+  ServeProcess s(
+      {"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "1024", "--ignore-eos"});
+  ASSERT_SERVING(s);
+  httplib::Client c = s.client();
+  const std::string before = scrape(s);
+  EXPECT_EQ(metric(before, "qrun_prompt_tokens_total"), 0) << before;
+  EXPECT_EQ(metric(before, "qrun_generated_tokens_total"), 0);
+  EXPECT_EQ(metric(before, "qrun_time_to_first_token_seconds_count"), 0);
+  EXPECT_EQ(metric(before, "qrun_slots"), 1);
+  EXPECT_EQ(metric(before, "qrun_requests_running"), 0);
+  EXPECT_EQ(metric(before, "qrun_kv_tokens_total"), 1024);
+  EXPECT_NE(before.find("# TYPE qrun_inter_token_latency_seconds histogram"), std::string::npos);
+
+  const Json r = post(c, "/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 5}}, 200);
+  post(c, "/v1/completions", {{"prompt", kPrompt}, {"top_p", 7}}, 400);
+  ASSERT_TRUE(c.Get("/nowhere"));
+  // A response is counted just after its last byte is written, on the thread that wrote it,
+  // which may run after the client has sent its next request: wait for all three.
+  std::string after;
+  const auto responses = [&](const char* route, int status) {
+    return metric(after, std::string("qrun_http_responses_total{route=\"") + route +
+                             "\",status=\"" + std::to_string(status) + "\"}");
+  };
+  EXPECT_TRUE(wait_for_metrics(s, [&](const std::string& m) {
+    after = m;
+    return responses("/v1/completions", 200) == 1 && responses("/v1/completions", 400) == 1 &&
+           responses("other", 404) == 1;
+  })) << after;
+  EXPECT_GE(responses("/metrics", 200), 1) << after;  // the first scrape
+  EXPECT_EQ(metric(after, "qrun_prompt_tokens_total"), r["usage"]["prompt_tokens"]);
+  EXPECT_EQ(metric(after, "qrun_generated_tokens_total"), 5);
+  EXPECT_EQ(metric(after, "qrun_time_to_first_token_seconds_count"), 1);
+  EXPECT_EQ(metric(after, "qrun_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 1);
+  EXPECT_GT(metric(after, "qrun_time_to_first_token_seconds_sum"), 0);
+  EXPECT_EQ(metric(after, "qrun_inter_token_latency_seconds_count"), 4);
+  EXPECT_EQ(metric(after, "qrun_kv_tokens_used"), 0);
+
+  // One long request runs and a second waits for the only slot: the gauges show both, and
+  // the running one's KV tokens grow past its prompt.
+  const Json long_body = {{"prompt", kPrompt}, {"max_tokens", 1000}};
+  std::vector<std::future<httplib::Result>> running;
+  for (int i = 0; i < 2; ++i) {
+    running.push_back(std::async(std::launch::async, [&] {
+      httplib::Client ci = s.client();
+      return ci.Post("/v1/completions", long_body.dump(), "application/json");
+    }));
+  }
+  const double n_prompt = r["usage"]["prompt_tokens"];
+  std::string busy;
+  EXPECT_TRUE(wait_for_metrics(s, [&](const std::string& m) {
+    busy = m;
+    return metric(m, "qrun_requests_running") == 1 && metric(m, "qrun_requests_queued") == 1 &&
+           metric(m, "qrun_kv_tokens_used") > n_prompt + 1;
+  })) << busy;
+  EXPECT_LE(metric(busy, "qrun_kv_tokens_used"), n_prompt + 1000);
+  for (auto& f : running) {
+    ASSERT_EQ(f.wait_for(120s), std::future_status::ready);
+    EXPECT_EQ(f.get()->status, 200);
+  }
+  const std::string idle = scrape(s);
+  EXPECT_EQ(metric(idle, "qrun_requests_running"), 0);
+  EXPECT_EQ(metric(idle, "qrun_requests_queued"), 0);
+  EXPECT_EQ(metric(idle, "qrun_kv_tokens_used"), 0);
+  EXPECT_EQ(metric(idle, "qrun_generated_tokens_total"), 2005);
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 

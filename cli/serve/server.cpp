@@ -88,7 +88,8 @@ Server::Server(Session& session, std::vector<KvCache> slots, int64_t max_queued,
       model_(*session.model),
       slot_ctx_(slots.front().n_ctx()),
       pool_(std::move(slots), max_queued),
-      config_(std::move(config)) {
+      config_(std::move(config)),
+      kv_used_(std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(pool_.n_slots()))) {
   if (chat_template.ok()) {
     template_.emplace(std::move(*chat_template));
     end_of_turn_ = end_of_turn_tokens(*s_.tokenizer, *template_);
@@ -131,11 +132,21 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
                                  "authentication_error", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  if (config_.log_requests) {
-    http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+  // Called once per response written (errors, refusals and streams included).
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.count_response(req.path, res.status);
+    if (config_.log_requests)
       std::fprintf(stderr, "qrun: %s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
-    });
-  }
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    MetricsGauges g;
+    g.slots = pool_.n_slots();
+    g.running = pool_.n_busy();
+    g.queued = pool_.n_queued();
+    for (int i = 0; i < pool_.n_slots(); ++i) g.kv_tokens_used += kv_used_[static_cast<size_t>(i)];
+    g.kv_tokens_total = slot_ctx_ * pool_.n_slots();
+    res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
+  });
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
@@ -181,15 +192,19 @@ struct Generation {
   std::vector<int32_t> prompt;
   SlotLease lease;
   ResponseIds ids;
+  std::chrono::steady_clock::time_point arrival;
 };
 
 void Server::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point arrival = Clock::now();
   ApiError error;
   std::optional<CompletionRequest> parsed = parse_request(
       req.body, chat ? Endpoint::kChat : Endpoint::kCompletions, s_.tokenizer->n_vocab(), &error);
   if (!parsed) return send_error(res, error);
   auto g = std::make_shared<Generation>();
   g->request = std::move(*parsed);
+  g->arrival = arrival;
   const Tokenizer& tokenizer = *s_.tokenizer;
 
   // The prompt tokens: a chat rendered through the template, or the raw prompt as
@@ -256,6 +271,13 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     QRUN_TRY(attach(r.grammar ? r.grammar : config_.sampling.grammar, chat, sampler));
 
     StopStringFilter filter(*s_.tokenizer, r.stop ? *r.stop : config_.sampling.stops);
+    KvCache& kv = g->lease.kv();
+    std::atomic<int64_t>& kv_used = kv_used_[static_cast<size_t>(g->lease.slot())];
+    kv.clear();
+    kv_used = static_cast<int64_t>(g->prompt.size());
+    metrics_.add_prompt_tokens(static_cast<int64_t>(g->prompt.size()));
+    Clock::time_point last_token = g->arrival;
+    bool first_token = true;
     bool client_gone = false;
     auto emit = [&](const std::string& piece) {
       if (piece.empty() || client_gone) return;
@@ -263,6 +285,15 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
       client_gone = !write(piece);
     };
     OnToken on_token = [&](int32_t token) {
+      const Clock::time_point now = Clock::now();
+      const double seconds = std::chrono::duration<double>(now - last_token).count();
+      if (first_token)
+        metrics_.observe_ttft(seconds);
+      else
+        metrics_.observe_inter_token(seconds);
+      first_token = false;
+      last_token = now;
+      kv_used = kv.n_tokens() + 1;  // the prompt and every token so far (this one is fed next)
       const StopChunk chunk = filter.push(token);
       emit(chunk.text);
       if (client_gone) return TokenAction::kInterrupt;
@@ -283,11 +314,12 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     gp.n_predict = r.max_tokens;
     gp.n_batch = config_.n_batch;
     gp.interrupt = &shutting_down_;
-    KvCache& kv = g->lease.kv();
-    kv.clear();
     Result<GenerateResult> result =
         generate(model_, *s_.backend, kv, g->prompt, gp, sampler, on_token, is_eog);
-    if (result.ok() && result->stop_reason != StopReason::kStop &&
+    kv_used = 0;
+    if (!result.ok()) return result;
+    metrics_.add_generated_tokens(static_cast<int64_t>(result->tokens.size()));
+    if (result->stop_reason != StopReason::kStop &&
         result->stop_reason != StopReason::kInterrupted) {
       emit(filter.flush());
     }

@@ -3,6 +3,7 @@
 // takes one of the -np sequence slots (core/slot_pool.h; waiting in the bounded queue, or a
 // 503 when it is full), and generates into that slot's own KV cache on the calling HTTP
 // thread. Sequences share the model through SerializedModel: one forward pass at a time.
+// GET /metrics reports what it measures.
 #pragma once
 
 #include <httplib.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cli/sampling_flags.h"
+#include "cli/serve/metrics.h"
 #include "cli/session.h"
 #include "core/jinja/chat_template.h"
 #include "core/serialized_model.h"
@@ -60,6 +62,9 @@ class Server {
   std::once_flag pieces_once_;
   std::vector<std::string> pieces_;  // each token's text for grammars, made at first use
   ServerConfig config_;
+  Metrics metrics_;
+  // Per slot: the tokens its running request has in the KV cache (0 when free).
+  std::unique_ptr<std::atomic<int64_t>[]> kv_used_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{0};
 };
