@@ -1,7 +1,8 @@
 // `qrun serve`'s request fields beyond plain sampling, over real HTTP on the loopback (see
 // tests/support/serve_process.h): logit_bias (held to `qrun run --logit-bias`, which runs
 // the same stage), response_format (the output parses as JSON and follows the schema),
-// and GET /metrics (counters move with requests; gauges see running and queued requests).
+// GET /metrics (counters move with requests; gauges see running and queued requests), the
+// per-request time limit, and the API key from the environment or a file.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -266,6 +267,7 @@ TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
   EXPECT_GT(metric(after, "qrun_time_to_first_token_seconds_sum"), 0);
   EXPECT_EQ(metric(after, "qrun_inter_token_latency_seconds_count"), 4);
   EXPECT_EQ(metric(after, "qrun_kv_tokens_used"), 0);
+  EXPECT_EQ(metric(after, "qrun_request_timeouts_total"), 0);
 
   // One long request runs and a second waits for the only slot: the gauges show both, and
   // the running one's KV tokens grow past its prompt.
@@ -295,6 +297,81 @@ TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
   EXPECT_EQ(metric(idle, "qrun_kv_tokens_used"), 0);
   EXPECT_EQ(metric(idle, "qrun_generated_tokens_total"), 2005);
   EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// --timeout ends a request that runs past it with finish_reason "length" and the text so
+// far, streamed or not, counts it, and frees the slot for the next request.
+TEST(CliServeApi, TimeoutEndsALongRequest) {
+  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "2048",
+                  "--ignore-eos", "-to", "0.3"});  // -to: llama-server's spelling
+  ASSERT_SERVING(s);
+  httplib::Client c = s.client();
+  const Json body = {{"prompt", kPrompt}, {"max_tokens", 2000}, {"temperature", 0}};
+  const auto t0 = std::chrono::steady_clock::now();
+  const Json r = post(c, "/v1/completions", body, 200);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  const int n = r["usage"]["completion_tokens"];
+  EXPECT_LT(n, 2000) << "the whole generation finished within the limit: make it longer";
+  EXPECT_LT(seconds, 5.0);
+  // The text is what greedy decoding gives in n tokens.
+  EXPECT_EQ(r["choices"][0]["text"], greedy_run(model("TinyLLama-v0-5M-Q4_0.gguf"), kPrompt, n,
+                                                {"--ignore-eos", "-c", "2048"})["text"]);
+
+  Json stream_body = body;
+  stream_body["stream"] = true;
+  const httplib::Result st = c.Post("/v1/completions", stream_body.dump(), "application/json");
+  ASSERT_TRUE(st);
+  const Events e = parse_sse(st->body);
+  EXPECT_TRUE(e.done);
+  ASSERT_FALSE(e.chunks.empty());
+  EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "length");
+
+  const Json short_reply = post(c, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 3}}, 200);
+  EXPECT_EQ(short_reply["usage"]["completion_tokens"], 3);
+  const std::string m = scrape(s);
+  EXPECT_EQ(metric(m, "qrun_request_timeouts_total"), 2) << m;
+  EXPECT_EQ(metric(m, "qrun_requests_running"), 0);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// The key from QRUN_API_KEY or --api-key-file guards the routes and is not on the command
+// line that `ps` shows.
+TEST(CliServeApi, ApiKeyFromEnvironmentOrFile) {
+  const std::filesystem::path key_file = temp_dir() / "key.txt";
+  std::ofstream(key_file) << "  from-file \nignored\n";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> setups = {
+      {{"-m", model("stories260K.gguf"), "--api-key-file", key_file.string()}, "from-file"},
+      {{"-m", model("stories260K.gguf")}, "from-env"}};
+  for (const auto& [args, key] : setups) {
+    ServeProcess s(args, {"QRUN_API_KEY=from-env"});
+    ASSERT_SERVING(s);
+    std::ifstream cmdline("/proc/" + std::to_string(s.pid()) + "/cmdline");
+    const std::string argv(std::istreambuf_iterator<char>(cmdline), {});
+    EXPECT_EQ(argv.find(key), std::string::npos) << argv;
+    httplib::Client c = s.client();
+    const Json body = {{"prompt", "a"}, {"max_tokens", 2}};
+    expect_error(c.Post("/v1/completions", body.dump(), "application/json"), 401, "",
+                 "missing API key");
+    c.set_bearer_token_auth(key == "from-file" ? "from-env" : "from-file");
+    expect_error(c.Get("/v1/models"), 401, "", "invalid API key");
+    c.set_bearer_token_auth(key);
+    post(c, "/v1/completions", body, 200);
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  }
+  // A file with no key, and both flags at once, are usage errors.
+  const std::filesystem::path blank = temp_dir() / "blank.txt";
+  std::ofstream(blank) << "\n\n";
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--api-key-file", blank.string()},
+        std::vector<std::string>{"--api-key-file", key_file.string(), "--api-key", "k"}}) {
+    std::vector<std::string> argv = {qrun_binary().string(),    "serve",  "-m",
+                                     model("stories260K.gguf"), "--port", "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const ProcessResult r = run_process(argv, StdinKind::kDevNull, "", 30s);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+  }
 }
 
 }  // namespace

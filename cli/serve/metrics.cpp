@@ -93,6 +93,11 @@ void Metrics::add_generated_tokens(int64_t n) {
   generated_tokens_ += static_cast<uint64_t>(n);
 }
 
+void Metrics::count_timeout() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++timeouts_;
+}
+
 std::string Metrics::render(const MetricsGauges& g) const {
   std::string out;
   {
@@ -108,6 +113,9 @@ std::string Metrics::render(const MetricsGauges& g) const {
     header(out, "qrun_generated_tokens_total", "counter",
            "Tokens generated (returned to clients) by completion requests");
     sample(out, "qrun_generated_tokens_total", generated_tokens_);
+    header(out, "qrun_request_timeouts_total", "counter",
+           "Completion requests ended by the per-request time limit (--timeout)");
+    sample(out, "qrun_request_timeouts_total", timeouts_);
   }
   ttft_.render(out, "qrun_time_to_first_token_seconds",
                "Seconds from a request's arrival to its first generated token");

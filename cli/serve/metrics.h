@@ -1,7 +1,7 @@
 // The counters and histograms `qrun serve` exposes on GET /metrics, in Prometheus' text
 // format (version 0.0.4). Only what the server measures: responses by route and status,
-// prompt and generated tokens, time to first token and the time between tokens; the
-// gauges (slots, queue, KV tokens) are read when rendering.
+// prompt and generated tokens, requests ended by the time limit, time to first token and
+// the time between tokens; the gauges (slots, queue, KV tokens) are read when rendering.
 // Thread-safe: HTTP threads record, any thread renders.
 #pragma once
 
@@ -46,6 +46,7 @@ class Metrics {
   void count_response(const std::string& path, int status);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
+  void count_timeout();
   // Seconds from a request's arrival to its first generated token (queue wait included).
   void observe_ttft(double seconds) { ttft_.observe(seconds); }
   // Seconds between two consecutive generated tokens of one request.
@@ -58,6 +59,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> responses_;  // (route, status)
   uint64_t prompt_tokens_ = 0;
   uint64_t generated_tokens_ = 0;
+  uint64_t timeouts_ = 0;
   Histogram ttft_;
   Histogram inter_token_;
 };

@@ -262,6 +262,12 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
   auto run = [this, g, chat](const std::function<bool(const std::string&)>& write,
                              std::string* text_out) -> Result<GenerateResult> {
     const CompletionRequest& r = g->request;
+    // The time limit starts now that the request holds a slot.
+    Clock::time_point deadline = Clock::time_point::max();
+    if (config_.timeout_s > 0) {
+      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(config_.timeout_s));
+    }
     Result<SamplingParams> defaults = resolve_sampling_params(config_.sampling, *s_.tokenizer);
     if (!defaults.ok()) return defaults.error();
     SamplingParams sp = request_sampling(r, *defaults);
@@ -314,11 +320,19 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     gp.n_predict = r.max_tokens;
     gp.n_batch = config_.n_batch;
     gp.interrupt = &shutting_down_;
+    gp.deadline = deadline;
     Result<GenerateResult> result =
         generate(model_, *s_.backend, kv, g->prompt, gp, sampler, on_token, is_eog);
     kv_used = 0;
     if (!result.ok()) return result;
     metrics_.add_generated_tokens(static_cast<int64_t>(result->tokens.size()));
+    // Interrupted with the client there and no shutdown: the time limit ended it, which the
+    // client sees as "length" with the text so far (as llama-server's t_max_predict_ms).
+    if (result->stop_reason == StopReason::kInterrupted && !client_gone && !shutting_down_.load() &&
+        Clock::now() >= deadline) {
+      metrics_.count_timeout();
+      result->stop_reason = StopReason::kLength;
+    }
     if (result->stop_reason != StopReason::kStop &&
         result->stop_reason != StopReason::kInterrupted) {
       emit(filter.flush());

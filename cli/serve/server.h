@@ -2,8 +2,8 @@
 // Server, over a loaded Session. Each completion request renders and tokenizes its prompt,
 // takes one of the -np sequence slots (core/slot_pool.h; waiting in the bounded queue, or a
 // 503 when it is full), and generates into that slot's own KV cache on the calling HTTP
-// thread. Sequences share the model through SerializedModel: one forward pass at a time.
-// GET /metrics reports what it measures.
+// thread, within the per-request time limit. Sequences share the model through
+// SerializedModel: one forward pass at a time. GET /metrics reports what it measures.
 #pragma once
 
 #include <httplib.h>
@@ -30,6 +30,9 @@ struct ServerConfig {
   int64_t n_batch = 512;     // prompt tokens per forward call
   std::string model_id;      // "model" in responses and /v1/models
   bool log_requests = true;  // one stderr line per request
+  // Wall-clock seconds a completion may run once it holds a slot (prompt and generation);
+  // past it, it ends with finish_reason "length" and what it generated. 0: no limit.
+  double timeout_s = 600;
 };
 
 class Server {
