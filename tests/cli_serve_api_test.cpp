@@ -26,15 +26,11 @@ using namespace std::chrono_literals;
 
 const char* kPrompt = "Once upon a time";
 
-std::string model(const std::string& name) {
-  return data_path("models/" + name).string();
-}
-
 // A bias of -100 bans the token greedy decoding picks first, +100 forces a token at every
 // step; the text equals `qrun run` with the same --logit-bias and differs from the unbiased
 // text, so a server that drops the field fails.
 TEST(CliServeApi, LogitBiasBansAndForcesTokens) {
-  const std::string path = model("TinyLLama-v0-5M-Q4_0.gguf");
+  const std::string path = shared_model("TinyLLama-v0-5M-Q4_0.gguf");
   const Json plain = greedy_run(path, kPrompt, 6);
   ASSERT_EQ(plain["n_tokens"], 6) << plain.dump();
   const std::string first = std::to_string(plain["tokens"][0].get<int>());
@@ -65,15 +61,12 @@ TEST(CliServeApi, LogitBiasBansAndForcesTokens) {
                             {"logit_bias", {{forced, 100}}}};
   const httplib::Result st = c.Post("/v1/completions", stream_body.dump(), "application/json");
   ASSERT_TRUE(st);
-  std::string streamed;
-  for (const Json& ch : parse_sse(st->body).chunks)
-    streamed += ch["choices"][0]["text"].get<std::string>();
-  EXPECT_EQ(streamed, forced_run["text"]);
+  EXPECT_EQ(streamed_text(st->body), forced_run["text"]);
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
 TEST(CliServeApi, LogitBiasErrors) {
-  ServeProcess s({"-m", model("stories260K.gguf")});  // 512 tokens
+  ServeProcess s({"-m", shared_model("stories260K.gguf")});  // 512 tokens
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   auto bad = [&](const Json& bias) {
@@ -103,10 +96,8 @@ Json parsed_reply(const Json& r, bool chat) {
 // A story model writes prose; with response_format it writes JSON that parses and follows
 // the schema, on both endpoints, streamed or not.
 TEST(CliServeApi, ResponseFormatConstrainsToJson) {
-  const std::filesystem::path tmpl = temp_dir() / "roles.jinja";
-  std::ofstream(tmpl) << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-                         "{% if add_generation_prompt %}assistant:{% endif %}";
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file", tmpl.string()});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file",
+                  roles_template().string()});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const Json base = {{"prompt", kPrompt}, {"max_tokens", 200}, {"temperature", 0}};
@@ -124,8 +115,8 @@ TEST(CliServeApi, ResponseFormatConstrainsToJson) {
   const Json opened = post(c, "/v1/completions", object_body, 200);
   EXPECT_EQ(opened["choices"][0]["text"].get<std::string>().substr(0, 2), "{\"") << opened.dump();
   const ProcessResult ids =
-      run_process({qrun_binary().string(), "tokenize", "-m", model("TinyLLama-v0-5M-Q4_0.gguf"),
-                   "-p", "a}", "--ids", "--no-bos"},
+      run_process({qrun_binary().string(), "tokenize", "-m",
+                   shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-p", "a}", "--ids", "--no-bos"},
                   StdinKind::kDevNull, "", 30s);
   const std::string close_brace = std::to_string(Json::parse(ids.out).back().get<int>());
   object_body["logit_bias"] = {{close_brace, 100}};
@@ -173,15 +164,12 @@ TEST(CliServeApi, ResponseFormatConstrainsToJson) {
   chat["stream"] = true;
   const httplib::Result st = c.Post("/v1/chat/completions", chat.dump(), "application/json");
   ASSERT_TRUE(st);
-  std::string streamed;
-  for (const Json& ch : parse_sse(st->body).chunks)
-    streamed += ch["choices"][0]["delta"].value("content", "");
-  EXPECT_EQ(streamed, reply["choices"][0]["message"]["content"]);
+  EXPECT_EQ(streamed_text(st->body), reply["choices"][0]["message"]["content"]);
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
 TEST(CliServeApi, ResponseFormatErrors) {
-  ServeProcess s({"-m", model("stories260K.gguf")});
+  ServeProcess s({"-m", shared_model("stories260K.gguf")});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   auto bad = [&](const Json& format) {
@@ -232,7 +220,7 @@ bool wait_for_metrics(const ServeProcess& s, F ready) {
 
 TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
   ServeProcess s(
-      {"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "1024", "--ignore-eos"});
+      {"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "1024", "--ignore-eos"});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const std::string before = scrape(s);
@@ -302,7 +290,7 @@ TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
 // --timeout ends a request that runs past it with finish_reason "length" and the text so
 // far, streamed or not, counts it, and frees the slot for the next request.
 TEST(CliServeApi, TimeoutEndsALongRequest) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "2048",
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "2048",
                   "--ignore-eos", "-to", "0.3"});  // -to: llama-server's spelling
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
@@ -316,8 +304,8 @@ TEST(CliServeApi, TimeoutEndsALongRequest) {
   EXPECT_LT(n, 2000) << "the whole generation finished within the limit: make it longer";
   EXPECT_LT(seconds, 5.0);
   // The text is what greedy decoding gives in n tokens.
-  EXPECT_EQ(r["choices"][0]["text"], greedy_run(model("TinyLLama-v0-5M-Q4_0.gguf"), kPrompt, n,
-                                                {"--ignore-eos", "-c", "2048"})["text"]);
+  EXPECT_EQ(r["choices"][0]["text"], greedy_run(shared_model("TinyLLama-v0-5M-Q4_0.gguf"), kPrompt,
+                                                n, {"--ignore-eos", "-c", "2048"})["text"]);
 
   Json stream_body = body;
   stream_body["stream"] = true;
@@ -342,8 +330,8 @@ TEST(CliServeApi, ApiKeyFromEnvironmentOrFile) {
   const std::filesystem::path key_file = temp_dir() / "key.txt";
   std::ofstream(key_file) << "  from-file \nignored\n";
   const std::vector<std::pair<std::vector<std::string>, std::string>> setups = {
-      {{"-m", model("stories260K.gguf"), "--api-key-file", key_file.string()}, "from-file"},
-      {{"-m", model("stories260K.gguf")}, "from-env"}};
+      {{"-m", shared_model("stories260K.gguf"), "--api-key-file", key_file.string()}, "from-file"},
+      {{"-m", shared_model("stories260K.gguf")}, "from-env"}};
   for (const auto& [args, key] : setups) {
     ServeProcess s(args, {"QRUN_API_KEY=from-env"});
     ASSERT_SERVING(s);
@@ -366,8 +354,8 @@ TEST(CliServeApi, ApiKeyFromEnvironmentOrFile) {
   for (const std::vector<std::string>& extra :
        {std::vector<std::string>{"--api-key-file", blank.string()},
         std::vector<std::string>{"--api-key-file", key_file.string(), "--api-key", "k"}}) {
-    std::vector<std::string> argv = {qrun_binary().string(),    "serve",  "-m",
-                                     model("stories260K.gguf"), "--port", "0"};
+    std::vector<std::string> argv = {qrun_binary().string(),           "serve",  "-m",
+                                     shared_model("stories260K.gguf"), "--port", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     const ProcessResult r = run_process(argv, StdinKind::kDevNull, "", 30s);
     EXPECT_EQ(r.exit_code, 2) << r.err;

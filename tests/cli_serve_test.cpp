@@ -7,7 +7,6 @@
 #include <httplib.h>
 
 #include <chrono>
-#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -25,14 +24,10 @@ namespace {
 using Json = nlohmann::json;
 using namespace std::chrono_literals;
 
-std::string model(const std::string& name) {
-  return data_path("models/" + name).string();
-}
-
 const char* kPrompt = "Once upon a time";
 
 TEST(CliServe, HealthModelsAndUnknownRoutes) {
-  ServeProcess s({"-m", model("stories260K.gguf")});
+  ServeProcess s({"-m", shared_model("stories260K.gguf")});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const httplib::Result health = c.Get("/health");
@@ -54,19 +49,19 @@ TEST(CliServe, HealthModelsAndUnknownRoutes) {
 
 // A port already in use is exit code 3 with one line naming the address; bad flags are 2.
 TEST(CliServe, BusyPortAndBadFlags) {
-  ServeProcess s({"-m", model("stories260K.gguf")});
+  ServeProcess s({"-m", shared_model("stories260K.gguf")});
   ASSERT_SERVING(s);
   const ProcessResult busy =
-      run_process({qrun_binary().string(), "serve", "-m", model("stories260K.gguf"), "--port",
-                   std::to_string(s.port()), "-q"},
+      run_process({qrun_binary().string(), "serve", "-m", shared_model("stories260K.gguf"),
+                   "--port", std::to_string(s.port()), "-q"},
                   StdinKind::kDevNull, "", 30s);
   EXPECT_EQ(busy.exit_code, 3) << busy.err;
   EXPECT_NE(busy.err.find("cannot listen on 127.0.0.1:" + std::to_string(s.port())),
             std::string::npos)
       << busy.err;
-  const ProcessResult bad =
-      run_process({qrun_binary().string(), "serve", "-m", model("stories260K.gguf"), "-np", "0"},
-                  StdinKind::kDevNull, "", 30s);
+  const ProcessResult bad = run_process(
+      {qrun_binary().string(), "serve", "-m", shared_model("stories260K.gguf"), "-np", "0"},
+      StdinKind::kDevNull, "", 30s);
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
@@ -74,7 +69,7 @@ TEST(CliServe, BusyPortAndBadFlags) {
 // The raw prompt through /v1/completions is tokenized and generated exactly as `qrun run`
 // does: same text, same token counts, finish_reason "length" at max_tokens.
 TEST(CliServe, GreedyCompletionEqualsQrunRun) {
-  const std::string path = model("TinyLLama-v0-5M-Q4_0.gguf");
+  const std::string path = shared_model("TinyLLama-v0-5M-Q4_0.gguf");
   const Json expected = greedy_run(path, kPrompt, 12);
   ASSERT_EQ(expected["n_tokens"], 12) << expected.dump();
   ServeProcess s({"-m", path});
@@ -123,10 +118,8 @@ TEST(CliServe, GreedyCompletionEqualsQrunRun) {
 // Chat messages go through the chat template: the reply equals a completion of the rendered
 // conversation. Streamed, the first chunk carries the role and the pieces add up.
 TEST(CliServe, ChatRendersThroughTheTemplate) {
-  const std::filesystem::path tmpl = temp_dir() / "roles.jinja";
-  std::ofstream(tmpl) << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-                         "{% if add_generation_prompt %}assistant:{% endif %}";
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file", tmpl.string()});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file",
+                  roles_template().string()});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const Json chat_body = {
@@ -158,9 +151,7 @@ TEST(CliServe, ChatRendersThroughTheTemplate) {
   EXPECT_EQ(e.chunks[0]["object"], "chat.completion.chunk");
   EXPECT_EQ(e.chunks[0]["choices"][0]["delta"]["role"], "assistant");
   EXPECT_FALSE(e.chunks[0].contains("usage"));  // no include_usage
-  std::string text;
-  for (const Json& ch : e.chunks) text += ch["choices"][0]["delta"].value("content", "");
-  EXPECT_EQ(text, chat["choices"][0]["message"]["content"]);
+  EXPECT_EQ(streamed_text(st->body), chat["choices"][0]["message"]["content"]);
   EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
@@ -168,7 +159,7 @@ TEST(CliServe, ChatRendersThroughTheTemplate) {
 // A stop string cuts the text before it and finishes with "stop"; a list works too, and a
 // string that never appears changes nothing.
 TEST(CliServe, StopStrings) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf")});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf")});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const Json body = {{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}};
@@ -191,7 +182,7 @@ TEST(CliServe, StopStrings) {
 // A seed makes a sampled reply reproducible; penalties reach the sampler (a strong
 // frequency penalty changes a greedy reply that repeats words).
 TEST(CliServe, SeedAndPenaltiesReachTheSampler) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf")});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf")});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   auto text = [&](const Json& extra) {
@@ -220,7 +211,7 @@ TEST(CliServe, SeedAndPenaltiesReachTheSampler) {
 }
 
 TEST(CliServe, ErrorsAreOpenAiErrorObjects) {
-  ServeProcess s({"-m", model("stories260K.gguf"), "-c", "64", "--max-body-size", "4096"});
+  ServeProcess s({"-m", shared_model("stories260K.gguf"), "-c", "64", "--max-body-size", "4096"});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   auto post_raw = [&](const std::string& path, const std::string& body) {
@@ -262,7 +253,7 @@ TEST(CliServe, ErrorsAreOpenAiErrorObjects) {
 }
 
 TEST(CliServe, ApiKey) {
-  ServeProcess s({"-m", model("stories260K.gguf"), "--api-key", "sekrit"});
+  ServeProcess s({"-m", shared_model("stories260K.gguf"), "--api-key", "sekrit"});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const Json body = {{"prompt", "a"}, {"max_tokens", 2}};
@@ -283,7 +274,7 @@ TEST(CliServe, ApiKey) {
 
 // -np 4 and 8 clients at once: all finish, and each gets exactly what it gets alone.
 TEST(CliServe, EightConcurrentRequests) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "4", "-c", "1024"});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "4", "-c", "1024"});
   ASSERT_SERVING(s);
   const std::vector<std::string> prompts = {"Once upon a time",  "The dog",     "Lily and Tom",
                                             "One day, a little", "The sun was", "Mom said",
@@ -296,10 +287,7 @@ TEST(CliServe, EightConcurrentRequests) {
   };
   auto text_of = [](const httplib::Result& r, bool stream) {
     if (!stream) return Json::parse(r->body)["choices"][0]["text"].get<std::string>();
-    std::string text;
-    for (const Json& ch : parse_sse(r->body).chunks)
-      text += ch["choices"][0]["text"].get<std::string>();
-    return text;
+    return streamed_text(r->body);
   };
   std::vector<std::string> alone;
   httplib::Client c = s.client();
@@ -329,8 +317,8 @@ TEST(CliServe, EightConcurrentRequests) {
 // -np 1 and no queue: while one long request runs, the others are refused at once with 503,
 // Retry-After and code "overloaded"; the server serves again afterwards.
 TEST(CliServe, OverloadIs503WithRetryAfter) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "--max-queue", "0", "-c",
-                  "1024", "--ignore-eos"});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "--max-queue", "0",
+                  "-c", "1024", "--ignore-eos"});
   ASSERT_SERVING(s);
   const Json body = {{"prompt", kPrompt}, {"max_tokens", 600}, {"temperature", 0}};
   std::vector<std::future<httplib::Result>> futures;
@@ -367,7 +355,7 @@ TEST(CliServe, OverloadIs503WithRetryAfter) {
 // length is timed first, on the same server).
 TEST(CliServe, DisconnectMidStreamFreesTheSlot) {
   ServeProcess s(
-      {"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "1024", "--ignore-eos"});
+      {"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "1024", "--ignore-eos"});
   ASSERT_SERVING(s);
   const Json long_body = {{"prompt", kPrompt}, {"max_tokens", 1000}, {"temperature", 0}};
   httplib::Client c = s.client();
@@ -404,7 +392,7 @@ TEST(CliServe, DisconnectMidStreamFreesTheSlot) {
 
 // SIGTERM during a long generation ends it and the process exits 0.
 TEST(CliServe, SigtermStopsRunningGenerationsAndExitsZero) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-c", "2048", "--ignore-eos"});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-c", "2048", "--ignore-eos"});
   ASSERT_SERVING(s);
   auto running = std::async(std::launch::async, [&] {
     httplib::Client c = s.client();

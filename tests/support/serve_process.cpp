@@ -87,6 +87,10 @@ int ServeProcess::stop(std::chrono::milliseconds timeout) {
   return -1;
 }
 
+std::string shared_model(const std::string& name) {
+  return data_path("models/" + name).string();
+}
+
 Json greedy_run(const std::string& model_path, const std::string& prompt, int n,
                 const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {
@@ -121,6 +125,24 @@ Events parse_sse(const std::string& body) {
     e.chunks.push_back(Json::parse(data));
   }
   return e;
+}
+
+std::string streamed_text(const std::string& body) {
+  std::string text;
+  for (const Json& chunk : parse_sse(body).chunks) {
+    if (chunk["choices"].empty()) continue;
+    const Json& choice = chunk["choices"][0];
+    text += choice.contains("delta") ? choice["delta"].value("content", "")
+                                     : choice["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::filesystem::path roles_template() {
+  const std::filesystem::path path = temp_dir() / "roles.jinja";
+  std::ofstream(path) << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}";
+  return path;
 }
 
 void expect_error(const httplib::Result& r, int status, const std::string& param,

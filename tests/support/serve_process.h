@@ -41,6 +41,9 @@ class ServeProcess {
 
 #define ASSERT_SERVING(server) ASSERT_GT((server).port(), 0) << (server).log()
 
+// A model of the shared test data (models/NAME).
+std::string shared_model(const std::string& name);
+
 // What `qrun run -q --json --temp 0 -t 1 EXTRA...` generates for `prompt` (the oracle the
 // server's greedy output is held to): text, tokens, n_tokens, n_prompt_tokens, ...
 nlohmann::json greedy_run(const std::string& model_path, const std::string& prompt, int n,
@@ -56,6 +59,13 @@ struct Events {
   bool done = false;
 };
 Events parse_sse(const std::string& body);
+// The text of a streamed reply: the chunks' choices[0].text (completions) or
+// choices[0].delta.content (chat) joined; chunks without choices are skipped.
+std::string streamed_text(const std::string& body);
+
+// A chat template file ("ROLE: CONTENT" lines, then "assistant:") in the test's temp dir,
+// for models that carry none.
+std::filesystem::path roles_template();
 
 // Expects OpenAI's error object with `status`, `param` (empty: null) and a message that
 // contains `needle`.
