@@ -280,7 +280,6 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     KvCache& kv = g->lease.kv();
     std::atomic<int64_t>& kv_used = kv_used_[static_cast<size_t>(g->lease.slot())];
     kv.clear();
-    kv_used = static_cast<int64_t>(g->prompt.size());
     metrics_.add_prompt_tokens(static_cast<int64_t>(g->prompt.size()));
     Clock::time_point last_token = g->arrival;
     bool first_token = true;
@@ -299,7 +298,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
         metrics_.observe_inter_token(seconds);
       first_token = false;
       last_token = now;
-      kv_used = kv.n_tokens() + 1;  // the prompt and every token so far (this one is fed next)
+      kv_used = kv.n_tokens();  // the prompt and the tokens fed so far (not yet this one)
       const StopChunk chunk = filter.push(token);
       emit(chunk.text);
       if (client_gone) return TokenAction::kInterrupt;

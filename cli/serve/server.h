@@ -66,7 +66,8 @@ class Server {
   std::vector<std::string> pieces_;  // each token's text for grammars, made at first use
   ServerConfig config_;
   Metrics metrics_;
-  // Per slot: the tokens its running request has in the KV cache (0 when free).
+  // Per slot: the tokens its running request had in the KV cache at its last generated
+  // token (0 before the first one and when the slot is free).
   std::unique_ptr<std::atomic<int64_t>[]> kv_used_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{0};
