@@ -2,7 +2,6 @@
 // grow; a scrape sees each one consistent in itself (one lock per histogram).
 #include "cli/serve/metrics.h"
 
-#include <cinttypes>
 #include <cstdio>
 
 #include "ggml-like/result.h"
@@ -10,7 +9,7 @@
 namespace qrun::cli::serve {
 namespace {
 
-// Prometheus floats: shortest round-trip form, "+Inf" for infinity.
+// A finite float as Prometheus reads it: the shortest form that reads back exactly.
 std::string number(double v) {
   char buf[32];
   double back = 0.0;
