@@ -10,6 +10,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -31,15 +32,39 @@ struct ServeOptions {
   int n_parallel = 1;
   int64_t max_queue = 64;
   size_t max_body = size_t{8} << 20;
-  std::string api_key;
+  std::string api_key;       // --api-key, or QRUN_API_KEY from the environment
+  std::string api_key_file;  // --api-key-file: the key on its first line
+  double timeout_s = 600;
   std::string chat_template_file;
   bool quiet = false;
 };
 
 constexpr int64_t kMinSlotCtx = 16;
 
+// The key from --api-key-file (its first line, surrounding whitespace dropped), else from
+// --api-key, else from QRUN_API_KEY; "" for none. A file that holds no key is a usage error.
+Result<std::string> api_key(const ServeOptions& o) {
+  if (o.api_key_file.empty()) {
+    const char* env = std::getenv("QRUN_API_KEY");
+    return !o.api_key.empty() || env == nullptr ? o.api_key : std::string(env);
+  }
+  Result<std::string> text = read_text_file("--api-key-file", o.api_key_file);
+  if (!text.ok()) return text.error();
+  std::string key = text->substr(0, text->find('\n'));
+  const char* space = " \t\r";
+  key.erase(0, key.find_first_not_of(space));
+  key.erase(key.find_last_not_of(space) + 1);
+  if (key.empty()) {
+    return make_error(ErrorCode::kUsage,
+                      "--api-key-file: '" + o.api_key_file + "' holds no key on its first line");
+  }
+  return key;
+}
+
 Result<void> run_serve(const ServeOptions& o) {
   if (o.sampling.error) return *o.sampling.error;
+  Result<std::string> key = api_key(o);
+  if (!key.ok()) return key.error();
   // Before any thread exists (the backend's pool, httplib's), so that all inherit the mask.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -92,7 +117,8 @@ Result<void> run_serve(const ServeOptions& o) {
 
   serve::ServerConfig config;
   config.sampling = o.sampling;
-  config.api_key = o.api_key;
+  config.api_key = *key;
+  config.timeout_s = o.timeout_s;
   config.n_batch = o.model.batch_size;
   config.model_id = o.model.model.empty()
                         ? s.model_name
@@ -185,16 +211,28 @@ void register_serve(CLI::App& app, Action* selected) {
   cmd->add_option("--max-body-size", o->max_body, "Largest request body in bytes; larger get 413")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 30));
-  cmd->add_option("--api-key", o->api_key,
-                  "Require 'Authorization: Bearer KEY' on every route but /health");
+  CLI::Option* key =
+      cmd->add_option("--api-key", o->api_key,
+                      "Require 'Authorization: Bearer KEY' on every route but /health (also "
+                      "from the environment: QRUN_API_KEY, which `ps` does not show)");
+  add_file_option(cmd, "--api-key-file", o->api_key_file,
+                  "Read the API key from the first line of FILE (instead of --api-key)")
+      ->excludes(key);
+  cmd->add_option("--timeout", o->timeout_s,
+                  "Seconds a request may run once it has a sequence slot (also -to); then it "
+                  "ends with finish_reason \"length\" and the text so far (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e7));
   add_file_option(cmd, "--chat-template-file", o->chat_template_file,
                   "Jinja chat template file (instead of the model's tokenizer.chat_template)");
   cmd->add_flag("-q,--quiet", o->quiet, "No logs on stderr but the listening address");
   add_sampling_flags(cmd, o->sampling);
   cmd->footer(
-      "Routes: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions.\n"
+      "Routes: GET /health, GET /metrics (Prometheus), GET /v1/models, POST /v1/completions,\n"
+      "POST /v1/chat/completions.\n"
       "Sampling flags are the defaults; a request's temperature, top_p, min_p, top_k, seed,\n"
-      "presence_penalty, frequency_penalty and stop override them.\n"
+      "presence_penalty, frequency_penalty, stop and response_format override them, and its\n"
+      "logit_bias adds to --logit-bias.\n"
       "Exit codes: 0 after SIGINT or SIGTERM, 2 usage, 3 cannot bind or read a file, 4-6 as\n"
       "for `run` while loading the model.");
   cmd->callback([o, selected] { *selected = [o] { return run_serve(*o); }; });

@@ -162,12 +162,9 @@ Result<void> set_grammar(SamplingFlags& f, const std::string& flag, std::string_
 
 // Converts a JSON Schema to the grammar; `flag` leads errors.
 Result<void> set_schema(SamplingFlags& f, const std::string& flag, std::string_view schema) {
-  Result<std::string> gbnf = json_schema_to_grammar(schema);
-  if (!gbnf.ok()) return make_error(ErrorCode::kUsage, flag + ": " + gbnf.error().message);
-  Result<Grammar> g = parse_grammar(*gbnf);
-  QRUN_CHECK(g.ok(), "the grammar made from a JSON schema does not parse: %s\n%s",
-             g.error().message.c_str(), gbnf->c_str());
-  f.grammar = std::make_shared<const Grammar>(std::move(*g));
+  Result<std::shared_ptr<const Grammar>> g = json_schema_grammar(schema);
+  if (!g.ok()) return make_error(ErrorCode::kUsage, flag + ": " + g.error().message);
+  f.grammar = std::move(*g);
   f.grammar_file.clear();
   return {};
 }
@@ -479,6 +476,15 @@ Result<SamplingParams> resolve_sampling_params(const SamplingFlags& flags,
     }
   }
   return p;
+}
+
+Result<std::shared_ptr<const Grammar>> json_schema_grammar(std::string_view schema) {
+  Result<std::string> gbnf = json_schema_to_grammar(schema);
+  if (!gbnf.ok()) return gbnf.error();
+  Result<Grammar> g = parse_grammar(*gbnf);
+  QRUN_CHECK(g.ok(), "the grammar made from a JSON schema does not parse: %s\n%s",
+             g.error().message.c_str(), gbnf->c_str());
+  return std::shared_ptr<const Grammar>(std::make_shared<const Grammar>(std::move(*g)));
 }
 
 Result<void> attach_grammar(const SamplingFlags& flags, const Tokenizer& tokenizer,

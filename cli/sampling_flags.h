@@ -65,6 +65,10 @@ std::string describe_sampling_flags(const SamplingFlags& flags);
 Result<SamplingParams> resolve_sampling_params(const SamplingFlags& flags,
                                                const Tokenizer& tokenizer);
 
+// The grammar of the JSON Schema in `schema` (its text): kUsage from the converter for what it
+// refuses, e.g. "unsupported keyword 'not' at $.properties.name".
+Result<std::shared_ptr<const Grammar>> json_schema_grammar(std::string_view schema);
+
 // With a grammar in `flags`, makes it the constraint of `sampler` (the tokens' pieces and
 // end-of-generation marks from `tokenizer`). kRuntime if the grammar cannot start.
 Result<void> attach_grammar(const SamplingFlags& flags, const Tokenizer& tokenizer,

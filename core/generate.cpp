@@ -22,7 +22,8 @@ double ms_since(Clock::time_point t0) {
 }
 
 bool interrupted(const GenerateParams& params) {
-  return params.interrupt != nullptr && params.interrupt->load(std::memory_order_relaxed);
+  return (params.interrupt != nullptr && params.interrupt->load(std::memory_order_relaxed)) ||
+         (params.deadline != Clock::time_point::max() && Clock::now() >= params.deadline);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -38,6 +39,9 @@ struct GenerateParams {
   int64_t n_predict = -1;  // tokens to generate; < 0: until EOG or the context is full
   int64_t n_batch = 512;   // prompt tokens per forward call (interruptions are seen between)
   const std::atomic<bool>* interrupt = nullptr;  // set (e.g. by SIGINT) to stop early
+  // Past it, generation stops as if interrupted (checked where `interrupt` is: between
+  // prompt chunks and after each token). max(): no limit.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   SpeculativeParams speculative;
 };
 
@@ -46,7 +50,8 @@ enum class StopReason {
   kLength,       // n_predict tokens were generated
   kContext,      // the KV cache is full
   kStop,         // on_token returned TokenAction::kStop (a stop string was completed)
-  kInterrupted,  // on_token returned TokenAction::kInterrupt or *interrupt was set
+  kInterrupted,  // on_token returned TokenAction::kInterrupt, *interrupt was set or the
+                 // deadline passed
 };
 // "eos", "length", "context", "stop", "interrupted"
 const char* stop_reason_name(StopReason reason);

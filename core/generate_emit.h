@@ -35,7 +35,8 @@ class TokenEmitter {
     return params_.n_predict >= 0 ? params_.n_predict - result_.timings.n_gen : -1;
   }
   bool interrupted() const {
-    return params_.interrupt != nullptr && params_.interrupt->load(std::memory_order_relaxed);
+    return (params_.interrupt != nullptr && params_.interrupt->load(std::memory_order_relaxed)) ||
+           (params_.deadline != Clock::time_point::max() && Clock::now() >= params_.deadline);
   }
 
   // Emits `token`, sampled when the cache holds every token before it and has n_free

@@ -1,26 +1,21 @@
-// `qrun serve` over real HTTP: each test starts `qrun serve --port 0` on a shared tiny model,
-// reads the port from its stderr, and talks to it with cpp-httplib's client. Covers the
+// `qrun serve` over real HTTP: each test starts `qrun serve --port 0` on a shared tiny model
+// (tests/support/serve_process.h) and talks to it with cpp-httplib's client. Covers the
 // routes, greedy output equal to `qrun run`, streaming, stop strings, usage, every error
 // status, concurrency, a disconnect mid-stream, and a clean exit on SIGTERM. Every wait has a
 // deadline, so a hung server fails the test instead of stalling CI.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/support/process.h"
+#include "tests/support/serve_process.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::test {
@@ -29,131 +24,10 @@ namespace {
 using Json = nlohmann::json;
 using namespace std::chrono_literals;
 
-std::string model(const std::string& name) {
-  return data_path("models/" + name).string();
-}
-
-// A `qrun serve` child with stderr in a file; SIGTERM and a bounded wait when destroyed.
-class ServeProcess {
- public:
-  explicit ServeProcess(std::vector<std::string> args) {
-    log_ = temp_dir() / "serve.log";
-    args.insert(args.begin(), {qrun_binary().string(), "serve", "--port", "0", "-t", "1"});
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int err = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int null = ::open("/dev/null", O_RDWR);
-      dup2(null, 0);
-      dup2(null, 1);
-      dup2(err, 2);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    const std::regex address("listening on http://127\\.0\\.0\\.1:([0-9]+)");
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::smatch m;
-      const std::string text = log();
-      if (std::regex_search(text, m, address)) {
-        port_ = std::stoi(m[1].str());
-        return;
-      }
-      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
-        exited_ = true;
-        return;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-  }
-  ~ServeProcess() { stop(); }
-
-  int port() const { return port_; }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_connection_timeout(5s);
-    c.set_read_timeout(60s);
-    c.set_write_timeout(10s);
-    return c;
-  }
-  // SIGTERM, then the exit code (killed at the deadline: -1).
-  int stop(std::chrono::milliseconds timeout = 20s) {
-    if (exited_ || pid_ <= 0) return exited_ && WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
-    kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, &status_, 0);
-    exited_ = true;
-    return -1;
-  }
-
- private:
-  std::filesystem::path log_;
-  pid_t pid_ = -1;
-  int port_ = -1;
-  int status_ = 0;
-  bool exited_ = false;
-};
-
-#define ASSERT_SERVING(server) ASSERT_GT((server).port(), 0) << (server).log()
-
-Json post(httplib::Client& c, const std::string& path, const Json& body, int expect_status) {
-  const httplib::Result r = c.Post(path.c_str(), body.dump(), "application/json");
-  EXPECT_TRUE(r) << "no response to " << path << ": " << httplib::to_string(r.error());
-  if (!r) return Json();
-  EXPECT_EQ(r->status, expect_status) << r->body;
-  return Json::parse(r->body, nullptr, false);
-}
-
-// The events of an SSE body: the JSON of each "data: " line, and whether [DONE] ended it.
-struct Events {
-  std::vector<Json> chunks;
-  bool done = false;
-};
-Events parse_sse(const std::string& body) {
-  Events e;
-  size_t pos = 0;
-  while ((pos = body.find("data: ", pos)) != std::string::npos) {
-    const size_t end = body.find("\n\n", pos);
-    const std::string data = body.substr(pos + 6, end - pos - 6);
-    pos = end;
-    if (data == "[DONE]") {
-      e.done = true;
-      EXPECT_EQ(end + 2, body.size()) << "data after [DONE]";
-      break;
-    }
-    e.chunks.push_back(Json::parse(data));
-  }
-  return e;
-}
-
-// What `qrun run --json` generates greedily for `prompt`.
-Json qrun_run(const std::string& model_path, const std::string& prompt, int n) {
-  const ProcessResult r =
-      run_process({qrun_binary().string(), "run", "-m", model_path, "-p", prompt, "-n",
-                   std::to_string(n), "--temp", "0", "-q", "--json", "-t", "1"},
-                  StdinKind::kDevNull, "", 60s);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return Json::parse(r.out);
-}
-
 const char* kPrompt = "Once upon a time";
 
 TEST(CliServe, HealthModelsAndUnknownRoutes) {
-  ServeProcess s({"-m", model("stories260K.gguf")});
+  ServeProcess s({"-m", shared_model("stories260K.gguf")});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const httplib::Result health = c.Get("/health");
@@ -175,19 +49,19 @@ TEST(CliServe, HealthModelsAndUnknownRoutes) {
 
 // A port already in use is exit code 3 with one line naming the address; bad flags are 2.
 TEST(CliServe, BusyPortAndBadFlags) {
-  ServeProcess s({"-m", model("stories260K.gguf")});
+  ServeProcess s({"-m", shared_model("stories260K.gguf")});
   ASSERT_SERVING(s);
   const ProcessResult busy =
-      run_process({qrun_binary().string(), "serve", "-m", model("stories260K.gguf"), "--port",
-                   std::to_string(s.port()), "-q"},
+      run_process({qrun_binary().string(), "serve", "-m", shared_model("stories260K.gguf"),
+                   "--port", std::to_string(s.port()), "-q"},
                   StdinKind::kDevNull, "", 30s);
   EXPECT_EQ(busy.exit_code, 3) << busy.err;
   EXPECT_NE(busy.err.find("cannot listen on 127.0.0.1:" + std::to_string(s.port())),
             std::string::npos)
       << busy.err;
-  const ProcessResult bad =
-      run_process({qrun_binary().string(), "serve", "-m", model("stories260K.gguf"), "-np", "0"},
-                  StdinKind::kDevNull, "", 30s);
+  const ProcessResult bad = run_process(
+      {qrun_binary().string(), "serve", "-m", shared_model("stories260K.gguf"), "-np", "0"},
+      StdinKind::kDevNull, "", 30s);
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
@@ -195,8 +69,8 @@ TEST(CliServe, BusyPortAndBadFlags) {
 // The raw prompt through /v1/completions is tokenized and generated exactly as `qrun run`
 // does: same text, same token counts, finish_reason "length" at max_tokens.
 TEST(CliServe, GreedyCompletionEqualsQrunRun) {
-  const std::string path = model("TinyLLama-v0-5M-Q4_0.gguf");
-  const Json expected = qrun_run(path, kPrompt, 12);
+  const std::string path = shared_model("TinyLLama-v0-5M-Q4_0.gguf");
+  const Json expected = greedy_run(path, kPrompt, 12);
   ASSERT_EQ(expected["n_tokens"], 12) << expected.dump();
   ServeProcess s({"-m", path});
   ASSERT_SERVING(s);
@@ -244,10 +118,8 @@ TEST(CliServe, GreedyCompletionEqualsQrunRun) {
 // Chat messages go through the chat template: the reply equals a completion of the rendered
 // conversation. Streamed, the first chunk carries the role and the pieces add up.
 TEST(CliServe, ChatRendersThroughTheTemplate) {
-  const std::filesystem::path tmpl = temp_dir() / "roles.jinja";
-  std::ofstream(tmpl) << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-                         "{% if add_generation_prompt %}assistant:{% endif %}";
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file", tmpl.string()});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file",
+                  roles_template().string()});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const Json chat_body = {
@@ -279,9 +151,7 @@ TEST(CliServe, ChatRendersThroughTheTemplate) {
   EXPECT_EQ(e.chunks[0]["object"], "chat.completion.chunk");
   EXPECT_EQ(e.chunks[0]["choices"][0]["delta"]["role"], "assistant");
   EXPECT_FALSE(e.chunks[0].contains("usage"));  // no include_usage
-  std::string text;
-  for (const Json& ch : e.chunks) text += ch["choices"][0]["delta"].value("content", "");
-  EXPECT_EQ(text, chat["choices"][0]["message"]["content"]);
+  EXPECT_EQ(streamed_text(st->body), chat["choices"][0]["message"]["content"]);
   EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
@@ -289,7 +159,7 @@ TEST(CliServe, ChatRendersThroughTheTemplate) {
 // A stop string cuts the text before it and finishes with "stop"; a list works too, and a
 // string that never appears changes nothing.
 TEST(CliServe, StopStrings) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf")});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf")});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const Json body = {{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}};
@@ -312,7 +182,7 @@ TEST(CliServe, StopStrings) {
 // A seed makes a sampled reply reproducible; penalties reach the sampler (a strong
 // frequency penalty changes a greedy reply that repeats words).
 TEST(CliServe, SeedAndPenaltiesReachTheSampler) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf")});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf")});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   auto text = [&](const Json& extra) {
@@ -340,25 +210,8 @@ TEST(CliServe, SeedAndPenaltiesReachTheSampler) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
-void expect_error(const httplib::Result& r, int status, const std::string& param,
-                  const std::string& needle) {
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, status) << r->body;
-  const Json j = Json::parse(r->body, nullptr, false);
-  ASSERT_TRUE(j.contains("error")) << r->body;
-  const Json& e = j["error"];
-  EXPECT_TRUE(e["message"].is_string());
-  EXPECT_TRUE(e["type"].is_string());
-  EXPECT_TRUE(e.contains("code"));
-  if (param.empty())
-    EXPECT_TRUE(e["param"].is_null()) << r->body;
-  else
-    EXPECT_EQ(e["param"], param) << r->body;
-  EXPECT_NE(e["message"].get<std::string>().find(needle), std::string::npos) << r->body;
-}
-
 TEST(CliServe, ErrorsAreOpenAiErrorObjects) {
-  ServeProcess s({"-m", model("stories260K.gguf"), "-c", "64", "--max-body-size", "4096"});
+  ServeProcess s({"-m", shared_model("stories260K.gguf"), "-c", "64", "--max-body-size", "4096"});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   auto post_raw = [&](const std::string& path, const std::string& body) {
@@ -400,7 +253,7 @@ TEST(CliServe, ErrorsAreOpenAiErrorObjects) {
 }
 
 TEST(CliServe, ApiKey) {
-  ServeProcess s({"-m", model("stories260K.gguf"), "--api-key", "sekrit"});
+  ServeProcess s({"-m", shared_model("stories260K.gguf"), "--api-key", "sekrit"});
   ASSERT_SERVING(s);
   httplib::Client c = s.client();
   const Json body = {{"prompt", "a"}, {"max_tokens", 2}};
@@ -421,7 +274,7 @@ TEST(CliServe, ApiKey) {
 
 // -np 4 and 8 clients at once: all finish, and each gets exactly what it gets alone.
 TEST(CliServe, EightConcurrentRequests) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "4", "-c", "1024"});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "4", "-c", "1024"});
   ASSERT_SERVING(s);
   const std::vector<std::string> prompts = {"Once upon a time",  "The dog",     "Lily and Tom",
                                             "One day, a little", "The sun was", "Mom said",
@@ -434,10 +287,7 @@ TEST(CliServe, EightConcurrentRequests) {
   };
   auto text_of = [](const httplib::Result& r, bool stream) {
     if (!stream) return Json::parse(r->body)["choices"][0]["text"].get<std::string>();
-    std::string text;
-    for (const Json& ch : parse_sse(r->body).chunks)
-      text += ch["choices"][0]["text"].get<std::string>();
-    return text;
+    return streamed_text(r->body);
   };
   std::vector<std::string> alone;
   httplib::Client c = s.client();
@@ -467,8 +317,8 @@ TEST(CliServe, EightConcurrentRequests) {
 // -np 1 and no queue: while one long request runs, the others are refused at once with 503,
 // Retry-After and code "overloaded"; the server serves again afterwards.
 TEST(CliServe, OverloadIs503WithRetryAfter) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "--max-queue", "0", "-c",
-                  "1024", "--ignore-eos"});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "--max-queue", "0",
+                  "-c", "1024", "--ignore-eos"});
   ASSERT_SERVING(s);
   const Json body = {{"prompt", kPrompt}, {"max_tokens", 600}, {"temperature", 0}};
   std::vector<std::future<httplib::Result>> futures;
@@ -505,7 +355,7 @@ TEST(CliServe, OverloadIs503WithRetryAfter) {
 // length is timed first, on the same server).
 TEST(CliServe, DisconnectMidStreamFreesTheSlot) {
   ServeProcess s(
-      {"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "1024", "--ignore-eos"});
+      {"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "1", "-c", "1024", "--ignore-eos"});
   ASSERT_SERVING(s);
   const Json long_body = {{"prompt", kPrompt}, {"max_tokens", 1000}, {"temperature", 0}};
   httplib::Client c = s.client();
@@ -542,7 +392,7 @@ TEST(CliServe, DisconnectMidStreamFreesTheSlot) {
 
 // SIGTERM during a long generation ends it and the process exits 0.
 TEST(CliServe, SigtermStopsRunningGenerationsAndExitsZero) {
-  ServeProcess s({"-m", model("TinyLLama-v0-5M-Q4_0.gguf"), "-c", "2048", "--ignore-eos"});
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-c", "2048", "--ignore-eos"});
   ASSERT_SERVING(s);
   auto running = std::async(std::launch::async, [&] {
     httplib::Client c = s.client();

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <vector>
 
 #include "core/generate.h"
@@ -125,6 +127,27 @@ TEST_F(Generate, StopReasons) {
     const GenerateResult r = run(kv, prompt_, q, s);
     EXPECT_EQ(r.stop_reason, StopReason::kInterrupted);
     EXPECT_TRUE(r.tokens.empty());
+  }
+  {  // A deadline already past stops it before the prompt; one passing during the
+     // generation (the callback sleeps past it at the third token) stops it after that token.
+    KvCache kv = cache();
+    Sampler s = make_sampler(SamplingParams{0.0f, 0});
+    GenerateParams q = p;
+    q.deadline = std::chrono::steady_clock::now();
+    const GenerateResult r = run(kv, prompt_, q, s);
+    EXPECT_EQ(r.stop_reason, StopReason::kInterrupted);
+    EXPECT_TRUE(r.tokens.empty());
+    EXPECT_EQ(kv.n_tokens(), 0);
+    KvCache kv2 = cache();
+    Sampler s2 = make_sampler(SamplingParams{0.0f, 0});
+    q.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    int n = 0;
+    const GenerateResult r2 = run(kv2, prompt_, q, s2, [&](int32_t) {
+      if (++n == 3) std::this_thread::sleep_until(q.deadline);
+      return TokenAction::kContinue;
+    });
+    EXPECT_EQ(r2.stop_reason, StopReason::kInterrupted);
+    EXPECT_EQ(r2.tokens, std::vector<int32_t>(golden_.begin(), golden_.begin() + 3));
   }
   {  // A full context: 10 free positions after the prompt feed 10 tokens, and the 11th
      // sampled token is emitted but has nowhere to go.

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "cli/sampling_flags.h"
+
 namespace qrun::cli::serve {
 namespace {
 
@@ -136,6 +138,91 @@ bool prompt_field(const Json& body, std::string* out, ApiError* error) {
   return false;
 }
 
+// "logit_bias": an object mapping token ids (decimal strings) to biases in [-100, 100].
+bool logit_bias_field(const Json& body, int32_t n_vocab, std::vector<LogitBias>* out,
+                      ApiError* error) {
+  const auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_object()) {
+    *error = field_error("logit_bias", "must be an object mapping token ids to biases");
+    return false;
+  }
+  for (const auto& [key, value] : it->items()) {
+    const std::string where = "logit_bias[\"" + key + "\"]";
+    int64_t token = -1;
+    if (!key.empty() && key.size() <= 10 &&
+        key.find_first_not_of("0123456789") == std::string::npos) {
+      token = std::stoll(key);
+    }
+    if (token < 0) {
+      *error = field_error("logit_bias", "has the key \"" + key + "\", which is not a token id");
+      return false;
+    }
+    if (token >= n_vocab) {
+      *error = field_error("logit_bias", "has token " + key + ", outside the vocabulary of " +
+                                             std::to_string(n_vocab) + " tokens");
+      return false;
+    }
+    if (!value.is_number()) {
+      *error = field_error(where, "must be a number");
+      error->param = "logit_bias";
+      return false;
+    }
+    const double bias = value.get<double>();
+    if (!std::isfinite(bias) || bias < -100 || bias > 100) {
+      *error = field_error(where, "is " + value.dump() + ", outside [-100, 100]");
+      error->param = "logit_bias";
+      return false;
+    }
+    out->push_back(LogitBias{static_cast<int32_t>(token), static_cast<float>(bias)});
+  }
+  return true;
+}
+
+// "response_format": {"type": "text"}, {"type": "json_object"} (any JSON object) or
+// {"type": "json_schema", "json_schema": {"schema": {...}, "name", "strict", ...}}.
+bool response_format_field(const Json& body, std::shared_ptr<const Grammar>* out, ApiError* error) {
+  const auto it = body.find("response_format");
+  if (it == body.end() || it->is_null()) return true;
+  const auto type = it->is_object() ? it->find("type") : it->end();
+  if (!it->is_object() || type == it->end() || !type->is_string()) {
+    *error = field_error("response_format", "must be an object with a string 'type'");
+    return false;
+  }
+  const std::string kind = type->get<std::string>();
+  if (kind == "text") return true;
+  if (kind == "json_object") {
+    static const std::shared_ptr<const Grammar> any_object =
+        json_schema_grammar(R"({"type": "object", "additionalProperties": true})").value();
+    *out = any_object;
+    return true;
+  }
+  if (kind != "json_schema") {
+    *error =
+        field_error("response_format.type",
+                    "is \"" + kind + "\"; expected \"text\", \"json_object\" or \"json_schema\"");
+    return false;
+  }
+  const Json* schema = nullptr;
+  const auto spec = it->find("json_schema");
+  if (spec != it->end() && spec->is_object()) {
+    const auto found = spec->find("schema");
+    if (found != spec->end() && found->is_object()) schema = &*found;
+  }
+  if (schema == nullptr) {
+    *error = field_error("response_format.json_schema.schema", "must be an object (a JSON Schema)");
+    return false;
+  }
+  Result<std::shared_ptr<const Grammar>> grammar = json_schema_grammar(schema->dump());
+  if (!grammar.ok()) {
+    *error = field_error("response_format.json_schema.schema",
+                         "is not supported: " + grammar.error().message);
+    return false;
+  }
+  *out = std::move(*grammar);
+  return true;
+}
+
 }  // namespace
 
 nlohmann::json error_json(const ApiError& e) {
@@ -147,7 +234,7 @@ nlohmann::json error_json(const ApiError& e) {
 }
 
 std::optional<CompletionRequest> parse_request(const std::string& body_text, Endpoint endpoint,
-                                               ApiError* error) {
+                                               int32_t n_vocab, ApiError* error) {
   const Json body = Json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     error->message = "the request body is not valid JSON";
@@ -219,6 +306,10 @@ std::optional<CompletionRequest> parse_request(const std::string& body_text, End
       return std::nullopt;
     }
   }
+  if (!logit_bias_field(body, n_vocab, &r.logit_bias, error) ||
+      !response_format_field(body, &r.grammar, error)) {
+    return std::nullopt;
+  }
   return r;
 }
 
@@ -231,6 +322,7 @@ SamplingParams request_sampling(const CompletionRequest& r, const SamplingParams
   if (r.presence_penalty) p.presence_penalty = *r.presence_penalty;
   if (r.frequency_penalty) p.frequency_penalty = *r.frequency_penalty;
   if (r.seed) p.seed = *r.seed;
+  p.logit_bias.insert(p.logit_bias.end(), r.logit_bias.begin(), r.logit_bias.end());
   return p;
 }
 

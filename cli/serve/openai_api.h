@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/generate.h"
+#include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
 
 namespace qrun::cli::serve {
@@ -39,14 +41,22 @@ struct CompletionRequest {
   std::optional<std::vector<std::string>> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // logit_bias: {"TOKEN_ID": BIAS, ...}, each bias in [-100, 100] added to its logit.
+  std::vector<LogitBias> logit_bias;
+  // response_format json_object or json_schema: the grammar the output must follow; null
+  // for text (the server's --grammar / --json-schema, if any, then applies).
+  std::shared_ptr<const Grammar> grammar;
 };
 
-// Parses a request body for `endpoint`. Malformed JSON, a missing or wrongly typed field, a
-// value out of range and n != 1 are 400s naming the field.
+// Parses a request body for `endpoint` against a vocabulary of `n_vocab` tokens. Malformed
+// JSON, a missing or wrongly typed field, a value out of range (a logit_bias token outside
+// the vocabulary too), n != 1 and a JSON schema the converter refuses (the message names
+// the keyword) are 400s naming the field.
 std::optional<CompletionRequest> parse_request(const std::string& body, Endpoint endpoint,
-                                               ApiError* error);
+                                               int32_t n_vocab, ApiError* error);
 
-// `defaults` (the server's sampling flags) with the request's overrides applied.
+// `defaults` (the server's sampling flags) with the request's overrides applied; the
+// request's logit biases are added after the server's.
 SamplingParams request_sampling(const CompletionRequest& r, const SamplingParams& defaults);
 
 // OpenAI's finish_reason: "stop" for an end-of-generation token or a stop string, "length"

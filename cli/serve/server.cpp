@@ -12,6 +12,7 @@
 #include "cli/serve/openai_api.h"
 #include "core/conversation.h"
 #include "core/generate.h"
+#include "core/grammar/grammar_stage.h"
 #include "core/stop_strings.h"
 
 namespace qrun::cli::serve {
@@ -87,7 +88,8 @@ Server::Server(Session& session, std::vector<KvCache> slots, int64_t max_queued,
       model_(*session.model),
       slot_ctx_(slots.front().n_ctx()),
       pool_(std::move(slots), max_queued),
-      config_(std::move(config)) {
+      config_(std::move(config)),
+      kv_used_(std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(pool_.n_slots()))) {
   if (chat_template.ok()) {
     template_.emplace(std::move(*chat_template));
     end_of_turn_ = end_of_turn_tokens(*s_.tokenizer, *template_);
@@ -130,11 +132,21 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
                                  "authentication_error", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  if (config_.log_requests) {
-    http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+  // Called once per response written (errors, refusals and streams included).
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.count_response(req.path, res.status);
+    if (config_.log_requests)
       std::fprintf(stderr, "qrun: %s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
-    });
-  }
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    MetricsGauges g;
+    g.slots = pool_.n_slots();
+    g.running = pool_.n_busy();
+    g.queued = pool_.n_queued();
+    for (int i = 0; i < pool_.n_slots(); ++i) g.kv_tokens_used += kv_used_[static_cast<size_t>(i)];
+    g.kv_tokens_total = slot_ctx_ * pool_.n_slots();
+    res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
+  });
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
@@ -153,21 +165,46 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
   });
 }
 
+Result<void> Server::attach(std::shared_ptr<const Grammar> grammar, bool chat, Sampler& sampler) {
+  if (grammar == nullptr) return {};
+  const Tokenizer& tokenizer = *s_.tokenizer;
+  const int32_t n_vocab = tokenizer.n_vocab();
+  std::call_once(pieces_once_, [&] {
+    pieces_.resize(static_cast<size_t>(n_vocab));
+    for (int32_t id = 0; id < n_vocab; ++id)
+      pieces_[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, /*render_special=*/false);
+  });
+  std::vector<uint8_t> is_eog(static_cast<size_t>(n_vocab), 0);
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    const auto i = static_cast<size_t>(id);
+    is_eog[i] = chat ? (i < end_of_turn_.size() && end_of_turn_[i]) : tokenizer.is_eog(id);
+  }
+  Result<std::unique_ptr<ConstraintStage>> stage =
+      make_grammar_stage(std::move(grammar), pieces_, std::move(is_eog));
+  if (!stage.ok()) return stage.error();
+  sampler.set_constraint(std::move(*stage));
+  return {};
+}
+
 // The state of one generation, shared between the handler and the streaming provider.
 struct Generation {
   CompletionRequest request;
   std::vector<int32_t> prompt;
   SlotLease lease;
   ResponseIds ids;
+  std::chrono::steady_clock::time_point arrival;
 };
 
 void Server::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point arrival = Clock::now();
   ApiError error;
-  std::optional<CompletionRequest> parsed =
-      parse_request(req.body, chat ? Endpoint::kChat : Endpoint::kCompletions, &error);
+  std::optional<CompletionRequest> parsed = parse_request(
+      req.body, chat ? Endpoint::kChat : Endpoint::kCompletions, s_.tokenizer->n_vocab(), &error);
   if (!parsed) return send_error(res, error);
   auto g = std::make_shared<Generation>();
   g->request = std::move(*parsed);
+  g->arrival = arrival;
   const Tokenizer& tokenizer = *s_.tokenizer;
 
   // The prompt tokens: a chat rendered through the template, or the raw prompt as
@@ -225,14 +262,27 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
   auto run = [this, g, chat](const std::function<bool(const std::string&)>& write,
                              std::string* text_out) -> Result<GenerateResult> {
     const CompletionRequest& r = g->request;
+    // The time limit starts now that the request holds a slot.
+    Clock::time_point deadline = Clock::time_point::max();
+    if (config_.timeout_s > 0) {
+      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(config_.timeout_s));
+    }
     Result<SamplingParams> defaults = resolve_sampling_params(config_.sampling, *s_.tokenizer);
     if (!defaults.ok()) return defaults.error();
     SamplingParams sp = request_sampling(r, *defaults);
     if (!r.seed && config_.sampling.seed < 0) sp.seed = std::random_device{}();
     Sampler sampler = make_sampler(sp);
-    QRUN_TRY(attach_grammar(config_.sampling, *s_.tokenizer, sampler));
+    // The request's response_format, else the server's grammar flag.
+    QRUN_TRY(attach(r.grammar ? r.grammar : config_.sampling.grammar, chat, sampler));
 
     StopStringFilter filter(*s_.tokenizer, r.stop ? *r.stop : config_.sampling.stops);
+    KvCache& kv = g->lease.kv();
+    std::atomic<int64_t>& kv_used = kv_used_[static_cast<size_t>(g->lease.slot())];
+    kv.clear();
+    metrics_.add_prompt_tokens(static_cast<int64_t>(g->prompt.size()));
+    Clock::time_point last_token = g->arrival;
+    bool first_token = true;
     bool client_gone = false;
     auto emit = [&](const std::string& piece) {
       if (piece.empty() || client_gone) return;
@@ -240,6 +290,15 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
       client_gone = !write(piece);
     };
     OnToken on_token = [&](int32_t token) {
+      const Clock::time_point now = Clock::now();
+      const double seconds = std::chrono::duration<double>(now - last_token).count();
+      if (first_token)
+        metrics_.observe_ttft(seconds);
+      else
+        metrics_.observe_inter_token(seconds);
+      first_token = false;
+      last_token = now;
+      kv_used = kv.n_tokens();  // the prompt and the tokens fed so far (not yet this one)
       const StopChunk chunk = filter.push(token);
       emit(chunk.text);
       if (client_gone) return TokenAction::kInterrupt;
@@ -260,11 +319,20 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     gp.n_predict = r.max_tokens;
     gp.n_batch = config_.n_batch;
     gp.interrupt = &shutting_down_;
-    KvCache& kv = g->lease.kv();
-    kv.clear();
+    gp.deadline = deadline;
     Result<GenerateResult> result =
         generate(model_, *s_.backend, kv, g->prompt, gp, sampler, on_token, is_eog);
-    if (result.ok() && result->stop_reason != StopReason::kStop &&
+    kv_used = 0;
+    if (!result.ok()) return result;
+    metrics_.add_generated_tokens(static_cast<int64_t>(result->tokens.size()));
+    // Interrupted with the client there and no shutdown: the time limit ended it, which the
+    // client sees as "length" with the text so far (as llama-server's t_max_predict_ms).
+    if (result->stop_reason == StopReason::kInterrupted && !client_gone && !shutting_down_.load() &&
+        Clock::now() >= deadline) {
+      metrics_.count_timeout();
+      result->stop_reason = StopReason::kLength;
+    }
+    if (result->stop_reason != StopReason::kStop &&
         result->stop_reason != StopReason::kInterrupted) {
       emit(filter.flush());
     }

@@ -2,18 +2,21 @@
 // Server, over a loaded Session. Each completion request renders and tokenizes its prompt,
 // takes one of the -np sequence slots (core/slot_pool.h; waiting in the bounded queue, or a
 // 503 when it is full), and generates into that slot's own KV cache on the calling HTTP
-// thread. Sequences share the model through SerializedModel: one forward pass at a time.
+// thread, within the per-request time limit. Sequences share the model through
+// SerializedModel: one forward pass at a time. GET /metrics reports what it measures.
 #pragma once
 
 #include <httplib.h>
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/sampling_flags.h"
+#include "cli/serve/metrics.h"
 #include "cli/session.h"
 #include "core/jinja/chat_template.h"
 #include "core/serialized_model.h"
@@ -27,6 +30,9 @@ struct ServerConfig {
   int64_t n_batch = 512;     // prompt tokens per forward call
   std::string model_id;      // "model" in responses and /v1/models
   bool log_requests = true;  // one stderr line per request
+  // Wall-clock seconds a completion may run once it holds a slot (prompt and generation);
+  // past it, it ends with finish_reason "length" and what it generated. 0: no limit.
+  double timeout_s = 600;
 };
 
 class Server {
@@ -45,6 +51,9 @@ class Server {
 
  private:
   void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  // Makes `grammar` the constraint of `sampler`, with the end-of-generation tokens of the
+  // endpoint (a chat's end-of-turn tokens). kRuntime if the grammar cannot start.
+  Result<void> attach(std::shared_ptr<const Grammar> grammar, bool chat, Sampler& sampler);
 
   Session& s_;
   SerializedModel model_;
@@ -53,7 +62,13 @@ class Server {
   std::optional<ChatTemplate> template_;
   std::string template_error_;
   std::vector<bool> end_of_turn_;
+  std::once_flag pieces_once_;
+  std::vector<std::string> pieces_;  // each token's text for grammars, made at first use
   ServerConfig config_;
+  Metrics metrics_;
+  // Per slot: the tokens its running request had in the KV cache at its last generated
+  // token (0 before the first one and when the slot is free).
+  std::unique_ptr<std::atomic<int64_t>[]> kv_used_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{0};
 };
