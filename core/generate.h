@@ -39,6 +39,9 @@ struct GenerateParams {
   int64_t n_batch = 512;   // prompt tokens per forward call (interruptions are seen between)
   const std::atomic<bool>* interrupt = nullptr;  // set (e.g. by SIGINT) to stop early
   SpeculativeParams speculative;
+  // Called once the whole prompt is in the KV cache, before the first token is sampled (a
+  // prompt cache file is written there); an error it returns ends generation with it.
+  std::function<Result<void>()> on_prompt;
 };
 
 enum class StopReason {
