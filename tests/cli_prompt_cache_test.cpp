@@ -110,6 +110,26 @@ TEST(CliPromptCache, WarmOutputEqualsColdOnTheSharedModels) {
   }
 }
 
+// Synthetic models of the other architectures (random weights, the demo vocabulary): Qwen2
+// (QKV biases) and Gemma 3 with a window of 16, whose rings of 47 rows (-b 32) hold fewer
+// positions than the prompt, so only a prompt that extends the cached one reuses it.
+TEST(CliPromptCache, WarmOutputEqualsColdOnSyntheticQwen2AndGemma3) {
+  const fs::path dir = temp_dir();
+  for (const char* arch : {"qwen2", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    const std::string model = (dir / (std::string(arch) + ".gguf")).string();
+    const bool gemma = std::string(arch) == "gemma3";
+    const CommandResult synth =
+        run_command(qrun_binary().string() + " synth -o '" + model + "' --arch " + arch +
+                    " --like tiny --type q8_0" + (gemma ? " --sliding-window 16" : ""));
+    ASSERT_EQ(synth.exit_code, 0) << synth.err;
+    const std::string base = story(8);
+    std::vector<std::string> prompts = {base + "Then they went home.", base};
+    if (!gemma) prompts = variants(base, "Then they went home.");
+    expect_warm_equals_cold(model, base, prompts, "-b 32");
+  }
+}
+
 TEST(CliPromptCache, WarmOutputEqualsColdOnGemmaAcrossSlidingWindowRings) {
   QRUN_REAL_MODEL_OR_SKIP(gemma, "gemma-3-270m-q4_k_m.gguf");
   // Gemma 3 270M: five of six layers see a window of 512. With -b 64 their rings hold 575
