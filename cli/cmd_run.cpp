@@ -206,7 +206,10 @@ Result<void> run_generation(const RunOptions& o) {
   gp.speculative.history = cached;
   if (cache.save) {
     gp.on_prompt = [&] {
-      return save_prompt_cache(o.prompt_cache, cache.fingerprint, s.kv, tokens);
+      Result<void> saved = save_prompt_cache(o.prompt_cache, cache.fingerprint, s.kv, tokens);
+      if (saved.ok()) return saved;
+      return Result<void>(
+          make_error(saved.error().code, "--prompt-cache " + saved.error().message));
     };
   }
   gp.n_batch = o.model.batch_size;

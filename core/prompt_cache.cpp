@@ -161,8 +161,8 @@ Result<void> save_prompt_cache(const std::string& path, uint64_t fingerprint, co
   const std::string tmp = path + ".tmp";
   FilePtr file(std::fopen(tmp.c_str(), "wb"));
   if (!file) {
-    return make_error(ErrorCode::kIo, format("--prompt-cache %s: cannot create %s: %s",
-                                             path.c_str(), tmp.c_str(), std::strerror(errno)));
+    return make_error(ErrorCode::kIo, format("%s: cannot create %s: %s", path.c_str(), tmp.c_str(),
+                                             std::strerror(errno)));
   }
   std::setvbuf(file.get(), nullptr, _IOFBF, size_t{1} << 20);
   Out out(file.get());
@@ -196,14 +196,14 @@ Result<void> save_prompt_cache(const std::string& path, uint64_t fingerprint, co
   const bool closed = std::fclose(file.release()) == 0;
   if (!written || !closed) {
     std::remove(tmp.c_str());
-    return make_error(ErrorCode::kIo, format("--prompt-cache %s: cannot write %s: %s", path.c_str(),
-                                             tmp.c_str(), std::strerror(write_errno)));
+    return make_error(ErrorCode::kIo, format("%s: cannot write %s: %s", path.c_str(), tmp.c_str(),
+                                             std::strerror(write_errno)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     std::remove(tmp.c_str());
-    return make_error(ErrorCode::kIo, format("--prompt-cache %s: cannot rename %s into place: %s",
-                                             path.c_str(), tmp.c_str(), std::strerror(e)));
+    return make_error(ErrorCode::kIo, format("%s: cannot rename %s into place: %s", path.c_str(),
+                                             tmp.c_str(), std::strerror(e)));
   }
   return {};
 }

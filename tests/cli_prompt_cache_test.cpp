@@ -266,5 +266,52 @@ TEST(CliPromptCache, UsageAndWriteErrorsAreOneLineWithTheirExitCodes) {
       << write.err;
 }
 
+// Chat: /save FILE --kv keeps the KV state as FILE.kv; /load FILE in a new process restores
+// it and prefills only what the saved cache does not hold, and the next reply is the one the
+// first process gave. A corrupt FILE.kv is a warning and a full prefill.
+TEST(CliPromptCache, ChatSaveKvThenLoadResumesWithoutPrefill) {
+  const fs::path dir = temp_dir();
+  const std::string model = (dir / "phi3.gguf").string();
+  const std::string vocab = data_path("vocab/ggml-vocab-phi-3.gguf").string();
+  ASSERT_EQ(run_command(qrun_binary().string() + " synth -o '" + model +
+                        "' --like tiny --seed 3 --vocab '" + vocab + "'")
+                .exit_code,
+            0);
+  const std::string chat = qrun_binary().string() + " chat -m '" + model +
+                           "' --temp 0 -t 1 -n 8 --ignore-eos --no-history";
+  const std::string saved = (dir / "conv.json").string();
+  const CommandResult first =
+      run_command(chat, "Hello there, tell me a story\n/save " + saved + " --kv\nAnd then?\n");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.err.find("cached tokens to " + saved + ".kv"), std::string::npos) << first.err;
+  ASSERT_TRUE(fs::exists(saved + ".kv"));
+  EXPECT_FALSE(fs::exists(saved + ".kv.tmp"));
+  const std::string second_reply = first.out.substr(first.out.find('\n') + 1);
+
+  const CommandResult resumed = run_command(chat, "/load " + saved + "\nAnd then?\n");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("tokens restored from " + saved + ".kv"), std::string::npos)
+      << resumed.err;
+  EXPECT_EQ(resumed.out, second_reply);
+
+  std::vector<uint8_t> bytes = read_bytes(saved + ".kv");
+  bytes[bytes.size() / 2] ^= 1;
+  std::ofstream(saved + ".kv", std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const CommandResult corrupt = run_command(chat, "/load " + saved + "\nAnd then?\n");
+  ASSERT_EQ(corrupt.exit_code, 0) << corrupt.err;
+  EXPECT_NE(corrupt.err.find("qrun: warning: " + saved +
+                             ".kv: checksum mismatch (corrupt); "
+                             "prefilling instead"),
+            std::string::npos)
+      << corrupt.err;
+  EXPECT_EQ(corrupt.out, second_reply);
+
+  const CommandResult no_file = run_command(chat, "/save --kv\n");
+  EXPECT_EQ(no_file.exit_code, 2);
+  EXPECT_NE(no_file.err.find("/save: give a file name"), std::string::npos) << no_file.err;
+}
+
 }  // namespace
 }  // namespace qrun::test
