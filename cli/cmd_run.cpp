@@ -3,6 +3,8 @@
 // The prompt comes from -p, -f, or a piped stdin; with -p (or -f) and a piped stdin, the
 // stdin text is context placed before the prompt. Sampling takes llama.cpp's flags
 // (cli/sampling_flags.h); --stop strings are cut from the output. Ctrl-C exits 130.
+// --prompt-cache FILE restores the KV state of a cached prompt prefix and saves the prompt's
+// after prefill (core/prompt_cache.h).
 #include <poll.h>
 #include <unistd.h>
 
