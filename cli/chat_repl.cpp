@@ -1,12 +1,14 @@
 // The chat REPL loop and its slash commands (see chat_repl.h). Invariant: the conversation's
 // kv_tokens() always describe the session's KV cache, so every turn reuses the cached
-// prefix; /load rebuilds the cache by prefilling the loaded conversation.
+// prefix; /load rebuilds the cache by prefilling the loaded conversation, after restoring
+// what FILE.kv (/save FILE --kv) holds of it.
 #include "cli/chat_repl.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +16,7 @@
 #include "cli/repl_commands.h"
 #include "cli/text_file.h"
 #include "cli/timings_report.h"
+#include "core/prompt_cache.h"
 
 namespace qrun::cli {
 namespace {
@@ -306,8 +309,27 @@ void ChatRepl::context() const {
                context_policy_name(settings_.policy));
 }
 
-Result<void> ChatRepl::save(const std::string& path) const {
+Result<void> ChatRepl::save(const std::string& args) const {
+  // "FILE --kv" (or "--kv FILE"): the KV state too.
+  std::string path = args;
+  bool with_kv = false;
+  constexpr std::string_view kKv = "--kv";
+  if (path.size() >= kKv.size() + 1 && path.ends_with(std::string(" ") + std::string(kKv))) {
+    path.resize(path.size() - kKv.size() - 1);
+    with_kv = true;
+  } else if (path.starts_with(std::string(kKv) + " ")) {
+    path.erase(0, kKv.size() + 1);
+    with_kv = true;
+  } else if (path == kKv) {
+    path.clear();
+  }
+  while (!path.empty() && path.back() == ' ') path.pop_back();
+  while (!path.empty() && path.front() == ' ') path.erase(0, 1);
   if (path.empty()) return make_error(ErrorCode::kUsage, "/save: give a file name");
+  if (with_kv && !settings_.kv_on_host) {
+    return make_error(ErrorCode::kUsage,
+                      "/save --kv: the KV cache is on the GPU (-ngl); save without --kv");
+  }
   QRUN_TRY(check_output_path("/save", path));  // a FIFO would block the write forever
   nlohmann::ordered_json j = conv_.to_json();
   j["sampling"] = sampling_to_json(settings_.sampling);
@@ -317,8 +339,43 @@ Result<void> ChatRepl::save(const std::string& path) const {
   out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   out.close();
   if (!out) return make_error(ErrorCode::kIo, "/save: cannot write '" + path + "'");
+  if (with_kv) {
+    const Result<void> kv = save_prompt_cache(
+        path + ".kv", prompt_cache_fingerprint(s_.file.header_bytes()), s_.kv, conv_.kv_tokens());
+    if (!kv.ok()) return make_error(kv.error().code, "/save --kv: " + kv.error().message);
+    std::fprintf(info_, "(saved %zu messages to %s, and %lld cached tokens to %s.kv)\n",
+                 conv_.messages().size(), path.c_str(), static_cast<long long>(s_.kv.n_tokens()),
+                 path.c_str());
+    return {};
+  }
   std::fprintf(info_, "(saved %zu messages to %s)\n", conv_.messages().size(), path.c_str());
   return {};
+}
+
+Result<int64_t> ChatRepl::restore_kv(const std::string& kv_path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(kv_path, ec)) return 0;  // the cache stays as it is
+  if (!settings_.kv_on_host) {
+    if (!settings_.quiet) {
+      std::fprintf(stderr, "qrun: note: %s not used: the KV cache is on the GPU (-ngl)\n",
+                   kv_path.c_str());
+    }
+    return 0;
+  }
+  if (conv_.messages().empty() && conv_.system_prompt().empty()) return 0;
+  Result<std::vector<int32_t>> tokens = conv_.tokenize(false);
+  if (!tokens.ok()) return tokens.error();
+  if (static_cast<int64_t>(tokens->size()) >= s_.kv.n_ctx()) return 0;  // prefill says so
+  s_.kv.clear();
+  conv_.forget_cache();
+  const PromptCacheLoad pc =
+      load_prompt_cache(kv_path, prompt_cache_fingerprint(s_.file.header_bytes()), s_.kv, *tokens,
+                        static_cast<int64_t>(tokens->size()));
+  if (pc.found && !pc.problem.empty() && !settings_.quiet) {
+    std::fprintf(stderr, "qrun: warning: %s; prefilling instead\n", pc.problem.c_str());
+  }
+  conv_.adopt_cache(std::span<const int32_t>(*tokens).first(static_cast<size_t>(pc.n_restored)));
+  return pc.n_restored;
 }
 
 Result<void> ChatRepl::load(const std::string& path) {
@@ -348,9 +405,20 @@ Result<void> ChatRepl::load(const std::string& path) {
   settings_.color = color;
   QRUN_TRY(rebuild_sampler());
   last_.reset();
-  // Rebuild the KV cache now, so that the next message prefills only itself.
+  // Rebuild the KV cache now, so that the next message prefills only itself: from FILE.kv
+  // (/save --kv) as far as it holds this conversation, then by prefilling the rest.
+  Result<int64_t> restored = restore_kv(path + ".kv");
+  if (!restored.ok()) return restored.error();
   Result<int64_t> fed = conv_.prefill(*s_.model, *s_.backend, s_.kv, settings_.n_batch);
   if (!fed.ok()) return fed.error();
+  if (*restored > 0) {
+    std::fprintf(info_,
+                 "(loaded %zu messages from %s; %lld tokens restored from %s.kv, %lld "
+                 "prefilled)\n",
+                 conv_.messages().size(), path.c_str(), static_cast<long long>(*restored),
+                 path.c_str(), static_cast<long long>(*fed));
+    return {};
+  }
   std::fprintf(info_, "(loaded %zu messages from %s; %lld tokens prefilled)\n",
                conv_.messages().size(), path.c_str(), static_cast<long long>(*fed));
   return {};

@@ -26,6 +26,7 @@ struct ChatSettings {
   bool color = false;             // escape codes on stdout (only ever true when it is a terminal)
   bool quiet = false;             // no load log and no per-reply notes on stderr
   SpeculativeParams speculative;  // a drafter (-md, --lookup-ngram), or none
+  bool kv_on_host = true;         // the KV cache is the host's (not -ngl): /save --kv works
 };
 
 class ChatRepl {
@@ -46,8 +47,13 @@ class ChatRepl {
   Result<void> reply(std::optional<std::string> user_message);
   Result<void> rebuild_sampler();
   Result<void> apply_set(const std::string& args);
-  Result<void> save(const std::string& path) const;
+  // /save FILE [--kv]: the conversation as JSON, and with --kv the KV state as FILE.kv.
+  Result<void> save(const std::string& args) const;
+  // /load FILE: the conversation, and the KV state of FILE.kv as far as it matches.
   Result<void> load(const std::string& path);
+  // Restores FILE.kv's prefix of the loaded conversation into the (cleared) cache; returns
+  // the tokens restored (0 without a usable file, with a note saying why).
+  Result<int64_t> restore_kv(const std::string& kv_path);
   void show() const;
   void stats() const;
   void context() const;

@@ -13,6 +13,7 @@
 #include "cli/chat_repl.h"
 #include "cli/commands.h"
 #include "cli/draft_flags.h"
+#include "cli/gpu_offload.h"
 #include "cli/repl_input.h"
 #include "cli/session.h"
 #include "cli/text_file.h"
@@ -124,6 +125,7 @@ Result<void> run_chat(const ChatOptions& o) {
   settings.policy = *policy;
   settings.color = use_color(o.color);
   settings.quiet = o.quiet;
+  settings.kv_on_host = !wants_gpu(o.model.n_gpu_layers);
   SigintGuard sigint;  // Ctrl-C stops a reply or clears the line; it never kills the REPL
   ChatRepl repl(s, conversation, *input, std::move(settings));
   return repl.run();

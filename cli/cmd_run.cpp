@@ -3,21 +3,26 @@
 // The prompt comes from -p, -f, or a piped stdin; with -p (or -f) and a piped stdin, the
 // stdin text is context placed before the prompt. Sampling takes llama.cpp's flags
 // (cli/sampling_flags.h); --stop strings are cut from the output. Ctrl-C exits 130.
+// --prompt-cache FILE restores the KV state of a cached prompt prefix and saves the prompt's
+// after prefill (core/prompt_cache.h).
 #include <poll.h>
 #include <unistd.h>
 
 #include <sys/stat.h>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/draft_flags.h"
+#include "cli/gpu_offload.h"
 #include "cli/repl_input.h"
 #include "cli/sampling_flags.h"
 #include "cli/session.h"
 #include "cli/text_file.h"
 #include "cli/timings_report.h"
 #include "core/generate.h"
+#include "core/prompt_cache.h"
 #include "core/sampling/sampling.h"
 #include "core/stop_strings.h"
 
@@ -36,6 +41,8 @@ struct RunOptions {
   bool quiet = false;
   bool json = false;
   bool no_stdin = false;
+  std::string prompt_cache;  // --prompt-cache FILE ("" for none)
+  bool prompt_cache_ro = false;
 };
 
 // stdin is read only when it is a pipe or a regular file, never a terminal or a socket,
@@ -102,8 +109,54 @@ void print_timings(const GenerateResult& r) {
     std::fprintf(stderr, "qrun: speculative: %s\n", speculative_summary(t).c_str());
 }
 
+struct PromptCacheUse {
+  uint64_t fingerprint = 0;
+  int64_t n_restored = 0;
+  bool save = false;  // write the file after the prompt
+  double ms = 0.0;    // fingerprint and file reading
+};
+
+// --prompt-cache: restores the longest cached prefix of `tokens` into the empty cache (at
+// least one token is left to feed, for the first logits) and says what it did on stderr.
+// The file is (re)written after the prompt unless --prompt-cache-ro is given or a sound file
+// already covers the whole prompt.
+PromptCacheUse restore_prompt_cache(const RunOptions& o, Session& s,
+                                    std::span<const int32_t> tokens) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PromptCacheUse use;
+  use.fingerprint = prompt_cache_fingerprint(s.file.header_bytes());
+  const PromptCacheLoad pc =
+      load_prompt_cache(o.prompt_cache, use.fingerprint, s.kv, tokens,
+                        static_cast<int64_t>(tokens.size()) - 1, o.model.batch_size);
+  use.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  use.n_restored = pc.n_restored;
+  use.save = !o.prompt_cache_ro &&
+             (!pc.problem.empty() || pc.n_common < static_cast<int64_t>(tokens.size()));
+  if (!o.quiet) {
+    if (pc.found && !pc.problem.empty()) {
+      std::fprintf(stderr, "qrun: warning: --prompt-cache %s; starting cold\n", pc.problem.c_str());
+    } else if (!pc.found) {
+      std::fprintf(stderr, "qrun: --prompt-cache %s does not exist yet%s\n", o.prompt_cache.c_str(),
+                   use.save ? "; it will be written after the prompt" : "");
+    } else {
+      std::fprintf(stderr, "qrun: --prompt-cache %s: reusing %lld of %zu prompt tokens (%.1f ms)\n",
+                   o.prompt_cache.c_str(), static_cast<long long>(pc.n_restored), tokens.size(),
+                   use.ms);
+    }
+  }
+  return use;
+}
+
 Result<void> run_generation(const RunOptions& o) {
   if (o.sampling.error) return *o.sampling.error;  // before any I/O
+  if (o.prompt_cache_ro && o.prompt_cache.empty()) {
+    return make_error(ErrorCode::kUsage, "--prompt-cache-ro needs --prompt-cache FILE");
+  }
+  if (!o.prompt_cache.empty() && wants_gpu(o.model.n_gpu_layers)) {
+    return make_error(ErrorCode::kUsage,
+                      "--prompt-cache works with the CPU backend only (the CUDA backend keeps "
+                      "the KV cache on the GPU); drop -ngl or --prompt-cache");
+  }
   Result<std::string> prompt = assemble_prompt(o);
   if (!prompt.ok()) return prompt.error();
   Result<std::unique_ptr<Session>> session = open_session(o.model, !o.quiet);
@@ -138,9 +191,29 @@ Result<void> run_generation(const RunOptions& o) {
     draft = std::move(*d);
   }
 
+  // --prompt-cache: the prefix it restores is not fed again, but the sampler's penalties still
+  // see it first, as in a cold run.
+  PromptCacheUse cache;
+  if (!o.prompt_cache.empty() && !tokens.empty()) {
+    cache = restore_prompt_cache(o, s, tokens);
+    for (int64_t i = 0; i < cache.n_restored; ++i)
+      sampler.accept_prompt(tokens[static_cast<size_t>(i)]);
+  }
+  const std::span<const int32_t> cached(tokens.data(), static_cast<size_t>(cache.n_restored));
+  const std::span<const int32_t> feed = std::span<const int32_t>(tokens).subspan(cached.size());
+
   GenerateParams gp;
   gp.n_predict = o.n_predict;
   gp.speculative = draft.params;
+  gp.speculative.history = cached;
+  if (cache.save) {
+    gp.on_prompt = [&] {
+      Result<void> saved = save_prompt_cache(o.prompt_cache, cache.fingerprint, s.kv, tokens);
+      if (saved.ok()) return saved;
+      return Result<void>(
+          make_error(saved.error().code, "--prompt-cache " + saved.error().message));
+    };
+  }
   gp.n_batch = o.model.batch_size;
   gp.interrupt = &sigint_flag();  // set by SIGINT while the guard below is in place
 
@@ -168,7 +241,7 @@ Result<void> run_generation(const RunOptions& o) {
 
   Result<GenerateResult> r = [&] {
     const SigintGuard sigint;  // Ctrl-C stops generation cleanly (exit code 130)
-    return generate(*s.model, *s.backend, s.kv, tokens, gp, sampler, on_token, is_eog);
+    return generate(*s.model, *s.backend, s.kv, feed, gp, sampler, on_token, is_eog);
   }();
   if (!r.ok()) return r.error();
   if (sampler.constraint() != nullptr && sampler.constraint()->error()) {
@@ -176,6 +249,8 @@ Result<void> run_generation(const RunOptions& o) {
   }
   emit(filter.flush());
   r->timings.load_ms = s.load_ms;
+  r->timings.prompt_ms += cache.ms;  // reading the prompt cache is part of the prompt's time
+  r->timings.ttft_ms += cache.ms;
 
   if (o.json) {
     nlohmann::json j = {{"prompt_tokens", tokens},
@@ -188,6 +263,7 @@ Result<void> run_generation(const RunOptions& o) {
                         {"sampler", sampler.describe()},
                         {"timings", timings_json(r->timings)}};
     if (r->stop_reason == StopReason::kStop) j["stop_string"] = std::string(filter.matched());
+    if (!o.prompt_cache.empty()) j["n_cached_tokens"] = cache.n_restored;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   std::fflush(stdout);
@@ -221,6 +297,10 @@ void register_run(CLI::App& app, Action* selected) {
   cmd->add_flag("--no-stdin", o->no_stdin, "Never read stdin, even when it is a pipe");
   add_sampling_flags(cmd, o->sampling);
   add_draft_flags(cmd, o->draft);
+  add_file_option(cmd, "--prompt-cache", o->prompt_cache,
+                  "Reuse the KV state of a cached prompt prefix from FILE, and save the prompt's "
+                  "state there");
+  cmd->add_flag("--prompt-cache-ro", o->prompt_cache_ro, "Read --prompt-cache but never write it");
   cmd->footer(
       "stdout carries only the generated text (with --json, one JSON object: tokens, text,\n"
       "stop_reason eos|length|context|stop|interrupted, token counts, seed, sampler, timings);\n"
@@ -233,6 +313,10 @@ void register_run(CLI::App& app, Action* selected) {
       "grammar is complete and nothing more can follow.\n"
       "-md/--model-draft or --lookup-ngram: speculative decoding, the same output law as\n"
       "without (token for token under --temp 0); timings add drafted and accepted tokens.\n"
+      "--prompt-cache FILE: a prompt that starts with FILE's tokens prefills only the rest; after\n"
+      "the prompt, its KV state is written to FILE (through FILE.tmp and a rename) unless FILE\n"
+      "already covers it or --prompt-cache-ro is given. A missing, corrupt or mismatched FILE\n"
+      "(another model, cache type or shape) is a cold start with a warning. CPU only (not -ngl).\n"
       "Exit codes: 0 ok (whatever the stop reason, but an interruption), 1 runtime error,\n"
       "2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context overflow, 130 "
       "interrupted.");

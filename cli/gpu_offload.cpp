@@ -42,6 +42,14 @@ int64_t gpu_layers(const std::string& ngl) {
   return n;
 }
 
+}  // namespace
+
+bool wants_gpu(const std::string& ngl) {
+  return gpu_layers(ngl) != 0;
+}
+
+namespace {
+
 #if defined(QRUN_HAVE_CUDA)
 // Bytes the CUDA backend copies to the device: every tensor but an untied embedding table,
 // which get_rows reads on the host.

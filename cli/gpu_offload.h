@@ -16,6 +16,9 @@ namespace qrun::cli {
 // Declares -ngl/--n-gpu-layers (N or "all") on `cmd`, bound to `value`.
 void add_gpu_layers_flag(CLI::App* cmd, std::string& value);
 
+// Whether -ngl asks for the GPU (anything but 0).
+bool wants_gpu(const std::string& ngl);
+
 // The CUDA backend for `model` when -ngl asks for the GPU, else null (-ngl 0, the CPU).
 // Before it is made, the memory plan (weights, KV cache, scratch against the device's free
 // memory) goes to stderr when `log`; errors name the flag: qrun built without CUDA, no

@@ -17,10 +17,12 @@ constexpr std::array kCommands = {
                 "change sampling settings (any sampling flag without dashes, e.g. temp=0.2 "
                 "top-k=20 stop=\"\\n\\n\"), n-predict or context-policy"},
     CommandSpec{Command::kShow, "show", "", "the model, template and settings"},
-    CommandSpec{Command::kSave, "save", "FILE",
-                "save the conversation and sampling settings as JSON"},
+    CommandSpec{Command::kSave, "save", "FILE [--kv]",
+                "save the conversation and sampling settings as JSON (--kv: and the KV cache "
+                "as FILE.kv)"},
     CommandSpec{Command::kLoad, "load", "FILE",
-                "load a saved conversation and settings, and prefill it"},
+                "load a saved conversation and settings, and prefill it (from FILE.kv when "
+                "there)"},
     CommandSpec{Command::kRegen, "regen", "", "drop the last reply and generate it again"},
     CommandSpec{Command::kUndo, "undo", "", "drop the last exchange (your message and the reply)"},
     CommandSpec{Command::kStats, "stats", "",

@@ -99,6 +99,10 @@ class Conversation {
   const std::vector<int32_t>& kv_tokens() const { return kv_tokens_; }
   // Call after the cache was cleared or replaced behind the conversation's back.
   void forget_cache() { kv_tokens_.clear(); }
+  // Call after the cache was restored (core/prompt_cache.h) to hold exactly `tokens`.
+  void adopt_cache(std::span<const int32_t> tokens) {
+    kv_tokens_.assign(tokens.begin(), tokens.end());
+  }
 
   // Tokenizes the conversation with the generation prompt and applies `policy` so that it
   // fits in `n_ctx` with `n_reserve` tokens to spare (dropped messages are gone when this

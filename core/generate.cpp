@@ -87,6 +87,7 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
     QRUN_TRY(drafter->prefill(seen));
   }
   result.timings.prompt_ms = ms_since(t_start);
+  if (params.on_prompt) QRUN_TRY(params.on_prompt());
   for (const int32_t t : prompt) sampler.accept_prompt(t);
   result.timings.n_passes = 1;  // the prompt's last pass gives the first token
 

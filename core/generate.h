@@ -43,6 +43,9 @@ struct GenerateParams {
   // prompt chunks and after each token). max(): no limit.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   SpeculativeParams speculative;
+  // Called once the whole prompt is in the KV cache, before the first token is sampled (a
+  // prompt cache file is written there); an error it returns ends generation with it.
+  std::function<Result<void>()> on_prompt;
 };
 
 enum class StopReason {

@@ -114,9 +114,47 @@ int64_t KvCache::keepable(int64_t n) const {
   for (const Layer& l : layers_) {
     // The ring holds positions n_written - rows and later; the token at n reads from
     // n - window + 1.
-    if (l.rows < n_ctx_ && std::max<int64_t>(0, n - l.window + 1) < n_written_ - l.rows) return 0;
+    const int64_t first_read = std::max<int64_t>(0, n - l.window + 1);
+    if (l.rows < n_ctx_ && first_read < n_written_ - l.rows) return 0;
+    if (l.window > 0 && first_read < n_floor_) return 0;  // not restored
   }
   return n;
+}
+
+int64_t KvCache::first_held(int64_t il) const {
+  const Layer& l = layers_[static_cast<size_t>(il)];
+  if (l.window == 0) return 0;
+  return std::max({int64_t{0}, n_written_ - l.rows, n_floor_});
+}
+
+std::span<const uint8_t> KvCache::k_row(int64_t il, int64_t pos) const {
+  const Layer& l = layers_[static_cast<size_t>(il)];
+  return {k_.get() + l.k_offset + k_row_bytes_ * static_cast<size_t>(pos % l.rows), k_row_bytes_};
+}
+
+std::span<const uint8_t> KvCache::v_row(int64_t il, int64_t pos) const {
+  const Layer& l = layers_[static_cast<size_t>(il)];
+  return {v_.get() + l.v_offset + v_row_bytes_ * static_cast<size_t>(pos % l.rows), v_row_bytes_};
+}
+
+std::span<uint8_t> KvCache::k_row(int64_t il, int64_t pos) {
+  const std::span<const uint8_t> row = std::as_const(*this).k_row(il, pos);
+  return {const_cast<uint8_t*>(row.data()), row.size()};
+}
+
+std::span<uint8_t> KvCache::v_row(int64_t il, int64_t pos) {
+  const std::span<const uint8_t> row = std::as_const(*this).v_row(il, pos);
+  return {const_cast<uint8_t*>(row.data()), row.size()};
+}
+
+void KvCache::restore(int64_t n, int64_t floor) {
+  QRUN_CHECK(n_tokens_ == 0 && n >= 0 && n <= n_ctx_ && floor >= 0 && floor <= n,
+             "KV cache: restore %lld tokens (floor %lld) into a cache of %lld holding %lld",
+             static_cast<long long>(n), static_cast<long long>(floor),
+             static_cast<long long>(n_ctx_), static_cast<long long>(n_tokens_));
+  n_tokens_ = n;
+  n_written_ = n;
+  n_floor_ = floor;
 }
 
 void KvCache::truncate(int64_t n) {
@@ -124,7 +162,7 @@ void KvCache::truncate(int64_t n) {
              "KV cache: truncate to %lld of %lld tokens", static_cast<long long>(n),
              static_cast<long long>(n_tokens_));
   n_tokens_ = n;
-  if (n == 0) n_written_ = 0;
+  if (n == 0) n_written_ = n_floor_ = 0;
 }
 
 std::string kv_memory_summary(const KvCache& kv) {

@@ -84,6 +84,24 @@ class KvCache {
   void truncate(int64_t n);
   void clear() { truncate(0); }
 
+  // Saving and restoring a state (core/prompt_cache.h). Bytes of one K and one V row:
+  size_t k_row_bytes() const { return k_row_bytes_; }
+  size_t v_row_bytes() const { return v_row_bytes_; }
+  // The sliding window of layer il (0: it reads every position).
+  int64_t layer_window(int64_t il) const { return layers_[static_cast<size_t>(il)].window; }
+  // The lowest position whose rows layer il still holds: 0 for a layer that reads every
+  // position; for a windowed one, what its ring (or a restored state) has not overwritten.
+  int64_t first_held(int64_t il) const;
+  // The K and V rows of position pos in layer il (first_held(il) <= pos < n_ctx).
+  std::span<const uint8_t> k_row(int64_t il, int64_t pos) const;
+  std::span<const uint8_t> v_row(int64_t il, int64_t pos) const;
+  std::span<uint8_t> k_row(int64_t il, int64_t pos);
+  std::span<uint8_t> v_row(int64_t il, int64_t pos);
+  // After the rows of positions 0 .. n - 1 were written through k_row()/v_row() into an
+  // empty cache, with windowed layers holding none below `floor`: marks them valid, and
+  // keepable() from then on keeps no prefix whose next token reads below floor.
+  void restore(int64_t n, int64_t floor);
+
  private:
   struct Layer {
     int64_t window = 0;  // 0: every position
@@ -100,6 +118,7 @@ class KvCache {
   KvTypes types_;
   int64_t n_tokens_ = 0;
   int64_t n_written_ = 0;   // the furthest position written since the cache was empty, plus one
+  int64_t n_floor_ = 0;     // windowed layers hold no position below it (a restored state)
   size_t k_row_bytes_ = 0;  // bytes of one K row
   size_t v_row_bytes_ = 0;  // bytes of one V row
   int64_t total_rows_ = 0;

@@ -89,6 +89,17 @@ const std::vector<Row>& rows() {
        2,
        "'q4_1' is not a KV cache type (use f32, f16, bf16, q8_0 or q4_0)"},
       {{"run", "-q", "-p", "x", "-ctk", "q9"}, K::kDevNull, 2, "--cache-type-k"},
+      {{"run", "-q", "-p", "x", "--prompt-cache", ""}, K::kDevNull, 2, "--prompt-cache: empty"},
+      {{"run", "-q", "-p", "x", "--prompt-cache-ro"}, K::kDevNull, 2, "needs --prompt-cache"},
+      // A directory is no cache to read (a cold start), and cannot be replaced by one.
+      {{"run", "-q", "-n", "1", "-p", "x", "--prompt-cache", "{dir}"},
+       K::kDevNull,
+       3,
+       "--prompt-cache {dir}: cannot rename {dir}.tmp into place"},
+      {{"run", "-q", "-n", "1", "-p", "x", "--prompt-cache", "{missing}", "--prompt-cache-ro"},
+       K::kDevNull,
+       0,
+       ""},
       {{"run", "-q", "-p", "x", "-ctv", ""}, K::kDevNull, 2, "--cache-type-v"},
       // The demo model's heads are 8 wide: a Q8_0 block (32) does not tile them.
       {{"run", "-q", "-p", "x", "-ctv", "q8_0"},

@@ -5,6 +5,7 @@
 // into the mapping, which lives as long as the File.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -108,6 +109,11 @@ class File {
   size_t alignment() const { return alignment_; }
   size_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }
+  // The bytes before the tensor data: header, metadata and tensor infos (what identifies a
+  // model for a saved KV state).
+  std::span<const uint8_t> header_bytes() const {
+    return {base_, static_cast<size_t>(std::min<uint64_t>(data_offset_, size_))};
+  }
   const std::vector<KeyValue>& metadata() const { return kvs_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
