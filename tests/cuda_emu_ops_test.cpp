@@ -110,8 +110,6 @@ TEST(CudaEmuOps, ElementwiseMatchesReference) {
 
 // RMS norm: the mean of squares is summed in double in another order than the reference,
 // which can move the float mean by one ulp at a rounding boundary, hence 4 ulps of |y|.
-// Rows of up to 8192 floats at 16-byte aligned addresses run the vector kernel, others
-// (4097, 8196, or the row at an odd address below) the strided one.
 TEST(CudaEmuOps, RmsNormMatchesReference) {
   std::vector<int64_t> sizes(std::begin(kSizes), std::end(kSizes));
   sizes.insert(sizes.end(), {4096, 8192, 8196});
@@ -164,7 +162,7 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
 }
 
 TEST(CudaEmuOps, FusedQuantizedOutputsMatchSeparateLaunches) {
-  for (int64_t n : {32, 96, 4096, 4128, 8224}) {  // (8224: the strided RMS norm kernel)
+  for (int64_t n : {32, 96, 4096, 4128}) {
     for (int64_t n_rows : {1, 3}) {
       const int64_t total = n * n_rows;
       const std::vector<float> x = random_vector(total, 5);

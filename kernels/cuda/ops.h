@@ -117,7 +117,7 @@ void mmvq_group(DType type, int64_t n_in, std::span<const MmvqJob> jobs, const B
                 int64_t n_tokens, Stream stream);
 
 // The kernels behind mmvq, which all compute the same function with the same integer dot
-// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v9".
+// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v6".
 // mmvq runs the one QRUN_CUDA_MMVQ names (read once per process; default v5); tests and
 // cuda_mmvq_bench run each by index (0 .. mmvq_variant_count() - 1).
 int mmvq_variant_count();

@@ -15,11 +15,9 @@
 //      loads, the next tile in flight while the lanes dot this one as v1 does; up to 8
 //      tokens per pass (rows not a multiple of 16 bytes, or misaligned: v2's kernel);
 //  v6: v2 with the block's 4 warps on one row (as llama.cpp for one token), their sums
-//      added in warp order;
-//  v7, v8: v5 with tiles of 128 and 256 chunks (a whole row of 4096 or more in flight at
-//      once);
-//  v9: v5 with 2 warps on a row of 2 tiles (4096 wide) and 4 on longer rows (14336), so a
-//      warp reads one or two tiles and the grid has 2 or 4 times the warps.
+//      added in warp order.
+// (Tiles of 128 or 256 chunks, and 2 or 4 warps on a row, measured slower than v5 on an
+// H200: docs/PERFORMANCE_CUDA.md.)
 // Each lane sums its chunks in order, then the warp (then v6's warps): the result differs
 // from a double-precision sum of the same integers and scales by the float rounding of at
 // most n_in / 32 + 8 additions and a few products per chunk;
@@ -179,6 +177,8 @@ void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8
 // size), the next tile's loads in flight while the lanes dot the current one, lane l the
 // chunks l and l + 32 of the tile (vecdot::dot, as v1) for every token. Needs rows that
 // are a multiple of 16 bytes at a 16-byte aligned address (launch_variant checks).
+constexpr int kTileChunks = 64;
+
 template <int kBytes>
 struct alignas(16) Tile {
   int ints[kBytes / 4];
@@ -214,19 +214,13 @@ struct TileGroup {
   int count;
 };
 
-// kTileChunks chunks of 32 weights a tile: 64 (v5, v9), 128 (v7) or 256 (v8), so a row of
-// 4096 takes 2, 1 or half a tile, and a warp has up to a whole tile's loads in flight.
-// kRowWarps warps share a row (v9: 2 or 4 where a row has that many tiles), warp k of them
-// taking tiles k, k + kRowWarps, ...; their sums meet in shared memory, added in warp order.
-template <class T, int kTokens, int kTileChunks, int kRowWarps>
+template <class T, int kTokens>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     mmvq_tile_kernel(TileGroup group, int64_t n_in, const BlockQ8_1* x, int64_t n_tokens) {
   constexpr int kChunksPerBlock = T::kBlockElems / 32;
   constexpr int kTileBytes = kTileChunks / kChunksPerBlock * T::kBlockBytes;
   constexpr int kTileVecsPerLane = (kTileBytes / 16 + kWarp - 1) / kWarp;
-  constexpr int kRows = kRowsPerBlock / kRowWarps;
-  static_assert(kTileChunks % kChunksPerBlock == 0);
-  static_assert(kTileBytes % 16 == 0 && kRows * kRowWarps == kRowsPerBlock);
+  static_assert(kTileChunks % kChunksPerBlock == 0 && kTileBytes % 16 == 0);
   __shared__ Tile<kTileBytes> tiles[kRowsPerBlock];
   // This block's matrix, picked with constant indices (the group stays in parameter space).
   const uint8_t* w = group.w[0];
@@ -243,64 +237,45 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     }
   }
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int sub = warp % kRowWarps;
-  const int64_t o = static_cast<int64_t>(blockIdx.x - first) * kRows + warp / kRowWarps;
-  if (kRowWarps == 1 && o >= n_out) return;  // whole warps leave together
-  // (with kRowWarps > 1 every warp stays for the block's __syncthreads)
-  const bool active = o < n_out;
+  const int64_t o = static_cast<int64_t>(blockIdx.x - first) * kRowsPerBlock + warp;
+  if (o >= n_out) return;                                  // whole warps leave together
   const int lane = static_cast<int>(threadIdx.x % kWarp);  // (provably 0 .. 31 for GCC)
   const int64_t n_chunks = n_in / 32;
   const int64_t row_bytes = n_in / T::kBlockElems * T::kBlockBytes;
-  const uint8_t* row = w + (active ? o : 0) * row_bytes;
+  const uint8_t* row = w + o * row_bytes;
   int* tile = tiles[warp].ints;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const BlockQ8_1* xt[kTokens];
   for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
   float sum[kTokens] = {};
   int v[kTileVecsPerLane][4];
-  // Vector i of the tile of chunk c0 goes to lane i % 32, slot i / 32.
-  const auto start_of = [](int64_t c0) { return c0 / kChunksPerBlock * T::kBlockBytes; };
-  const auto fetch = [&](int64_t c0) {
-    const int64_t vecs = min_i64(row_bytes - start_of(c0), kTileBytes) / 16;
+  // Vector i of the tile at byte `start` goes to lane i % 32, slot i / 32.
+  const auto fetch = [&](int64_t start) {
+    const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
     for (int k = 0; k < kTileVecsPerLane; ++k) {
       const int64_t i = static_cast<int64_t>(k) * kWarp + lane;
-      if (i < vecs) load16(row + start_of(c0) + 16 * i, v[k]);
+      if (i < vecs) load16(row + start + 16 * i, v[k]);
     }
   };
-  constexpr int64_t kStep = int64_t{kTileChunks} * kRowWarps;  // chunks between a warp's tiles
-  const int64_t c_first = int64_t{sub} * kTileChunks;
-  if (active && c_first < n_chunks) fetch(c_first);
-  for (int64_t c0 = c_first; active && c0 < n_chunks; c0 += kStep) {
-    const int64_t vecs = min_i64(row_bytes - start_of(c0), kTileBytes) / 16;
+  fetch(0);
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += kTileChunks) {
+    const int64_t start = c0 / kChunksPerBlock * T::kBlockBytes;
+    const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
     for (int k = 0; k < kTileVecsPerLane; ++k) {
       const int64_t i = static_cast<int64_t>(k) * kWarp + lane;
       if (i < vecs) store16(tile + 4 * i, v[k]);
     }
     __syncwarp();
-    if (c0 + kStep < n_chunks) fetch(c0 + kStep);
+    if (c0 + kTileChunks < n_chunks) fetch(start + kTileBytes);
     const auto* t_bytes = reinterpret_cast<const uint8_t*>(tile);
     for (int j = lane; j < kTileChunks && c0 + j < n_chunks; j += kWarp) {
       for (int t = 0; t < kTokens; ++t) sum[t] += vecdot::dot<T>(t_bytes, j, xt[t][c0 + j]);
     }
     __syncwarp();  // the tile is read before the next store
   }
-  if constexpr (kRowWarps == 1) {
-    for (int t = 0; t < kTokens; ++t) {
-      const float s = warp_sum(sum[t]);
-      if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
-    }
-  } else {
-    __shared__ float partial[kRowsPerBlock][kTokens];
-    for (int t = 0; t < kTokens; ++t) {
-      const float s = warp_sum(sum[t]);
-      if (lane == 0) partial[warp][t] = s;
-    }
-    __syncthreads();
-    if (sub == 0 && active && lane < kTokens && t0 + lane < n_tokens) {
-      float s = partial[warp][lane];
-      for (int r = 1; r < kRowWarps; ++r) s += partial[warp + r][lane];
-      y[(t0 + lane) * n_out + o] = s;
-    }
+  for (int t = 0; t < kTokens; ++t) {
+    const float s = warp_sum(sum[t]);
+    if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
   }
 }
 
@@ -312,12 +287,11 @@ bool tile_rows(const void* w, int64_t n_in) {
          n_in / T::kBlockElems * T::kBlockBytes % 16 == 0;
 }
 
-template <class T, int kTileChunks, int kRowWarps>
+template <class T>
 void launch_mmvq_tile(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8_1* x,
                       int64_t n_tokens, Stream stream) {
   QRUN_CHECK(!jobs.empty() && jobs.size() <= kMaxGroup, "mmvq: a group of %zu matrices",
              jobs.size());
-  constexpr int kRows = kRowsPerBlock / kRowWarps;
   TileGroup group{};
   int64_t blocks = 0;
   for (size_t g = 0; g < jobs.size(); ++g) {
@@ -325,7 +299,7 @@ void launch_mmvq_tile(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8
     group.y[g] = jobs[g].y;
     group.n_out[g] = jobs[g].n_out;
     group.first_block[g] = static_cast<unsigned>(blocks);
-    blocks += (jobs[g].n_out + kRows - 1) / kRows;
+    blocks += (jobs[g].n_out + kRowsPerBlock - 1) / kRowsPerBlock;
   }
   group.count = static_cast<int>(jobs.size());
   QRUN_CHECK(blocks <= 0x7fffffff, "mmvq: %lld blocks", static_cast<long long>(blocks));
@@ -335,46 +309,20 @@ void launch_mmvq_tile(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8
   const dim3 block(kRowsPerBlock * kWarp);
   switch (tokens) {
     case 1:
-      return launch(mmvq_tile_kernel<T, 1, kTileChunks, kRowWarps>, grid, block, stream, group,
-                    n_in, x, n_tokens);
+      return launch(mmvq_tile_kernel<T, 1>, grid, block, stream, group, n_in, x, n_tokens);
     case 2:
-      return launch(mmvq_tile_kernel<T, 2, kTileChunks, kRowWarps>, grid, block, stream, group,
-                    n_in, x, n_tokens);
+      return launch(mmvq_tile_kernel<T, 2>, grid, block, stream, group, n_in, x, n_tokens);
     case 4:
-      return launch(mmvq_tile_kernel<T, 4, kTileChunks, kRowWarps>, grid, block, stream, group,
-                    n_in, x, n_tokens);
+      return launch(mmvq_tile_kernel<T, 4>, grid, block, stream, group, n_in, x, n_tokens);
     default:
-      return launch(mmvq_tile_kernel<T, 8, kTileChunks, kRowWarps>, grid, block, stream, group,
-                    n_in, x, n_tokens);
+      return launch(mmvq_tile_kernel<T, 8>, grid, block, stream, group, n_in, x, n_tokens);
   }
 }
 
 // The variants, by index: v1 = 0.
-constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"};
-constexpr int kVariants = 9;
-
-// The chunks per tile of a tile variant (v5, v7, v8, v9), else 0.
-constexpr int tile_chunks(int variant) {
-  return variant == 4 || variant == 8 ? 64 : variant == 6 ? 128 : variant == 7 ? 256 : 0;
-}
-
-template <class T>
-void launch_tiles(int variant, std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8_1* x,
-                  int64_t n_tokens, Stream stream) {
-  if (variant == 8) {  // v9: a warp a tile for rows of 2 tiles, 4 warps a row from 3 tiles
-    const int64_t tiles = (n_in / 32 + 63) / 64;
-    if (tiles >= 3) return launch_mmvq_tile<T, 64, 4>(jobs, n_in, x, n_tokens, stream);
-    if (tiles == 2) return launch_mmvq_tile<T, 64, 2>(jobs, n_in, x, n_tokens, stream);
-  }
-  switch (tile_chunks(variant)) {
-    case 64:
-      return launch_mmvq_tile<T, 64, 1>(jobs, n_in, x, n_tokens, stream);
-    case 128:
-      return launch_mmvq_tile<T, 128, 1>(jobs, n_in, x, n_tokens, stream);
-    default:
-      return launch_mmvq_tile<T, 256, 1>(jobs, n_in, x, n_tokens, stream);
-  }
-}
+constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4", "v5", "v6"};
+constexpr int kVariants = 6;
+constexpr int kTileVariant = 4;  // v5
 
 template <class T>
 void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
@@ -393,13 +341,10 @@ void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, con
     case 3:  // v4: 2 words a lane, 4 chunks in flight
       return a16 ? launch_mmvq_split<T, 2, 4, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
                  : launch_mmvq_split<T, 2, 4, false>(w, n_in, n_out, x, n_tokens, y, stream);
-    case 4:  // v5, v7, v8, v9: tiles through shared memory, where rows allow; else as v2
-    case 6:
-    case 7:
-    case 8:
+    case 4:  // v5: tiles through shared memory, where rows allow; else as v2
       if (tile_rows<T>(w, n_in)) {
         const MmvqJob job{w, n_out, y};
-        return launch_tiles<T>(variant, std::span(&job, 1), n_in, x, n_tokens, stream);
+        return launch_mmvq_tile<T>(std::span(&job, 1), n_in, x, n_tokens, stream);
       }
       return launch_mmvq_split<T, 2, 2, false>(w, n_in, n_out, x, n_tokens, y, stream);
     case 5:  // v6: as v2 with the block's 4 warps on one row
@@ -423,7 +368,7 @@ int default_variant() {
     for (int v = 0; v < kVariants; ++v) {
       if (std::strcmp(env, kVariantNames[v]) == 0) return v;
     }
-    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1 .. v9", env);
+    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1 .. v6", env);
     return 0;
   }();
   return variant;
@@ -563,12 +508,11 @@ void mmvq_group(DType type, int64_t n_in, std::span<const MmvqJob> jobs, const B
   }
   if (rows == 0 || n_tokens == 0) return;
   with_vecdot(type, [&]<class T>(T) {
-    const int variant = default_variant();
-    const bool tiles = tile_chunks(variant) != 0 && jobs.size() <= kMaxGroup &&
+    const bool tiles = default_variant() == kTileVariant && jobs.size() <= kMaxGroup &&
                        std::all_of(jobs.begin(), jobs.end(), [&](const MmvqJob& job) {
                          return job.n_out > 0 && tile_rows<T>(job.w, n_in);
                        });
-    if (tiles) return launch_tiles<T>(variant, jobs, n_in, x, n_tokens, stream);
+    if (tiles) return launch_mmvq_tile<T>(jobs, n_in, x, n_tokens, stream);
     for (const MmvqJob& job : jobs) {
       if (job.n_out > 0) mmvq(type, job.w, n_in, job.n_out, x, n_tokens, job.y, stream);
     }
