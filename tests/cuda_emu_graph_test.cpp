@@ -251,15 +251,22 @@ TEST(CudaEmuGraphOps, DecodeStepsPastASplitOfAttentionAllocateNothing) {
   EXPECT_EQ(s.flushes, 0);
 }
 
-TEST(CudaEmuGraphOps, QrunCudaGraphsZeroTurnsThemOff) {
+// Graphs are off by default and with QRUN_CUDA_GRAPHS=0, on with QRUN_CUDA_GRAPHS=1.
+TEST(CudaEmuGraphOps, QrunCudaGraphsOneTurnsThemOn) {
   SyntheticStep step;
+  ASSERT_EQ(unsetenv("QRUN_CUDA_GRAPHS"), 0);
+  CudaBackend unset;
   ASSERT_EQ(setenv("QRUN_CUDA_GRAPHS", "0", 1), 0);
   CudaBackend off;
-  ASSERT_EQ(unsetenv("QRUN_CUDA_GRAPHS"), 0);
+  ASSERT_EQ(setenv("QRUN_CUDA_GRAPHS", "1", 1), 0);
   CudaBackend on;
+  ASSERT_EQ(unsetenv("QRUN_CUDA_GRAPHS"), 0);
   for (int32_t pos = 0; pos < 3; ++pos) {
-    ASSERT_EQ(step.run(on, pos, step.w1), step.run(off, pos, step.w1));
+    const auto eager = step.run(off, pos, step.w1);
+    ASSERT_EQ(step.run(on, pos, step.w1), eager);
+    ASSERT_EQ(step.run(unset, pos, step.w1), eager);
   }
+  EXPECT_EQ(unset.graph_stats().captures, 0);
   EXPECT_EQ(off.graph_stats().captures, 0);
   EXPECT_EQ(on.graph_stats().captures, 2);
 }

@@ -29,16 +29,21 @@ constexpr int64_t kGemmMinTokens = 5;
 // that much work is wasted on a small prefill chunk.
 constexpr int64_t kMaxFusedGated = 4 * 32768;
 
-bool on_unless_zero(const char* name) {
+// Whether the environment variable `name` is set, and to something other than 0.
+bool env_on(const char* name, bool unset) {
   const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return v == nullptr ? unset : std::strcmp(v, "0") != 0;
 }
 
 }  // namespace
 
-CudaBackend::CudaBackend() : CudaBackend(on_unless_zero("QRUN_CUDA_GRAPHS")) {}
+// Graphs are off unless asked for: on an H200 decode without them was faster every time it
+// was measured (8B-shaped Q4_0 tg128 304.1 and 304.4 against 272.5 and 287.6 tok/s, 1.1B
+// 752 and 783 against 705 and 668; docs/PERFORMANCE_CUDA.md): a step re-captured each token
+// is launched only once its whole capture is done, where eager launches overlap the GPU.
+CudaBackend::CudaBackend() : CudaBackend(env_on("QRUN_CUDA_GRAPHS", false)) {}
 
-CudaBackend::CudaBackend(bool graphs) : CudaBackend(graphs, on_unless_zero("QRUN_CUDA_FUSE")) {}
+CudaBackend::CudaBackend(bool graphs) : CudaBackend(graphs, env_on("QRUN_CUDA_FUSE", true)) {}
 
 CudaBackend::CudaBackend(bool graphs, bool fuse) : fuse_(fuse), graphs_(graphs) {}
 

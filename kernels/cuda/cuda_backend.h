@@ -25,7 +25,8 @@
 // the update fails), as llama.cpp does. Whatever a capture cannot hold (an allocation, a
 // first weight copy, a new KV layer, an upload from pageable memory, a copy to the host)
 // first ends the capture and launches what it holds, so the work runs in order either
-// way. QRUN_CUDA_GRAPHS=0 runs every step eagerly.
+// way. Off by default (measured slower, see cuda_backend.cpp); QRUN_CUDA_GRAPHS=1 turns
+// them on.
 #pragma once
 
 #include <array>
@@ -51,8 +52,8 @@ class CudaBackend final : public Backend {
     int64_t updates = 0;         // of the launches, those on the kept one, updated
   };
 
-  // Graphs as QRUN_CUDA_GRAPHS says and decode fusions as QRUN_CUDA_FUSE says (each on
-  // unless it is 0), or as given.
+  // Graphs as QRUN_CUDA_GRAPHS says (off unless set and not 0) and decode fusions as
+  // QRUN_CUDA_FUSE says (on unless it is 0), or as given.
   CudaBackend();
   explicit CudaBackend(bool graphs);
   CudaBackend(bool graphs, bool fuse);
