@@ -4,8 +4,9 @@
 // the real check, after one or more shifts the next token's logits equal those of a fresh
 // forward pass over the kept and moved tokens at their new positions, on one-layer llama,
 // qwen2, phi3 (LongRoPE factors, attention factor, partial rotation) and gemma3 (rings)
-// models with every KV cache type (why one layer: see below). The same comparison without
-// the rotation fails, so it can.
+// models with every KV cache type (why one layer: see below); the same comparison without
+// the rotation fails, so it can. In a six-layer gemma3, local and global layers turn their
+// keys with their own RoPE bases, checked against a rotation in double.
 #include "core/context_shift.h"
 
 #include <gtest/gtest.h>
@@ -228,6 +229,7 @@ struct SynthCase {
   int64_t rope_dims = 0;  // phi3: rotate fewer than head_dim
   int64_t orig_ctx = 0;   // phi3: LongRoPE factors and attention factor below the training ctx
   int64_t n_layer = 1;
+  float rope_base = 10000.0f;  // gemma3: the global layers' (the local ones keep 10000)
 };
 
 // A synthetic model of c.n_layer layers with heads of 32, F32 weights (gemma3: every
@@ -244,6 +246,7 @@ gguf::File synth(const SynthCase& c) {
   o.shape.rope_dims = c.rope_dims;
   o.shape.rope_orig_ctx = c.orig_ctx;
   o.shape.n_layer = c.n_layer;
+  o.shape.rope_freq_base = c.rope_base;
   o.recipe = "f32";
   o.weight_std = 0.1f;
   const std::string path =
@@ -390,6 +393,75 @@ TEST(ContextShiftLogits, AttentionFactorIsNotAppliedTwice) {
   ASSERT_TRUE(rope.has_value());
   EXPECT_GT(rope->attn_factor, 1.1f);
   EXPECT_NE(rope->freq_factors, nullptr);
+}
+
+// ---- Deeper models: each layer's keys turn with that layer's RoPE -----------------------
+
+// Neox RoPE of every head of a row, turned by `delta` positions with `base`, in double.
+std::vector<double> neox_turned(std::span<const float> row, int64_t head_dim, int64_t delta,
+                                double base) {
+  std::vector<double> out(row.begin(), row.end());
+  const int64_t half = head_dim / 2;
+  for (size_t h = 0; h * head_dim < row.size(); ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double theta = static_cast<double>(delta) * std::pow(base, -2.0 * i / head_dim);
+      const size_t a = h * head_dim + i;
+      const size_t b = a + half;
+      out[a] = row[a] * std::cos(theta) - row[b] * std::sin(theta);
+      out[b] = row[a] * std::sin(theta) + row[b] * std::cos(theta);
+    }
+  }
+  return out;
+}
+
+TEST(ContextShiftLayers, EachLayerTurnsItsKeysWithItsOwnRope) {
+  // gemma3, 6 layers: 0 .. 4 local (window 8, RoPE base 10000), 5 global (base 1e6).
+  const gguf::File file = synth({"gemma3", 8, 0, 0, 6, 1e6f});
+  Result<std::unique_ptr<Model>> m = models::load_model(file, ModelOptions{4});
+  ASSERT_TRUE(m.ok());
+  kernels::CpuBackend backend(2);
+  Result<KvCache> kv = make_kv_cache(**m, 48, DType::kF32);
+  ASSERT_TRUE(kv.ok());
+  std::vector<int32_t> tokens(48);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7919 % 32000);
+  std::vector<float> logits(static_cast<size_t>((*m)->hparams().n_vocab));
+  ASSERT_TRUE((*m)->forward(backend, tokens, 0, *kv, false, logits.data()).ok());
+  const KvCache before = [&] {  // a copy of every row, through the row accessors
+    Result<KvCache> c = make_kv_cache(**m, 48, DType::kF32);
+    for (int64_t il = 0; il < kv->n_layer(); ++il) {
+      for (int64_t p = kv->first_held(il); p < 48; ++p) {
+        std::ranges::copy(std::as_const(*kv).k_row(il, p), c->k_row(il, p).begin());
+        std::ranges::copy(std::as_const(*kv).v_row(il, p), c->v_row(il, p).begin());
+      }
+    }
+    return std::move(*c);
+  }();
+  const int64_t keep = 4;
+  const int64_t d = 22;
+  ASSERT_TRUE(shift_context(**m, backend, *kv, keep, d).ok());
+  const auto floats = [](std::span<const uint8_t> row) {
+    return std::span<const float>(reinterpret_cast<const float*>(row.data()), row.size() / 4);
+  };
+  for (int64_t il = 0; il < kv->n_layer(); ++il) {
+    const double base = il == 5 ? 1e6 : 1e4;
+    double err = 0.0;
+    double err_other_base = 0.0;  // what a layer turned with the other layers' base is off by
+    for (int64_t q = std::max(keep, kv->first_held(il)); q < 48 - d; ++q) {
+      const std::span<const float> src = floats(before.k_row(il, q + d));
+      const std::span<const float> got = floats(std::as_const(*kv).k_row(il, q));
+      const std::vector<double> want = neox_turned(src, kHeadDim, -d, base);
+      const std::vector<double> other = neox_turned(src, kHeadDim, -d, il == 5 ? 1e4 : 1e6);
+      for (size_t i = 0; i < want.size(); ++i) {
+        err = std::max(err, std::abs(got[i] - want[i]));
+        err_other_base = std::max(err_other_base, std::abs(got[i] - other[i]));
+      }
+      ASSERT_TRUE(std::ranges::equal(std::as_const(*kv).v_row(il, q), before.v_row(il, q + d)))
+          << "layer " << il << " position " << q;
+    }
+    // Measured: at most 1.7e-6 per element; with the other base, 5 or more.
+    EXPECT_LT(err, 1e-5) << "layer " << il;
+    EXPECT_GT(err_other_base, 0.5) << "layer " << il;
+  }
 }
 
 TEST(ContextShift, KeepFollowsLlamaCpp) {
