@@ -2,7 +2,7 @@
 // the KV cache already holds, then sample, stream and feed one token at a time until an
 // end-of-generation token, the token budget, the context end (or, with a context shift,
 // past it), a stop string (the caller's on_token says so) or an interruption. No
-// allocation per token beyond result.tokens.
+// allocation per token beyond result.tokens (a context shift allocates its own scratch).
 #pragma once
 
 #include <atomic>
