@@ -22,9 +22,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/generate.h"
 #include "core/gguf/gguf.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
+#include "core/sampling/sampling.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/registry.h"
 #include "models/synth.h"
@@ -493,6 +495,51 @@ TEST(ContextShift, ChecksBeforeGeneration) {
   r = check_context_shift(**m, *enough, 32);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("leaves nothing to drop"), std::string::npos);
+}
+
+// ---- generate() with a context shift ---------------------------------------------------
+
+TEST(ContextShiftGenerate, GoesPastTheContextOrStopsWhenNothingCanBeDropped) {
+  Result<gguf::File> file = gguf::File::open(test::data_path("models/stories260K.gguf").string());
+  ASSERT_TRUE(file.ok());
+  Result<std::unique_ptr<Model>> m = models::load_model(*file, ModelOptions{16});
+  ASSERT_TRUE(m.ok());
+  kernels::CpuBackend backend(2);
+  const std::vector<int32_t> prompt = {1, 400, 401, 402, 403};
+  const auto run = [&](int64_t n_ctx, int64_t n_predict, ContextShiftParams shift) {
+    Result<KvCache> kv = make_kv_cache(**m, n_ctx, DType::kF32);
+    EXPECT_TRUE(kv.ok());
+    Sampler greedy = make_sampler(SamplingParams{0.0f, 0});
+    GenerateParams p;
+    p.n_predict = n_predict;
+    p.context_shift = std::move(shift);
+    return generate(**m, backend, *kv, prompt, p, greedy, nullptr, nullptr);
+  };
+  std::vector<ContextShift> seen;
+  ContextShiftParams on{true, 2, [&](const ContextShift& c) { seen.push_back(c); }};
+  Result<GenerateResult> r = run(32, 100, on);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->tokens.size(), 100u);
+  EXPECT_EQ(r->stop_reason, StopReason::kLength);
+  // 5 + 99 tokens fed into 32 positions, 15 dropped each time: a shift before the 28th, 43rd,
+  // 58th, 73rd and 88th generated token is fed.
+  ASSERT_EQ(r->n_context_shifts, 5);
+  ASSERT_EQ(seen.size(), 5u);
+  for (const ContextShift& c : seen) {
+    EXPECT_EQ(c.n_past, 32);
+    EXPECT_EQ(c.n_keep, 2);
+    EXPECT_EQ(c.n_discard, 15);
+  }
+  // Keeping 31 of 32 drops nothing: generation stops at the context end, as without a shift.
+  r = run(32, 100, ContextShiftParams{true, 31, nullptr});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop_reason, StopReason::kContext);
+  EXPECT_EQ(r->tokens.size(), 28u);
+  EXPECT_EQ(r->n_context_shifts, 0);
+  // Keeping more than the context is a usage error.
+  r = run(32, 100, ContextShiftParams{true, 33, nullptr});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kUsage);
 }
 
 }  // namespace
