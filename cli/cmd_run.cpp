@@ -4,7 +4,8 @@
 // stdin text is context placed before the prompt. Sampling takes llama.cpp's flags
 // (cli/sampling_flags.h); --stop strings are cut from the output. Ctrl-C exits 130.
 // --prompt-cache FILE restores the KV state of a cached prompt prefix and saves the prompt's
-// after prefill (core/prompt_cache.h).
+// after prefill (core/prompt_cache.h). --context-shift with --keep N goes on past a full
+// context, as llama.cpp does (core/context_shift.h).
 #include <poll.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "cli/session.h"
 #include "cli/text_file.h"
 #include "cli/timings_report.h"
+#include "core/context_shift.h"
 #include "core/generate.h"
 #include "core/prompt_cache.h"
 #include "core/sampling/sampling.h"
@@ -43,6 +45,9 @@ struct RunOptions {
   bool no_stdin = false;
   std::string prompt_cache;  // --prompt-cache FILE ("" for none)
   bool prompt_cache_ro = false;
+  bool context_shift = false;
+  int64_t keep = 0;  // --keep: prompt tokens a shift keeps (-1: all), BOS not counted
+  bool keep_given = false;
 };
 
 // stdin is read only when it is a pipe or a regular file, never a terminal or a socket,
@@ -157,6 +162,19 @@ Result<void> run_generation(const RunOptions& o) {
                       "--prompt-cache works with the CPU backend only (the CUDA backend keeps "
                       "the KV cache on the GPU); drop -ngl or --prompt-cache");
   }
+  if (o.keep_given && !o.context_shift) {
+    return make_error(ErrorCode::kUsage, "--keep needs --context-shift");
+  }
+  if (o.context_shift && wants_gpu(o.model.n_gpu_layers)) {
+    return make_error(ErrorCode::kUsage,
+                      "--context-shift works with the CPU backend only (the CUDA backend keeps "
+                      "the KV cache on the GPU); drop -ngl or --context-shift");
+  }
+  if (o.context_shift && o.draft.enabled()) {
+    return make_error(ErrorCode::kUsage,
+                      "--context-shift does not work with speculative decoding "
+                      "(-md/--model-draft, --lookup-ngram); drop one of them");
+  }
   Result<std::string> prompt = assemble_prompt(o);
   if (!prompt.ok()) return prompt.error();
   Result<std::unique_ptr<Session>> session = open_session(o.model, !o.quiet);
@@ -172,6 +190,14 @@ Result<void> run_generation(const RunOptions& o) {
                "(the model was trained for %lld)",
                tokens.size(), static_cast<long long>(s.kv.n_ctx()),
                static_cast<long long>(s.model->hparams().n_ctx_train)));
+  }
+
+  int64_t n_keep = 0;
+  if (o.context_shift) {
+    const bool added_bos =
+        s.tokenizer->add_bos() && !tokens.empty() && tokens.front() == s.tokenizer->bos();
+    n_keep = resolve_keep(o.keep, static_cast<int64_t>(tokens.size()), added_bos);
+    QRUN_TRY(check_context_shift(*s.model, s.kv, n_keep));
   }
 
   Result<SamplingParams> sp = resolve_sampling_params(o.sampling, *s.tokenizer);
@@ -215,6 +241,16 @@ Result<void> run_generation(const RunOptions& o) {
     };
   }
   gp.n_batch = o.model.batch_size;
+  gp.context_shift.enabled = o.context_shift;
+  gp.context_shift.n_keep = n_keep;
+  if (!o.quiet) {
+    gp.context_shift.on_shift = [](const ContextShift& c) {
+      std::fprintf(stderr,
+                   "qrun: context full at %lld: kept %lld, dropped %lld, continuing (%.1f ms)\n",
+                   static_cast<long long>(c.n_past), static_cast<long long>(c.n_keep),
+                   static_cast<long long>(c.n_discard), c.ms);
+    };
+  }
   gp.interrupt = &sigint_flag();  // set by SIGINT while the guard below is in place
 
   if (o.echo && !o.json) {
@@ -264,6 +300,7 @@ Result<void> run_generation(const RunOptions& o) {
                         {"timings", timings_json(r->timings)}};
     if (r->stop_reason == StopReason::kStop) j["stop_string"] = std::string(filter.matched());
     if (!o.prompt_cache.empty()) j["n_cached_tokens"] = cache.n_restored;
+    if (o.context_shift) j["n_context_shifts"] = r->n_context_shifts;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   std::fflush(stdout);
@@ -301,6 +338,15 @@ void register_run(CLI::App& app, Action* selected) {
                   "Reuse the KV state of a cached prompt prefix from FILE, and save the prompt's "
                   "state there");
   cmd->add_flag("--prompt-cache-ro", o->prompt_cache_ro, "Read --prompt-cache but never write it");
+  cmd->add_flag("--context-shift,!--no-context-shift", o->context_shift,
+                "When the context is full, keep the first --keep prompt tokens, drop half of the "
+                "rest and go on");
+  CLI::Option* keep =
+      cmd->add_option("--keep", o->keep,
+                      "Prompt tokens a context shift keeps (-1: the whole prompt; a BOS token "
+                      "is kept beside them)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{-1}, int64_t{INT32_MAX}));
   cmd->footer(
       "stdout carries only the generated text (with --json, one JSON object: tokens, text,\n"
       "stop_reason eos|length|context|stop|interrupted, token counts, seed, sampler, timings);\n"
@@ -317,11 +363,16 @@ void register_run(CLI::App& app, Action* selected) {
       "the prompt, its KV state is written to FILE (through FILE.tmp and a rename) unless FILE\n"
       "already covers it or --prompt-cache-ro is given. A missing, corrupt or mismatched FILE\n"
       "(another model, cache type or shape) is a cold start with a warning. CPU only (not -ngl).\n"
+      "--context-shift: when the context is full, keep the first --keep N prompt tokens (and BOS;\n"
+      "-1: the whole prompt), drop half of the rest and go on, saying so on stderr; -n -1 then\n"
+      "runs until end of text. Without it generation stops there (stop_reason context).\n"
+      "CPU only (not -ngl); not with speculative decoding.\n"
       "Exit codes: 0 ok (whatever the stop reason, but an interruption), 1 runtime error,\n"
       "2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context overflow, 130 "
       "interrupted.");
-  cmd->callback([o, prompt, selected] {
+  cmd->callback([o, prompt, keep, selected] {
     o->prompt_given = prompt->count() > 0;
+    o->keep_given = keep->count() > 0;
     *selected = [o] { return run_generation(*o); };
   });
 }

@@ -2,7 +2,8 @@
 // chunk's final logits are kept); then each step samples from the latest logits, emits the
 // token and feeds it back, or, with a drafter, speculative decoding takes over after the
 // first token (speculative.cpp). The logits row is the only allocation of the plain loop,
-// made once per call.
+// made once per call; a context shift (context_shift.h), when the cache is full, makes
+// room and the loop goes on.
 #include "core/generate.h"
 
 #include <algorithm>
@@ -62,6 +63,15 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
                static_cast<long long>(kv.n_tokens()), static_cast<long long>(kv.n_ctx())));
   }
   QRUN_TRY(model.check_backend(backend));
+  const ContextShiftParams& shift = params.context_shift;
+  if (shift.enabled && params.speculative.drafter != nullptr) {
+    return make_error(ErrorCode::kUsage, "context shift does not work with speculative decoding");
+  }
+  if (shift.enabled && (shift.n_keep < 0 || shift.n_keep > kv.n_ctx())) {
+    return make_error(ErrorCode::kUsage, format("context shift: cannot keep %lld positions of %lld",
+                                                static_cast<long long>(shift.n_keep),
+                                                static_cast<long long>(kv.n_ctx())));
+  }
 
   GenerateResult result;
   result.timings.n_prompt = n_prompt;
@@ -106,12 +116,23 @@ Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
     if (!stop.ok()) return stop.error();
     result.stop_reason = *stop;
   } else {
-    // Plain decoding: sample, emit, feed one token per pass.
+    // Plain decoding: sample, emit, feed one token per pass. A full cache is shifted before
+    // the token is fed, when a shift drops something.
     for (;;) {
       const int32_t token = sampler.sample(logits);
-      if (const std::optional<StopReason> stop = emitter.emit(token, kv.n_free())) {
+      const int64_t n_discard =
+          shift.enabled && kv.n_free() == 0 ? (kv.n_tokens() - shift.n_keep) / 2 : 0;
+      if (const std::optional<StopReason> stop =
+              emitter.emit(token, std::max(kv.n_free(), n_discard))) {
         result.stop_reason = *stop;
         break;
+      }
+      if (n_discard > 0) {
+        const auto t_shift = Clock::now();
+        const int64_t n_past = kv.n_tokens();
+        QRUN_TRY(shift_context(model, backend, kv, shift.n_keep, n_discard));
+        ++result.n_context_shifts;
+        if (shift.on_shift) shift.on_shift({n_past, shift.n_keep, n_discard, ms_since(t_shift)});
       }
       QRUN_TRY(model.forward(backend, std::span<const int32_t>(&token, 1), kv.n_tokens(), kv, false,
                              logits.data()));

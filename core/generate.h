@@ -1,7 +1,8 @@
 // The generation loop shared by one-shot runs and the chat REPL: feed a prompt after what
 // the KV cache already holds, then sample, stream and feed one token at a time until an
-// end-of-generation token, the token budget, the context end, a stop string (the caller's
-// on_token says so) or an interruption. No allocation per token beyond result.tokens.
+// end-of-generation token, the token budget, the context end (or, with a context shift,
+// past it), a stop string (the caller's on_token says so) or an interruption. No
+// allocation per token beyond result.tokens (a context shift allocates its own scratch).
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "core/context_shift.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "core/sampling/sampling.h"
@@ -35,6 +37,16 @@ struct SpeculativeParams {
   std::span<const int32_t> history;
 };
 
+// Context shift (core/context_shift.h): when the cache is full and a token is to be fed,
+// keep positions 0 .. n_keep - 1, drop half of the rest, and go on; on_shift hears of each
+// shift. Off, generation stops at the context end (StopReason::kContext), as it does when a
+// shift would drop nothing.
+struct ContextShiftParams {
+  bool enabled = false;
+  int64_t n_keep = 0;  // 0 .. kv.n_ctx() (resolve_keep gives llama.cpp's --keep)
+  std::function<void(const ContextShift&)> on_shift;
+};
+
 struct GenerateParams {
   int64_t n_predict = -1;  // tokens to generate; < 0: until EOG or the context is full
   int64_t n_batch = 512;   // prompt tokens per forward call (interruptions are seen between)
@@ -43,6 +55,7 @@ struct GenerateParams {
   // prompt chunks and after each token). max(): no limit.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   SpeculativeParams speculative;
+  ContextShiftParams context_shift;  // not with a drafter (kUsage)
   // Called once the whole prompt is in the KV cache, before the first token is sampled (a
   // prompt cache file is written there); an error it returns ends generation with it.
   std::function<Result<void>()> on_prompt;
@@ -51,7 +64,7 @@ struct GenerateParams {
 enum class StopReason {
   kEos,          // an end-of-generation token (not emitted, not fed), or a complete grammar
   kLength,       // n_predict tokens were generated
-  kContext,      // the KV cache is full
+  kContext,      // the KV cache is full (and no context shift makes room)
   kStop,         // on_token returned TokenAction::kStop (a stop string was completed)
   kInterrupted,  // on_token returned TokenAction::kInterrupt, *interrupt was set or the
                  // deadline passed
@@ -78,6 +91,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // generated tokens, as passed to on_token
   StopReason stop_reason = StopReason::kLength;
   GenerateTimings timings;
+  int64_t n_context_shifts = 0;
 };
 
 // What on_token tells the loop after seeing a token.
@@ -103,7 +117,9 @@ using IsEog = std::function<bool(int32_t token)>;
 // and a grammar constraint sees only the generated text; reuse one Sampler across
 // chat turns to keep that history (Sampler::reset() forgets it).
 // Errors: an empty prompt or a bad token (kUsage); a prompt that does not fit in the
-// remaining context (kContextOverflow); an interruption during the prompt is not an error.
+// remaining context (kContextOverflow); a context shift with a drafter or n_keep outside
+// the context (kUsage), or one the model or a sliding-window ring cannot do (see
+// shift_context); an interruption during the prompt is not an error.
 Result<GenerateResult> generate(Model& model, Backend& backend, KvCache& kv,
                                 std::span<const int32_t> prompt, const GenerateParams& params,
                                 Sampler& sampler, const OnToken& on_token, const IsEog& is_eog);

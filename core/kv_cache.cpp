@@ -3,6 +3,7 @@
 #include "core/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <utility>
@@ -116,7 +117,7 @@ int64_t KvCache::keepable(int64_t n) const {
     // n - window + 1.
     const int64_t first_read = std::max<int64_t>(0, n - l.window + 1);
     if (l.rows < n_ctx_ && first_read < n_written_ - l.rows) return 0;
-    if (l.window > 0 && first_read < n_floor_) return 0;  // not restored
+    if (l.window > 0 && first_read < l.floor) return 0;  // not restored, or shifted out
   }
   return n;
 }
@@ -124,7 +125,7 @@ int64_t KvCache::keepable(int64_t n) const {
 int64_t KvCache::first_held(int64_t il) const {
   const Layer& l = layers_[static_cast<size_t>(il)];
   if (l.window == 0) return 0;
-  return std::max({int64_t{0}, n_written_ - l.rows, n_floor_});
+  return std::max({int64_t{0}, n_written_ - l.rows, l.floor});
 }
 
 std::span<const uint8_t> KvCache::k_row(int64_t il, int64_t pos) const {
@@ -154,7 +155,7 @@ void KvCache::restore(int64_t n, int64_t floor) {
              static_cast<long long>(n_ctx_), static_cast<long long>(n_tokens_));
   n_tokens_ = n;
   n_written_ = n;
-  n_floor_ = floor;
+  for (Layer& l : layers_) l.floor = floor;
 }
 
 void KvCache::truncate(int64_t n) {
@@ -162,7 +163,92 @@ void KvCache::truncate(int64_t n) {
              "KV cache: truncate to %lld of %lld tokens", static_cast<long long>(n),
              static_cast<long long>(n_tokens_));
   n_tokens_ = n;
-  if (n == 0) n_written_ = n_floor_ = 0;
+  if (n == 0) {
+    n_written_ = 0;
+    for (Layer& l : layers_) l.floor = 0;
+  }
+}
+
+int64_t ring_first_after_shift(int64_t held, int64_t n_past, int64_t rows, int64_t n_keep,
+                               int64_t n_discard) {
+  // Kept positions survive from `held` on; moved position q comes from q + n_discard, held
+  // when that is at least `held` (and kept positions below n_keep are then all gone).
+  const int64_t first = held < n_keep ? held : std::max(held - n_discard, n_keep);
+  // Positions q and q + rows share a row: the later one wins.
+  return std::max({int64_t{0}, first, n_past - n_discard - rows});
+}
+
+std::string KvCache::shift_problem(int64_t n_keep, int64_t n_discard) const {
+  const int64_t n_new = n_tokens_ - n_discard;
+  for (int64_t il = 0; il < n_layer_; ++il) {
+    const Layer& l = layers_[static_cast<size_t>(il)];
+    if (l.window == 0) continue;
+    const int64_t first_read = std::max<int64_t>(0, n_new - l.window + 1);
+    const int64_t held =
+        ring_first_after_shift(first_held(il), n_tokens_, l.rows, n_keep, n_discard);
+    if (first_read < held) {
+      return format(
+          "layer %lld's sliding window of %lld positions would read position %lld after "
+          "the shift, which its ring of %lld rows no longer holds",
+          static_cast<long long>(il), static_cast<long long>(l.window),
+          static_cast<long long>(first_read), static_cast<long long>(l.rows));
+    }
+  }
+  return {};
+}
+
+void KvCache::shift(int64_t n_keep, int64_t n_discard, const RotateK& rotate_k) {
+  QRUN_CHECK(n_keep >= 0 && n_discard > 0 && n_keep + n_discard <= n_tokens_ &&
+                 shift_problem(n_keep, n_discard).empty(),
+             "KV cache: shift keeping %lld and dropping %lld of %lld tokens",
+             static_cast<long long>(n_keep), static_cast<long long>(n_discard),
+             static_cast<long long>(n_tokens_));
+  const int64_t n_past = n_tokens_;
+  const int64_t n_new = n_past - n_discard;
+  const int64_t n_elems = n_head_kv_ * head_dim_;
+  const ToFloatFn k_to_float = type_traits(types_.k).to_float;
+  const FromFloatFn k_from_float = type_traits(types_.k).from_float_act;  // as kv_store
+  constexpr int64_t kChunk = 64;  // K rows converted and turned at a time
+  std::vector<float> k(static_cast<size_t>(kChunk * n_elems));
+  std::vector<uint8_t> staged;
+  std::vector<int64_t> floors(layers_.size());  // what each windowed layer holds afterwards
+  for (int64_t il = 0; il < n_layer_; ++il) {
+    const Layer& l = layers_[static_cast<size_t>(il)];
+    // New positions first .. n_new - 1 take the rows of first + n_discard .. n_past - 1.
+    int64_t first = n_keep;
+    if (l.window > 0) {
+      floors[il] = ring_first_after_shift(first_held(il), n_past, l.rows, n_keep, n_discard);
+      first = std::max(first, floors[il]);
+    }
+    // Where the layer wraps (a ring shorter than the positions held), a destination row may
+    // be the source of a later position: the sources are copied out first. Otherwise each
+    // destination lies below every source still to be read.
+    const bool wraps = l.rows < n_past;
+    const size_t row_bytes = k_row_bytes_ + v_row_bytes_;
+    if (wraps) {
+      staged.resize(static_cast<size_t>(n_new - first) * row_bytes);
+      for (int64_t q = first; q < n_new; ++q) {
+        uint8_t* s = staged.data() + static_cast<size_t>(q - first) * row_bytes;
+        std::memcpy(s, k_row(il, q + n_discard).data(), k_row_bytes_);
+        std::memcpy(s + k_row_bytes_, v_row(il, q + n_discard).data(), v_row_bytes_);
+      }
+    }
+    const auto source = [&](int64_t q, bool is_k) -> const uint8_t* {
+      if (!wraps) return is_k ? k_row(il, q + n_discard).data() : v_row(il, q + n_discard).data();
+      return staged.data() + static_cast<size_t>(q - first) * row_bytes + (is_k ? 0 : k_row_bytes_);
+    };
+    for (int64_t q0 = first; q0 < n_new; q0 += kChunk) {
+      const int64_t n = std::min(kChunk, n_new - q0);
+      for (int64_t t = 0; t < n; ++t) k_to_float(source(q0 + t, true), &k[t * n_elems], n_elems);
+      rotate_k(il, k.data(), n);
+      for (int64_t t = 0; t < n; ++t) {
+        k_from_float(&k[t * n_elems], k_row(il, q0 + t).data(), n_elems);
+        std::memcpy(v_row(il, q0 + t).data(), source(q0 + t, false), v_row_bytes_);
+      }
+    }
+  }
+  n_tokens_ = n_written_ = n_new;
+  for (size_t il = 0; il < layers_.size(); ++il) layers_[il].floor = floors[il];
 }
 
 std::string kv_memory_summary(const KvCache& kv) {

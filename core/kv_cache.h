@@ -5,11 +5,13 @@
 // kept as a ring of window - 1 + n_batch rows (position p in row p % rows), so a long context
 // costs O(window) there. n_tokens() positions hold valid rows; models append at n_tokens()
 // (or overwrite from an earlier position) and advance it, and truncate() drops a tail so a
-// chat can rewind, as far as the rings still hold what the next token reads. Memory is not
-// touched until written.
+// chat can rewind, as far as the rings still hold what the next token reads; shift() drops
+// a middle span and moves the later positions down (a context shift). Memory is not touched
+// until written.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -102,10 +104,26 @@ class KvCache {
   // keepable() from then on keeps no prefix whose next token reads below floor.
   void restore(int64_t n, int64_t floor);
 
+  // A context shift (core/context_shift.h): positions n_keep .. n_keep + n_discard - 1 are
+  // dropped and the rows of the later ones, up to n_tokens(), move down by n_discard.
+  // shift_problem() says why a layer could then not give the next token (at
+  // n_tokens() - n_discard) what it reads, or returns an empty string: only a
+  // sliding-window ring can fail, when its window reaches kept positions it no longer holds.
+  std::string shift_problem(int64_t n_keep, int64_t n_discard) const;
+  // K rows of layer il are converted to F32, given to rotate_k(il, k, n_rows) (k: [n_rows,
+  // n_head_kv * head_dim]), which turns them by -n_discard positions, and converted back as
+  // the CPU backend's kv_store writes them; V rows move as they are. Needs
+  // 0 <= n_keep, 0 < n_discard, n_keep + n_discard <= n_tokens() and an empty
+  // shift_problem(); afterwards n_tokens() is n_discard fewer.
+  using RotateK = std::function<void(int64_t il, float* k, int64_t n_rows)>;
+  void shift(int64_t n_keep, int64_t n_discard, const RotateK& rotate_k);
+
  private:
   struct Layer {
     int64_t window = 0;  // 0: every position
     int64_t rows = 0;
+    // A windowed layer holds no position below it (a restored state, a shifted ring).
+    int64_t floor = 0;
     size_t k_offset = 0;  // bytes into k_
     size_t v_offset = 0;  // bytes into v_
   };
@@ -118,7 +136,6 @@ class KvCache {
   KvTypes types_;
   int64_t n_tokens_ = 0;
   int64_t n_written_ = 0;   // the furthest position written since the cache was empty, plus one
-  int64_t n_floor_ = 0;     // windowed layers hold no position below it (a restored state)
   size_t k_row_bytes_ = 0;  // bytes of one K row
   size_t v_row_bytes_ = 0;  // bytes of one V row
   int64_t total_rows_ = 0;
@@ -126,6 +143,13 @@ class KvCache {
   std::unique_ptr<uint8_t[]> k_;  // each layer's rows, one layer after the other
   std::unique_ptr<uint8_t[]> v_;
 };
+
+// The lowest position that a sliding-window ring of `rows` rows, holding positions
+// held .. n_past - 1, holds after a shift that drops n_keep .. n_keep + n_discard - 1 and
+// moves the later positions down: kept positions stay in their rows, moved ones take the
+// rows of their new positions, and a row can hold only one of them.
+int64_t ring_first_after_shift(int64_t held, int64_t n_past, int64_t rows, int64_t n_keep,
+                               int64_t n_discard);
 
 // "9.0 MiB KV", and with sliding-window rings "9.0 MiB KV, 81.0 MiB less than full layers".
 // When K and V differ in type: "5.1 MiB KV (K q8_0 2.4 MiB, V f16 4.5 MiB)" and the like.

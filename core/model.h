@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +59,13 @@ class Model {
 
   // kUnsupported naming the first weight whose type `backend` cannot multiply or look up.
   virtual Result<void> check_backend(const Backend& backend) const = 0;
+
+  // The RoPE that forward() applies to layer il's keys with a cache of n_ctx positions, for
+  // a context shift (core/context_shift.h), which turns cached keys to new positions; nullopt
+  // when the model does not say, and then its cache cannot be shifted.
+  virtual std::optional<RopeParams> key_rope(int64_t il, int64_t n_ctx) const {
+    return std::nullopt;
+  }
 };
 
 // A KV cache shaped for `model`, sliding-window layers as rings. n_ctx <= 0 means the

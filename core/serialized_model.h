@@ -25,6 +25,9 @@ class SerializedModel : public Model {
   Result<void> check_backend(const Backend& backend) const override {
     return inner_.check_backend(backend);
   }
+  std::optional<RopeParams> key_rope(int64_t il, int64_t n_ctx) const override {
+    return inner_.key_rope(il, n_ctx);
+  }
 
  private:
   Model& inner_;

@@ -36,6 +36,9 @@ class Gemma3Model final : public Model {
   Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                        bool all_logits, float* logits_out) override;
   Result<void> check_backend(const Backend& backend) const override;
+  std::optional<RopeParams> key_rope(int64_t il, int64_t /*n_ctx*/) const override {
+    return layers_[static_cast<size_t>(il)].config.rope;
+  }
 
  private:
   Result<void> read_gemma_hparams(const gguf::File& file);

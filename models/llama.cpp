@@ -41,6 +41,9 @@ class LlamaModel final : public Model {
   Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                        bool all_logits, float* logits_out) override;
   Result<void> check_backend(const Backend& backend) const override;
+  std::optional<RopeParams> key_rope(int64_t /*il*/, int64_t /*n_ctx*/) const override {
+    return attn_config_.rope;
+  }
 
  private:
   Result<void> bind_weights(const gguf::File& file);

@@ -53,6 +53,7 @@ class Phi3Model final : public Model {
   Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                        bool all_logits, float* logits_out) override;
   Result<void> check_backend(const Backend& backend) const override;
+  std::optional<RopeParams> key_rope(int64_t il, int64_t n_ctx) const override;
 
  private:
   Result<void> read_phi3_hparams(const gguf::File& file);
@@ -61,6 +62,8 @@ class Phi3Model final : public Model {
                               AttentionWeights* attn);
   void forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                      bool all_logits, float* logits);
+  // The LongRoPE factors for a cache of n_ctx positions (null when the file has none).
+  const float* rope_factors(int64_t n_ctx) const;
 
   ModelHparams hp_;
   int64_t n_batch_ = 0;
@@ -205,12 +208,21 @@ Result<void> Phi3Model::check_backend(const Backend& backend) const {
   return {};
 }
 
+// LongRoPE: the long factors past the original context, as llama.cpp decides it.
+const float* Phi3Model::rope_factors(int64_t n_ctx) const {
+  const int64_t n_ctx_padded = (n_ctx + kLlamaCppCtxPad - 1) / kLlamaCppCtxPad * kLlamaCppCtxPad;
+  return n_ctx_padded > n_ctx_orig_ ? rope_long_ : rope_short_;
+}
+
+std::optional<RopeParams> Phi3Model::key_rope(int64_t /*il*/, int64_t n_ctx) const {
+  RopeParams rope = attn_config_.rope;
+  rope.freq_factors = rope_factors(n_ctx);
+  return rope;
+}
+
 Result<void> Phi3Model::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                 KvCache& kv, bool all_logits, float* logits_out) {
-  // LongRoPE: the long factors past the original context, as llama.cpp decides it.
-  const int64_t n_ctx_padded =
-      (kv.n_ctx() + kLlamaCppCtxPad - 1) / kLlamaCppCtxPad * kLlamaCppCtxPad;
-  attn_config_.rope.freq_factors = n_ctx_padded > n_ctx_orig_ ? rope_long_ : rope_short_;
+  attn_config_.rope.freq_factors = rope_factors(kv.n_ctx());
   return forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
                            [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
                              forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
