@@ -13,6 +13,11 @@
 // (seeded), "tgN sampled" without the grammar and "tgN grammar" with it, so their ratio is
 // the grammar's cost. When the grammar completes (or an end token is sampled) it starts
 // again from its root and decoding goes on.
+// With a drafter (-md/--model-draft FILE or --lookup-ngram N, as `qrun run`), each tg test
+// also decodes greedily through generate(): "tgN greedy" without the drafter and "tgN spec"
+// with it, from the same prompt (the -d tokens and one more), never stopping at an end
+// token; t/s counts the N - 1 tokens after the first, and stderr and the JSON add the
+// drafted and accepted tokens and the tokens per target pass.
 // stdout carries only the table or the JSON; progress goes to stderr.
 #include <algorithm>
 #include <chrono>
@@ -21,8 +26,10 @@
 #include <ctime>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
+#include "cli/draft_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/session.h"
 #include "cli/threads.h"
@@ -49,11 +56,13 @@ struct BenchOptions {
   bool json = false;
   bool memory = false;
   SamplingFlags grammar;  // only the grammar flags are declared
+  DraftFlags draft;       // -md or --lookup-ngram: speculative tg tests too
 };
 
 // How a tg test chooses its tokens: fixed random ones (llama-bench), or sampled from the
-// logits by the default chain, without or with the grammar.
-enum class TgMode { kFixed, kSampled, kGrammar };
+// logits by the default chain, without or with the grammar, or greedy through generate(),
+// without or with the drafter.
+enum class TgMode { kFixed, kSampled, kGrammar, kGreedy, kSpeculative };
 
 // One row of the report: a test at one thread count, with its timed runs.
 struct BenchRecord {
@@ -63,6 +72,7 @@ struct BenchRecord {
   int n_threads = 0;
   TgMode mode = TgMode::kFixed;
   int64_t grammar_restarts = 0;  // times the grammar completed and started again
+  GenerateTimings speculation;   // kGreedy, kSpeculative: the drafts of the timed runs
   std::string test_time;
   std::vector<int64_t> samples_ns;
   const kernels::MemBandwidth* memory = nullptr;  // measured at this thread count, if any
@@ -131,7 +141,23 @@ std::string model_type(const ModelInfo& m) {
 }
 
 const char* mode_name(TgMode m) {
-  return m == TgMode::kFixed ? "" : m == TgMode::kSampled ? " sampled" : " grammar";
+  switch (m) {
+    case TgMode::kFixed:
+      return "";
+    case TgMode::kSampled:
+      return " sampled";
+    case TgMode::kGrammar:
+      return " grammar";
+    case TgMode::kGreedy:
+      return " greedy";
+    case TgMode::kSpeculative:
+      return " spec";
+  }
+  return "";
+}
+
+bool through_generate(TgMode m) {
+  return m == TgMode::kGreedy || m == TgMode::kSpeculative;
 }
 
 std::string test_name(const BenchRecord& r) {
@@ -143,7 +169,8 @@ std::string test_name(const BenchRecord& r) {
 }
 
 std::vector<double> samples_ts(const BenchRecord& r) {
-  const double n = static_cast<double>(r.n_prompt + r.n_gen);
+  // (through generate(), the first token comes with the prompt: N - 1 are timed)
+  const double n = static_cast<double>(r.n_prompt + r.n_gen - (through_generate(r.mode) ? 1 : 0));
   std::vector<double> ts;
   for (int64_t ns : r.samples_ns) ts.push_back(n * 1e9 / static_cast<double>(ns));
   return ts;
@@ -206,7 +233,34 @@ Result<int64_t> run_once(Session& s, std::span<const int32_t> depth, int64_t n_b
       .count();
 }
 
-Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r) {
+// One greedy generation of r.n_gen tokens after the -d tokens and one more, with the
+// drafter of `draft` if given; returns the nanoseconds of the tokens after the first.
+Result<int64_t> run_generate(Session& s, const BenchRecord& r, int64_t n_batch,
+                             const DraftSetup* draft, GenerateTimings& totals) {
+  std::vector<int32_t> prompt = bench_tokens(s, r.n_depth, 4321);
+  prompt.push_back(bench_tokens(s, 1, 1234)[0]);
+  s.kv.clear();
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  Sampler sampler = make_sampler(greedy);
+  GenerateParams gp;
+  gp.n_predict = r.n_gen;
+  gp.n_batch = n_batch;
+  if (draft != nullptr) gp.speculative = draft->params;
+  Result<GenerateResult> g = generate(
+      *s.model, *s.backend, s.kv, prompt, gp, sampler,
+      [](int32_t) { return TokenAction::kContinue; }, nullptr);
+  if (!g.ok()) return g.error();
+  const GenerateTimings& t = g->timings;
+  totals.n_gen += t.n_gen;
+  totals.n_passes += t.n_passes;
+  totals.n_drafted += t.n_drafted;
+  totals.n_accepted += t.n_accepted;
+  return static_cast<int64_t>(std::llround(t.gen_ms * 1e6));
+}
+
+Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r,
+                      const DraftSetup* draft = nullptr) {
   const bool tg = r.n_gen > 0;
   const std::vector<int32_t> tokens = bench_tokens(s, tg ? r.n_gen : r.n_prompt, 1234);
   const std::vector<int32_t> depth = bench_tokens(s, r.n_depth, 4321);
@@ -221,20 +275,30 @@ Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r) {
   Sampler* sp = sampler ? &*sampler : nullptr;
   std::fprintf(stderr, "qrun: bench %s, %d threads: warm-up", test_name(r).c_str(), r.n_threads);
   std::fflush(stderr);
+  const DraftSetup* drafter = r.mode == TgMode::kSpeculative ? draft : nullptr;
+  // The warm-up: a generate() run in full (the drafter warms up too), else as llama-bench.
   std::span<const int32_t> warm_up(tokens);
   if (tg) warm_up = warm_up.first(1);
-  Result<int64_t> ns = run_once(s, depth, o.model.batch_size, warm_up, tg, logits, sp);
+  GenerateTimings unused;
+  Result<int64_t> ns = through_generate(r.mode)
+                           ? run_generate(s, r, o.model.batch_size, drafter, unused)
+                           : run_once(s, depth, o.model.batch_size, warm_up, tg, logits, sp);
   if (!ns.ok()) return ns.error();
   r.test_time = utc_now();
   for (int i = 0; i < o.repetitions; ++i) {
     std::fprintf(stderr, ", run %d", i + 1);
     std::fflush(stderr);
-    ns = run_once(s, depth, o.model.batch_size, tokens, tg, logits, sp, &r.grammar_restarts);
+    ns = through_generate(r.mode)
+             ? run_generate(s, r, o.model.batch_size, drafter, r.speculation)
+             : run_once(s, depth, o.model.batch_size, tokens, tg, logits, sp, &r.grammar_restarts);
     if (!ns.ok()) return ns.error();
     r.samples_ns.push_back(std::max<int64_t>(1, *ns));
   }
   const std::vector<double> ts = samples_ts(r);
   std::fprintf(stderr, ": %.2f +- %.2f t/s", mean(ts), sample_stddev(ts));
+  if (r.mode == TgMode::kSpeculative) {
+    std::fprintf(stderr, " (%s)", speculative_summary(r.speculation).c_str());
+  }
   if (r.mode == TgMode::kGrammar) {
     std::fprintf(stderr, " (the grammar completed %lld times)",
                  static_cast<long long>(r.grammar_restarts));
@@ -279,7 +343,17 @@ nlohmann::ordered_json record_json(const BenchContext& c, const BenchRecord& r) 
   j["n_gen"] = r.n_gen;
   j["tg_tokens"] = r.mode == TgMode::kFixed     ? "fixed"
                    : r.mode == TgMode::kSampled ? "sampled"
-                                                : "sampled with grammar";
+                   : r.mode == TgMode::kGrammar ? "sampled with grammar"
+                   : r.mode == TgMode::kGreedy  ? "greedy"
+                                                : "greedy, speculative";
+  if (through_generate(r.mode)) {
+    j["n_drafted"] = r.speculation.n_drafted;
+    j["n_accepted"] = r.speculation.n_accepted;
+    j["tokens_per_pass"] =
+        r.speculation.n_passes > 0
+            ? static_cast<double>(r.speculation.n_gen) / static_cast<double>(r.speculation.n_passes)
+            : 0.0;
+  }
   j["n_depth"] = r.n_depth;
   j["test_time"] = r.test_time;
   j["avg_ns"] = static_cast<int64_t>(std::llround(mean(ns)));
@@ -403,8 +477,10 @@ Result<void> run_bench(BenchOptions o) {
     return make_error(ErrorCode::kUsage, "bench: nothing to measure: every -p and -n is 0");
   }
   // llama-bench sizes the context of a test as n_depth + n_prompt + n_gen; one cache serves
-  // all.
-  const int64_t needed = std::max<int64_t>(1, max_d + max_p + max_n);
+  // all (and with a drafter, room for its last draft: generate() stops drafting at the
+  // context end, so the last rounds would otherwise run shorter than in a real run).
+  const int64_t draft_room = o.draft.enabled() ? o.draft.draft_max : 0;
+  const int64_t needed = std::max<int64_t>(1, max_d + max_p + max_n + draft_room);
   if (o.model.ctx_size <= 0) {
     o.model.ctx_size = needed;
   } else if (o.model.ctx_size < needed) {
@@ -447,6 +523,18 @@ Result<void> run_bench(BenchOptions o) {
       cpu = static_cast<kernels::CpuBackend*>(s.backend.get());
     }
     const int n_threads = cpu != nullptr ? cpu->n_threads() : 0;
+    // The drafter, opened for each thread count: a draft model runs on as many threads as
+    // the target (its backend is its session's, which a drafter holds by reference).
+    std::optional<DraftSetup> draft;
+    if (o.draft.enabled()) {
+      SamplingParams greedy;
+      greedy.temperature = 0.0f;
+      ModelFlags draft_flags = o.model;
+      draft_flags.threads = n_threads;
+      Result<DraftSetup> d = open_drafter(o.draft, draft_flags, s, greedy, records.empty());
+      if (!d.ok()) return d.error();
+      draft.emplace(std::move(*d));
+    }
 #if defined(QRUN_HAVE_CUDA)
     if (cpu == nullptr && (o.memory || max_n > 0) && !memory.count(n_threads)) {
       kernels::MemBandwidth m;
@@ -473,7 +561,7 @@ Result<void> run_bench(BenchOptions o) {
       r.n_depth = d;
       r.n_threads = n_threads;
       r.mode = mode;
-      QRUN_TRY(run_test(s, o, r));
+      QRUN_TRY(run_test(s, o, r, draft ? &*draft : nullptr));
       records.push_back(std::move(r));
       return {};
     };
@@ -487,6 +575,10 @@ Result<void> run_bench(BenchOptions o) {
         if (o.grammar.grammar != nullptr) {
           QRUN_TRY(add_test(0, n, d, TgMode::kSampled));
           QRUN_TRY(add_test(0, n, d, TgMode::kGrammar));
+        }
+        if (draft && n >= 2) {
+          QRUN_TRY(add_test(0, n, d, TgMode::kGreedy));
+          QRUN_TRY(add_test(0, n, d, TgMode::kSpeculative));
         }
       }
     }
@@ -533,6 +625,7 @@ void register_bench(CLI::App& app, Action* selected) {
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", o->json, "Print a JSON array of records (llama-bench's field names)");
   add_grammar_flags(cmd, o->grammar);
+  add_draft_flags(cmd, o->draft);
   cmd->add_flag("--memory", o->memory,
                 "Measure the memory read bandwidth (alone: without -m, only that)");
   cmd->footer(
@@ -541,6 +634,9 @@ void register_bench(CLI::App& app, Action* selected) {
       "second) and report weights read per token x t/s and its share of that bandwidth.\n"
       "With a grammar flag, each tg test also runs sampled (the default chain, seed 1234)\n"
       "without and with the grammar: 'tgN sampled' and 'tgN grammar'.\n"
+      "With -md/--model-draft or --lookup-ngram, each tg test also decodes greedily without\n"
+      "and with the drafter: 'tgN greedy' and 'tgN spec' (N - 1 tokens timed; stderr and\n"
+      "--json add drafted and accepted tokens and tokens per target pass).\n"
       "Exit codes: 0 ok, 2 usage, 3 I/O, 4 malformed file, 5 unsupported model, 6 context "
       "overflow.");
   cmd->callback([o, selected] { *selected = [o] { return run_bench(*o); }; });

@@ -182,6 +182,41 @@ TEST(CliBench, DepthAndCacheTypes) {
   EXPECT_EQ(small.exit_code, 6) << small.err;
 }
 
+// With a drafter each tg test adds greedy rows without and with it. The model drafting for
+// itself agrees with itself on every greedy token, so every drafted token is accepted and
+// a target pass yields more than one token; prompt lookup drafts from the sequence; a
+// draft of another vocabulary is refused before any test runs.
+TEST(CliBench, DraftAddsGreedyAndSpeculativeRows) {
+  const std::string model = data_path("models/stories260K.gguf").string();
+  CommandResult r = run_command(qrun() + " bench -m '" + model + "' -md '" + model +
+                                "' -p 0 -n 24 -r 2 -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 3u) << r.out;  // tg24, tg24 greedy, tg24 spec
+  EXPECT_EQ(j[0]["tg_tokens"], "fixed");
+  EXPECT_EQ(j[1]["tg_tokens"], "greedy");
+  EXPECT_EQ(j[1]["n_drafted"], 0);
+  EXPECT_EQ(j[1]["tokens_per_pass"], 1.0);
+  EXPECT_EQ(j[2]["tg_tokens"], "greedy, speculative");
+  EXPECT_GT(j[2]["n_drafted"].get<int64_t>(), 0);
+  EXPECT_EQ(j[2]["n_accepted"], j[2]["n_drafted"]);
+  EXPECT_GT(j[2]["tokens_per_pass"].get<double>(), 1.0);
+  for (const nlohmann::json& rec : j) EXPECT_GT(rec["avg_ts"].get<double>(), 0.0);
+  EXPECT_NE(r.err.find("tokens per target pass"), std::string::npos) << r.err;
+
+  CommandResult md =
+      run_command(qrun() + " bench -m '" + model + "' --lookup-ngram 2 -p 0 -n 24 -r 1 -t 1");
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_NE(md.out.find("tg24 greedy"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("tg24 spec"), std::string::npos) << md.out;
+
+  const std::string other = data_path("models/TinyLLama-v0-5M-Q8_0.gguf").string();
+  CommandResult mismatch =
+      run_command(qrun() + " bench -m '" + model + "' -md '" + other + "' -p 0 -n 8 -r 1 -t 1");
+  EXPECT_EQ(mismatch.exit_code, 5) << mismatch.err;
+  EXPECT_TRUE(mismatch.out.empty()) << mismatch.out;
+}
+
 TEST(CliBench, BadInputIsAUsageOrContextError) {
   const std::string model = data_path("models/stories260K.gguf").string();
   for (const char* args : {"-p x", "-p -1", "-n 1,y", "-r 0", "-t 0", "--no-such-flag", "-p 0 -n 0",
