@@ -56,7 +56,7 @@ Result<void> ChatRepl::rebuild_sampler() {
     if (!settings_.quiet) std::fprintf(stderr, "qrun: seed %u\n", sp->seed);
   }
   Sampler sampler = make_sampler(*sp);
-  QRUN_TRY(attach_grammar(settings_.sampling, *s_.tokenizer, sampler));
+  QRUN_TRY(attach_grammar(settings_.sampling, *s_.tokenizer, s_.grammar_vocab, sampler));
   sampler_ = std::move(sampler);
   return {};
 }

@@ -270,7 +270,8 @@ Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r,
     SamplingParams params;  // llama.cpp's default chain, a fixed seed
     params.seed = 1234;
     sampler.emplace(make_sampler(params));
-    if (r.mode == TgMode::kGrammar) QRUN_TRY(attach_grammar(o.grammar, *s.tokenizer, *sampler));
+    if (r.mode == TgMode::kGrammar)
+      QRUN_TRY(attach_grammar(o.grammar, *s.tokenizer, s.grammar_vocab, *sampler));
   }
   Sampler* sp = sampler ? &*sampler : nullptr;
   std::fprintf(stderr, "qrun: bench %s, %d threads: warm-up", test_name(r).c_str(), r.n_threads);

@@ -203,7 +203,7 @@ Result<void> run_generation(const RunOptions& o) {
   Result<SamplingParams> sp = resolve_sampling_params(o.sampling, *s.tokenizer);
   if (!sp.ok()) return sp.error();
   Sampler sampler = make_sampler(*sp);
-  QRUN_TRY(attach_grammar(o.sampling, *s.tokenizer, sampler));
+  QRUN_TRY(attach_grammar(o.sampling, *s.tokenizer, s.grammar_vocab, sampler));
   if (!o.quiet) {
     std::fprintf(stderr, "qrun: sampler %s", sampler.describe().c_str());
     if (sp->temperature > 0) std::fprintf(stderr, ", seed %u", sp->seed);

@@ -487,18 +487,25 @@ Result<std::shared_ptr<const Grammar>> json_schema_grammar(std::string_view sche
   return std::shared_ptr<const Grammar>(std::make_shared<const Grammar>(std::move(*g)));
 }
 
+std::shared_ptr<const GrammarVocab> make_tokenizer_grammar_vocab(const Tokenizer& tokenizer) {
+  std::vector<std::string> pieces(static_cast<size_t>(tokenizer.n_vocab()));
+  for (int32_t id = 0; id < tokenizer.n_vocab(); ++id) {
+    pieces[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, /*render_special=*/false);
+  }
+  return make_grammar_vocab(std::move(pieces));
+}
+
 Result<void> attach_grammar(const SamplingFlags& flags, const Tokenizer& tokenizer,
-                            Sampler& sampler) {
+                            std::shared_ptr<const GrammarVocab>& vocab, Sampler& sampler) {
   if (flags.grammar == nullptr) return {};
+  if (vocab == nullptr) vocab = make_tokenizer_grammar_vocab(tokenizer);
   const int32_t n_vocab = tokenizer.n_vocab();
-  std::vector<std::string> pieces(static_cast<size_t>(n_vocab));
   std::vector<uint8_t> is_eog(static_cast<size_t>(n_vocab), 0);
   for (int32_t id = 0; id < n_vocab; ++id) {
-    pieces[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, /*render_special=*/false);
     is_eog[static_cast<size_t>(id)] = tokenizer.is_eog(id) ? 1 : 0;
   }
   Result<std::unique_ptr<ConstraintStage>> stage =
-      make_grammar_stage(flags.grammar, std::move(pieces), std::move(is_eog));
+      make_grammar_stage(flags.grammar, vocab, std::move(is_eog));
   if (!stage.ok()) return stage.error();
   sampler.set_constraint(std::move(*stage));
   return {};

@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "core/grammar/grammar.h"
+#include "core/grammar/grammar_stage.h"
 #include "core/sampling/sampling.h"
 #include "core/tokenizer/tokenizer.h"
 #include "ggml-like/result.h"
@@ -69,9 +70,14 @@ Result<SamplingParams> resolve_sampling_params(const SamplingFlags& flags,
 // refuses, e.g. "unsupported keyword 'not' at $.properties.name".
 Result<std::shared_ptr<const Grammar>> json_schema_grammar(std::string_view schema);
 
-// With a grammar in `flags`, makes it the constraint of `sampler` (the tokens' pieces and
-// end-of-generation marks from `tokenizer`). kRuntime if the grammar cannot start.
+// Every token's piece (token_to_piece without special rendering) and their trie, as the
+// grammar stage reads them: made once per model (it walks the whole vocabulary).
+std::shared_ptr<const GrammarVocab> make_tokenizer_grammar_vocab(const Tokenizer& tokenizer);
+
+// With a grammar in `flags`, makes it the constraint of `sampler` (the tokens' pieces from
+// `vocab`, made from `tokenizer` when null, and the end-of-generation marks from
+// `tokenizer`). kRuntime if the grammar cannot start.
 Result<void> attach_grammar(const SamplingFlags& flags, const Tokenizer& tokenizer,
-                            Sampler& sampler);
+                            std::shared_ptr<const GrammarVocab>& vocab, Sampler& sampler);
 
 }  // namespace qrun::cli

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/gguf/gguf.h"
+#include "core/grammar/grammar_stage.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "core/tokenizer/tokenizer.h"
@@ -53,6 +54,7 @@ struct Session {
   std::unique_ptr<Backend> backend;
   KvCache kv;
   double load_ms = 0.0;
+  std::shared_ptr<const GrammarVocab> grammar_vocab;  // made at the first grammar
 };
 
 // Loads everything. `log` says on stderr what was loaded (and that the demo model is used

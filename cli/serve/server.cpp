@@ -169,18 +169,14 @@ Result<void> Server::attach(std::shared_ptr<const Grammar> grammar, bool chat, S
   if (grammar == nullptr) return {};
   const Tokenizer& tokenizer = *s_.tokenizer;
   const int32_t n_vocab = tokenizer.n_vocab();
-  std::call_once(pieces_once_, [&] {
-    pieces_.resize(static_cast<size_t>(n_vocab));
-    for (int32_t id = 0; id < n_vocab; ++id)
-      pieces_[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, /*render_special=*/false);
-  });
+  std::call_once(vocab_once_, [&] { vocab_ = make_tokenizer_grammar_vocab(tokenizer); });
   std::vector<uint8_t> is_eog(static_cast<size_t>(n_vocab), 0);
   for (int32_t id = 0; id < n_vocab; ++id) {
     const auto i = static_cast<size_t>(id);
     is_eog[i] = chat ? (i < end_of_turn_.size() && end_of_turn_[i]) : tokenizer.is_eog(id);
   }
   Result<std::unique_ptr<ConstraintStage>> stage =
-      make_grammar_stage(std::move(grammar), pieces_, std::move(is_eog));
+      make_grammar_stage(std::move(grammar), vocab_, std::move(is_eog));
   if (!stage.ok()) return stage.error();
   sampler.set_constraint(std::move(*stage));
   return {};

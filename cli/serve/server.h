@@ -62,8 +62,8 @@ class Server {
   std::optional<ChatTemplate> template_;
   std::string template_error_;
   std::vector<bool> end_of_turn_;
-  std::once_flag pieces_once_;
-  std::vector<std::string> pieces_;  // each token's text for grammars, made at first use
+  std::once_flag vocab_once_;
+  std::shared_ptr<const GrammarVocab> vocab_;  // each token's text for grammars, made at first use
   ServerConfig config_;
   Metrics metrics_;
   // Per slot: the tokens its running request had in the KV cache at its last generated

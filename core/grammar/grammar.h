@@ -8,10 +8,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/grammar/vocab_trie.h"
 #include "ggml-like/result.h"
 
 namespace qrun {
@@ -62,6 +65,12 @@ class GrammarMatcher {
   Result<bool> accept(std::string_view bytes);
   // Whether accept(bytes) would succeed, without changing the state.
   Result<bool> can_accept(std::string_view bytes) const;
+  // can_accept for every token of `trie` at once: allowed[id] = can_accept(its piece), 1 or
+  // 0 (allowed spans every id of the trie). Tokens sharing a prefix are checked once per
+  // prefix and a rejected prefix skips its subtree. Returns the error can_accept would meet
+  // on some token that wanted[id] marks (the others' errors are not reported).
+  std::optional<Error> can_accept_all(const VocabTrie& trie, std::span<const uint8_t> wanted,
+                                      std::span<uint8_t> allowed) const;
   // Whether the text so far is a whole sentence of the grammar (EOS may come now).
   bool can_end() const;
   // Whether the text is complete and nothing more can follow.

@@ -80,31 +80,41 @@ bool match_char(const GrammarElement* pos, uint32_t cp, const GrammarElement** e
 // Whether the set at `pos` holds some code point in [lo, hi] (a partial character).
 bool match_range(const GrammarElement* pos, uint32_t lo, uint32_t hi) {
   const bool positive = pos->op != GrammarOp::kCharNot;
-  std::vector<std::pair<uint32_t, uint32_t>> ranges;
-  bool any = false;
-  do {
-    if (pos->op == GrammarOp::kCharAny) {
-      any = true;
-      ++pos;
-    } else if (pos[1].op == GrammarOp::kCharRngUpper) {
-      ranges.emplace_back(pos->value, pos[1].value);
-      pos += 2;
-    } else {
-      ranges.emplace_back(pos->value, pos->value);
-      ++pos;
-    }
-  } while (pos->op == GrammarOp::kCharAlt);
   if (positive) {
-    if (any) return true;
-    return std::any_of(ranges.begin(), ranges.end(),
-                       [&](const auto& r) { return r.first <= hi && lo <= r.second; });
+    do {
+      if (pos->op == GrammarOp::kCharAny) return true;
+      const bool range = pos[1].op == GrammarOp::kCharRngUpper;
+      const uint32_t upper = range ? pos[1].value : pos->value;
+      if (pos->value <= hi && lo <= upper) return true;
+      pos += range ? 2 : 1;
+    } while (pos->op == GrammarOp::kCharAlt);
+    return false;
   }
-  // Negated: is [lo, hi] not entirely covered by the excluded ranges?
-  std::sort(ranges.begin(), ranges.end());
+  // Negated: is [lo, hi] not entirely covered by the excluded ranges? Moves `next` past
+  // every range that holds it until none does (not covered) or it passes hi (covered).
+  const GrammarElement* const first = pos;
   uint64_t next = lo;  // the lowest code point not yet known to be excluded
-  for (const auto& [a, b] : ranges) {
-    if (a > next) break;
-    next = std::max<uint64_t>(next, uint64_t{b} + 1);
+  for (bool moved = true; moved;) {
+    moved = false;
+    pos = first;
+    do {
+      if (pos->op == GrammarOp::kCharAny) {
+        ++pos;  // (a negated set never holds one)
+        continue;
+      }
+      const uint32_t a = pos->value;
+      uint32_t b = pos->value;
+      if (pos[1].op == GrammarOp::kCharRngUpper) {
+        b = pos[1].value;
+        pos += 2;
+      } else {
+        ++pos;
+      }
+      if (a <= next && next <= b) {
+        next = uint64_t{b} + 1;
+        moved = true;
+      }
+    } while (pos->op == GrammarOp::kCharAlt);
     if (next > hi) return false;
   }
   return true;
@@ -128,8 +138,11 @@ bool is_surrogate(uint32_t cp) {
   return cp >= 0xD800 && cp <= 0xDFFF;
 }
 
-Result<bool> accept_code_point(const Grammar& g, std::vector<Stack>& stacks, uint32_t cp) {
-  std::vector<Stack> next;
+// The positions after code point `cp` from `stacks`, into `next` (cleared first); false when
+// none survives. The result depends on `cp` only through which stacks' tops hold it.
+Result<bool> step_code_point(const Grammar& g, const std::vector<Stack>& stacks, uint32_t cp,
+                             std::vector<Stack>& next) {
+  next.clear();
   for (const Stack& s : stacks) {
     if (s.empty()) continue;
     const GrammarElement* after = nullptr;
@@ -138,9 +151,27 @@ Result<bool> accept_code_point(const Grammar& g, std::vector<Stack>& stacks, uin
     if (!is_end_of_sequence(after)) moved.push_back(after);
     QRUN_TRY(advance_stack(g, std::move(moved), next));
   }
-  if (next.empty()) return false;
-  stacks = std::move(next);
-  return true;
+  return !next.empty();
+}
+
+Result<bool> accept_code_point(const Grammar& g, std::vector<Stack>& stacks, uint32_t cp) {
+  std::vector<Stack> next;
+  Result<bool> ok = step_code_point(g, stacks, cp, next);
+  if (ok.ok() && *ok) stacks = std::move(next);
+  return ok;
+}
+
+// Whether some position can take a completion of an incomplete character: `have` of its
+// `n` bytes are there, `prefix` holds their payload bits. Overlong forms, surrogates and
+// values past U+10FFFF are not completions.
+bool completion_viable(const std::vector<Stack>& stacks, uint32_t prefix, int n, int have) {
+  const int missing = n - have;
+  const uint32_t lo = std::max(prefix << (6 * missing), utf8_min(n));
+  const uint32_t hi =
+      std::min<uint32_t>((prefix << (6 * missing)) | ((1u << (6 * missing)) - 1), 0x10FFFF);
+  if (lo > hi || (is_surrogate(lo) && is_surrogate(hi))) return false;
+  return std::any_of(stacks.begin(), stacks.end(),
+                     [&](const Stack& s) { return !s.empty() && match_range(s.back(), lo, hi); });
 }
 
 }  // namespace
@@ -178,16 +209,7 @@ Result<bool> GrammarMatcher::advance(std::vector<Stack>& stacks, std::string& pa
     }
     if (have < static_cast<size_t>(n)) {
       // An incomplete character: keep it if some position can take a completion of it.
-      // Overlong forms, surrogates and values past U+10FFFF are not completions.
-      const int missing = n - static_cast<int>(have);
-      const uint32_t lo = std::max(cp << (6 * missing), utf8_min(n));
-      const uint32_t hi =
-          std::min<uint32_t>((cp << (6 * missing)) | ((1u << (6 * missing)) - 1), 0x10FFFF);
-      if (lo > hi || (is_surrogate(lo) && is_surrogate(hi))) return false;
-      const bool viable = std::any_of(stacks.begin(), stacks.end(), [&](const Stack& s) {
-        return !s.empty() && lo <= hi && match_range(s.back(), lo, hi);
-      });
-      if (!viable) return false;
+      if (!completion_viable(stacks, cp, n, static_cast<int>(have))) return false;
       partial = buf.substr(i);
       return true;
     }
@@ -229,6 +251,129 @@ Result<bool> GrammarMatcher::can_accept(std::string_view bytes) const {
   std::vector<Stack> stacks = stacks_;
   std::string partial = partial_;
   return advance(stacks, partial, bytes);
+}
+
+namespace {
+
+// The walk's state after the bytes from the root to one trie node: the positions after the
+// complete characters (`stacks`: this level's own set or an ancestor's) and the bytes of an
+// incomplete character. `own` keeps the set this level computed last and the key it was
+// computed from, (the version of the set stepped from, which of its stacks matched), so
+// that siblings whose code point matches the same stacks reuse it: the positions after a
+// code point depend on it only through that (llama.cpp's candidate recursion shares the
+// same work).
+struct WalkLevel {
+  const std::vector<Stack>* stacks = nullptr;
+  uint64_t version = 0;  // of *stacks
+  uint32_t prefix = 0;   // payload bits of the incomplete character
+  int n_pending = 0;     // its bytes so far (0: none)
+  int n_char = 0;        // its length
+  std::vector<Stack> own;
+  uint64_t own_version = 0;  // 0: own holds nothing reusable
+  uint64_t own_from = 0;
+  std::vector<uint64_t> own_mask;
+};
+
+}  // namespace
+
+std::optional<Error> GrammarMatcher::can_accept_all(const VocabTrie& trie,
+                                                    std::span<const uint8_t> wanted,
+                                                    std::span<uint8_t> allowed) const {
+  const Grammar& g = *grammar_;
+  std::vector<WalkLevel> levels(trie.max_depth() + 1);
+  uint64_t next_version = 1;
+  WalkLevel& root = levels[0];
+  root.stacks = &stacks_;
+  root.version = next_version++;
+  if (!partial_.empty()) {
+    // Only a valid lead and continuation bytes are ever kept.
+    const auto lead = static_cast<unsigned char>(partial_[0]);
+    root.n_char = utf8_length(lead);
+    root.n_pending = static_cast<int>(partial_.size());
+    root.prefix = lead & (0x7Fu >> root.n_char);
+    for (size_t k = 1; k < partial_.size(); ++k) {
+      root.prefix = (root.prefix << 6) | (static_cast<unsigned char>(partial_[k]) & 0x3Fu);
+    }
+  }
+  std::optional<Error> error;
+  std::vector<uint64_t> mask;
+  const auto is_wanted = [&](int32_t id) {
+    return static_cast<size_t>(id) < wanted.size() && wanted[static_cast<size_t>(id)] != 0;
+  };
+  size_t i = 0;
+  while (i < trie.n_nodes()) {
+    const VocabTrie::Node& node = trie.node(i);
+    const WalkLevel& parent = levels[node.depth - 1];
+    WalkLevel& cur = levels[node.depth];
+    const auto b = node.byte;
+    bool alive = true;
+    bool complete = false;
+    uint32_t cp = 0;
+    if (parent.n_pending == 0) {
+      const int n = utf8_length(b);
+      alive = n != 0;
+      cur.n_char = n;
+      cur.n_pending = 1;
+      cur.prefix = n == 1 ? b : (b & (0x7Fu >> n));
+      complete = n == 1;
+    } else {
+      alive = (b & 0xC0) == 0x80;
+      cur.n_char = parent.n_char;
+      cur.n_pending = parent.n_pending + 1;
+      cur.prefix = (parent.prefix << 6) | (b & 0x3Fu);
+      complete = cur.n_pending == cur.n_char;
+    }
+    if (alive && !complete) {
+      // An incomplete character: the same test as a token ending here (which it also is).
+      cur.stacks = parent.stacks;
+      cur.version = parent.version;
+      alive = completion_viable(*cur.stacks, cur.prefix, cur.n_char, cur.n_pending);
+    } else if (alive) {
+      cp = cur.prefix;
+      alive = !(cp < utf8_min(cur.n_char) || cp > 0x10FFFF || is_surrogate(cp));
+      cur.n_pending = 0;
+    }
+    if (alive && complete) {
+      const std::vector<Stack>& from = *parent.stacks;
+      mask.assign((from.size() + 63) / 64, 0);
+      bool any = false;
+      for (size_t k = 0; k < from.size(); ++k) {
+        if (!from[k].empty() && match_char(from[k].back(), cp, nullptr)) {
+          mask[k / 64] |= uint64_t{1} << (k % 64);
+          any = true;
+        }
+      }
+      alive = any;
+      if (alive &&
+          !(cur.own_version != 0 && cur.own_from == parent.version && cur.own_mask == mask)) {
+        cur.own_version = 0;
+        Result<bool> ok = step_code_point(g, from, cp, cur.own);
+        if (!ok.ok()) {
+          const std::span<const int32_t> under = trie.tokens_under(i);
+          if (!error && std::any_of(under.begin(), under.end(), is_wanted)) error = ok.error();
+          alive = false;
+        } else if (!*ok) {
+          alive = false;  // (not reached: a matched stack always leaves a position)
+        } else {
+          cur.own_version = next_version++;
+          cur.own_from = parent.version;
+          cur.own_mask = mask;
+        }
+      }
+      if (alive) {
+        cur.stacks = &cur.own;
+        cur.version = cur.own_version;
+      }
+    }
+    if (!alive) {
+      for (int32_t id : trie.tokens_under(i)) allowed[static_cast<size_t>(id)] = 0;
+      i = node.subtree_end;
+      continue;
+    }
+    for (int32_t id : trie.tokens_at(i)) allowed[static_cast<size_t>(id)] = 1;
+    ++i;
+  }
+  return error;
 }
 
 bool GrammarMatcher::can_end() const {

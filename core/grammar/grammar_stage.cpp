@@ -1,5 +1,6 @@
 // The grammar constraint stage: allows() for the sampler's fast path, apply() to mask every
-// candidate when the fast path's pick was rejected, accept() to advance the matcher.
+// candidate when the fast path's pick was rejected (one walk of the vocabulary's trie, the
+// same answers as allows() on each), accept() to advance the matcher.
 #include "core/grammar/grammar_stage.h"
 
 #include <cmath>
@@ -10,8 +11,12 @@ namespace {
 
 class GrammarStage final : public ConstraintStage {
  public:
-  GrammarStage(GrammarMatcher matcher, std::vector<std::string> pieces, std::vector<uint8_t> is_eog)
-      : matcher_(std::move(matcher)), pieces_(std::move(pieces)), is_eog_(std::move(is_eog)) {}
+  GrammarStage(GrammarMatcher matcher, std::shared_ptr<const GrammarVocab> vocab,
+               std::vector<uint8_t> is_eog)
+      : matcher_(std::move(matcher)),
+        vocab_(std::move(vocab)),
+        pieces_(vocab_->pieces),
+        is_eog_(std::move(is_eog)) {}
 
   std::string_view name() const override { return "grammar"; }
 
@@ -30,10 +35,27 @@ class GrammarStage final : public ConstraintStage {
 
   void apply(CandidateList& c, std::mt19937& /*rng*/) override {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    // The tokens allows() would be asked about: in the vocabulary, not -inf, not an end.
+    wanted_.assign(pieces_.size(), 0);
+    for (const TokenCandidate& item : c.items) {
+      const auto t = static_cast<size_t>(item.id);
+      if (item.logit == kNegInf || item.id < 0 || t >= pieces_.size()) continue;
+      if (t < is_eog_.size() && is_eog_[t] != 0) continue;
+      wanted_[t] = 1;
+    }
+    allowed_.assign(pieces_.size(), 0);
+    std::optional<Error> err = matcher_.can_accept_all(vocab_->trie, wanted_, allowed_);
+    if (err && !error_) error_ = std::move(err);
+    const bool can_end = matcher_.can_end();
     bool any = false;
     for (TokenCandidate& item : c.items) {
       if (item.logit == kNegInf) continue;
-      if (allows(item.id)) {
+      const auto t = static_cast<size_t>(item.id);
+      bool ok = false;
+      if (item.id >= 0 && t < pieces_.size()) {
+        ok = t < is_eog_.size() && is_eog_[t] != 0 ? can_end : allowed_[t] != 0;
+      }
+      if (ok) {
         any = true;
       } else {
         item.logit = kNegInf;
@@ -65,20 +87,38 @@ class GrammarStage final : public ConstraintStage {
 
  private:
   GrammarMatcher matcher_;
-  std::vector<std::string> pieces_;
+  std::shared_ptr<const GrammarVocab> vocab_;
+  const std::vector<std::string>& pieces_;  // vocab_->pieces
   std::vector<uint8_t> is_eog_;
+  std::vector<uint8_t> wanted_;   // apply()'s scratch, by token id
+  std::vector<uint8_t> allowed_;  // apply()'s scratch, by token id
   std::optional<Error> error_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(std::shared_ptr<const Grammar> grammar,
-                                                            std::vector<std::string> pieces,
-                                                            std::vector<uint8_t> is_eog) {
+std::shared_ptr<const GrammarVocab> make_grammar_vocab(std::vector<std::string> pieces) {
+  auto vocab = std::make_shared<GrammarVocab>();
+  vocab->pieces = std::move(pieces);
+  vocab->trie = VocabTrie(vocab->pieces, {});
+  return vocab;
+}
+
+Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(
+    std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
+    std::vector<uint8_t> is_eog) {
+  QRUN_CHECK(vocab != nullptr, "grammar stage without a vocabulary");
   Result<GrammarMatcher> matcher = GrammarMatcher::create(std::move(grammar));
   if (!matcher.ok()) return matcher.error();
   return std::unique_ptr<ConstraintStage>(
-      std::make_unique<GrammarStage>(std::move(*matcher), std::move(pieces), std::move(is_eog)));
+      std::make_unique<GrammarStage>(std::move(*matcher), std::move(vocab), std::move(is_eog)));
+}
+
+Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(std::shared_ptr<const Grammar> grammar,
+                                                            std::vector<std::string> pieces,
+                                                            std::vector<uint8_t> is_eog) {
+  return make_grammar_stage(std::move(grammar), make_grammar_vocab(std::move(pieces)),
+                            std::move(is_eog));
 }
 
 }  // namespace qrun

@@ -10,10 +10,19 @@
 #include <vector>
 
 #include "core/grammar/grammar.h"
+#include "core/grammar/vocab_trie.h"
 #include "core/sampling/sampling.h"
 #include "ggml-like/result.h"
 
 namespace qrun {
+
+// A vocabulary as the grammar stage reads it, built once per model and shared by every
+// stage (and run) on it: the pieces and their trie.
+struct GrammarVocab {
+  std::vector<std::string> pieces;  // pieces[id]: token id's text
+  VocabTrie trie;                   // every token with a non-empty piece
+};
+std::shared_ptr<const GrammarVocab> make_grammar_vocab(std::vector<std::string> pieces);
 
 // pieces[id] is token id's text; is_eog[id] marks end-of-generation tokens. Tokens with an
 // empty piece that are not end-of-generation are never allowed. If no token fits at some
@@ -23,5 +32,9 @@ namespace qrun {
 Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(std::shared_ptr<const Grammar> grammar,
                                                             std::vector<std::string> pieces,
                                                             std::vector<uint8_t> is_eog);
+// The same on a vocabulary built once.
+Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(
+    std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
+    std::vector<uint8_t> is_eog);
 
 }  // namespace qrun
