@@ -54,7 +54,7 @@ struct Session {
   std::unique_ptr<Backend> backend;
   KvCache kv;
   double load_ms = 0.0;
-  std::shared_ptr<const GrammarVocab> grammar_vocab;  // made at the first grammar
+  std::shared_ptr<const GrammarVocab> grammar_vocab{};  // made at the first grammar
 };
 
 // Loads everything. `log` says on stderr what was loaded (and that the demo model is used
