@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 namespace qrun::test {
 
@@ -42,6 +44,39 @@ bool real_models_required() {
   return env != nullptr && *env != '\0' && std::string(env) != "0";
 }
 
+namespace {
+
+// The directories temp_dir() made, each removed at exit by the process that made it (a
+// forked child that exits normally must not remove its parent's files).
+class TempDirs {
+ public:
+  void add(const std::filesystem::path& dir) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dirs_.push_back({getpid(), dir});
+  }
+  ~TempDirs() {
+    std::error_code ignored;
+    for (const Made& made : dirs_) {
+      if (made.by == getpid()) std::filesystem::remove_all(made.dir, ignored);
+    }
+  }
+
+ private:
+  struct Made {
+    pid_t by;
+    std::filesystem::path dir;
+  };
+  std::mutex mutex_;
+  std::vector<Made> dirs_;
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::filesystem::path temp_dir() {
   static std::atomic<int> counter{0};
   const char* base = std::getenv("TMPDIR");
@@ -50,6 +85,7 @@ std::filesystem::path temp_dir() {
       ("qrun-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  temp_dirs().add(dir);
   return dir;
 }
 

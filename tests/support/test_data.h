@@ -32,8 +32,9 @@ bool real_models_required();
   }
 // The qrun binary built alongside the tests.
 std::filesystem::path qrun_binary();
-// A fresh, empty temporary directory for one test (removed at process exit is not
-// guaranteed; names are unique per call).
+// A fresh, empty temporary directory, unique per call, under $TMPDIR or /tmp. Every
+// directory made this way is removed when the test process exits normally (a crash leaves
+// it behind).
 std::filesystem::path temp_dir();
 // Reads a whole file into bytes / text.
 std::vector<uint8_t> read_bytes(const std::filesystem::path& path);
