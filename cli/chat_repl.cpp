@@ -7,15 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "cli/draft_flags.h"
 #include "cli/repl_commands.h"
 #include "cli/text_file.h"
 #include "cli/timings_report.h"
+#include "core/gguf/replacing_file.h"
 #include "core/prompt_cache.h"
 
 namespace qrun::cli {
@@ -335,10 +336,14 @@ Result<void> ChatRepl::save(const std::string& args) const {
   j["sampling"] = sampling_to_json(settings_.sampling);
   j["n_predict"] = settings_.n_predict;
   j["context_policy"] = context_policy_name(settings_.policy);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-  out.close();
-  if (!out) return make_error(ErrorCode::kIo, "/save: cannot write '" + path + "'");
+  // Through a temporary file: a full disk must not cost the user an earlier save.
+  const std::string text =
+      j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  const auto failed = [](const Error& e) { return make_error(e.code, "/save: " + e.message); };
+  Result<ReplacingFile> out = ReplacingFile::create(path);
+  if (!out) return failed(out.error());
+  const bool written = std::fwrite(text.data(), 1, text.size(), out->get()) == text.size();
+  if (Result<void> r = out->commit(written ? 0 : errno); !r) return failed(r.error());
   if (with_kv) {
     const Result<void> kv = save_prompt_cache(
         path + ".kv", prompt_cache_fingerprint(s_.file.header_bytes()), s_.kv, conv_.kv_tokens());

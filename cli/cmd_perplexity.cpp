@@ -4,7 +4,6 @@
 // back instead and compares this run with them (core/kl_divergence.h), both in llama.cpp's
 // file format. Progress on stderr; the result on stdout.
 #include <cstdio>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -154,11 +153,10 @@ Result<void> run_perplexity(PerplexityCliOptions o) {
     return evaluate_perplexity(*s.model, *s.backend, s.kv, tokens, po);
   }();
   if (writer) {
-    // A base file that misses chunks would be rejected later: keep none rather than that.
+    // A base file that misses chunks would be rejected later: keep none rather than that
+    // (dropping the writer removes its temporary; an earlier file at the path stays whole).
     if (!r.ok() || r->interrupted) {
       writer.reset();
-      std::error_code ec;
-      std::filesystem::remove(o.kld_base, ec);
       if (!o.quiet) std::fprintf(stderr, "\nqrun: %s not written\n", o.kld_base.c_str());
     } else {
       QRUN_TRY(writer->finish());

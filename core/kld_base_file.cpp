@@ -92,13 +92,15 @@ Result<KldBaseWriter> KldBaseWriter::create(const std::string& path, int64_t n_c
   KldBaseWriter w;
   w.path_ = path;
   w.header_ = {n_ctx, n_vocab, n_tokens / n_ctx};
-  w.file_.reset(std::fopen(path.c_str(), "wb"));
-  if (!w.file_) return io_error(path, "create the KL-divergence base file");
+  Result<ReplacingFile> file = ReplacingFile::create(path);
+  if (!file) return file.error();
+  w.file_.emplace(std::move(*file));
   const int32_t dims[3] = {static_cast<int32_t>(n_ctx), static_cast<int32_t>(n_vocab),
                            static_cast<int32_t>(w.header_.n_chunk)};
-  if (std::fwrite(kKldMagic, 1, sizeof kKldMagic, w.file_.get()) != sizeof kKldMagic ||
-      std::fwrite(dims, sizeof dims[0], 3, w.file_.get()) != 3 ||
-      std::fwrite(tokens.data(), sizeof(int32_t), tokens.size(), w.file_.get()) != tokens.size()) {
+  std::FILE* f = w.file_->get();
+  if (std::fwrite(kKldMagic, 1, sizeof kKldMagic, f) != sizeof kKldMagic ||
+      std::fwrite(dims, sizeof dims[0], 3, f) != 3 ||
+      std::fwrite(tokens.data(), sizeof(int32_t), tokens.size(), f) != tokens.size()) {
     return io_error(path, "write");
   }
   w.rows_.resize(static_cast<size_t>(kld_scored_per_chunk(n_ctx) * kld_row_words(n_vocab)));
@@ -120,7 +122,7 @@ Result<void> KldBaseWriter::append_chunk(std::span<const float> scored_logits) {
         std::span<uint16_t>(rows_).subspan(static_cast<size_t>(r * words),
                                            static_cast<size_t>(words)));
   }
-  if (std::fwrite(rows_.data(), sizeof(uint16_t), rows_.size(), file_.get()) != rows_.size()) {
+  if (std::fwrite(rows_.data(), sizeof(uint16_t), rows_.size(), file_->get()) != rows_.size()) {
     return io_error(path_, "write");
   }
   ++chunks_written_;
@@ -130,9 +132,7 @@ Result<void> KldBaseWriter::append_chunk(std::span<const float> scored_logits) {
 Result<void> KldBaseWriter::finish() {
   QRUN_CHECK(chunks_written_ == header_.n_chunk, "%lld of %lld chunks written",
              static_cast<long long>(chunks_written_), static_cast<long long>(header_.n_chunk));
-  std::FILE* f = file_.release();
-  if (std::fclose(f) != 0) return io_error(path_, "write");
-  return {};
+  return file_->commit();
 }
 
 Result<KldBaseReader> KldBaseReader::open(const std::string& path) {

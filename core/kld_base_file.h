@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/gguf/replacing_file.h"
 #include "ggml-like/result.h"
 
 namespace qrun {
@@ -70,12 +72,14 @@ class KldBaseWriter {
                                       std::span<const int32_t> tokens);
   // One chunk's scored logits, [kld_scored_per_chunk(n_ctx), n_vocab].
   Result<void> append_chunk(std::span<const float> scored_logits);
-  // Checks that every chunk was written and closes the file.
+  // Checks that every chunk was written, closes the file and puts it in place: until then
+  // (and for good when finish() is never reached) it is "<path>.tmp", so an interrupted run
+  // leaves an earlier base file whole.
   Result<void> finish();
 
  private:
   std::string path_;
-  std::unique_ptr<std::FILE, FileCloser> file_;
+  std::optional<ReplacingFile> file_;
   KldBaseHeader header_;
   int64_t chunks_written_ = 0;
   std::vector<uint16_t> rows_;  // one chunk, encoded

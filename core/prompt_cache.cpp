@@ -11,6 +11,8 @@
 #include <cstring>
 #include <memory>
 
+#include "core/gguf/replacing_file.h"
+
 namespace qrun {
 namespace {
 
@@ -158,14 +160,10 @@ Result<void> save_prompt_cache(const std::string& path, uint64_t fingerprint, co
   const int64_t n = kv.n_tokens();
   QRUN_CHECK(static_cast<int64_t>(tokens.size()) == n, "prompt cache: %zu tokens for %lld cached",
              tokens.size(), static_cast<long long>(n));
-  const std::string tmp = path + ".tmp";
-  FilePtr file(std::fopen(tmp.c_str(), "wb"));
-  if (!file) {
-    return make_error(ErrorCode::kIo, format("%s: cannot create %s: %s", path.c_str(), tmp.c_str(),
-                                             std::strerror(errno)));
-  }
-  std::setvbuf(file.get(), nullptr, _IOFBF, size_t{1} << 20);
-  Out out(file.get());
+  Result<ReplacingFile> file = ReplacingFile::create(path);
+  if (!file) return file.error();
+  std::setvbuf(file->get(), nullptr, _IOFBF, size_t{1} << 20);
+  Out out(file->get());
   out.put(kPromptCacheMagic, sizeof kPromptCacheMagic);
   out.put_value<uint32_t>(kPromptCacheVersion);
   out.put_value<uint32_t>(static_cast<uint32_t>(kv.k_type()));
@@ -191,21 +189,8 @@ Result<void> save_prompt_cache(const std::string& path, uint64_t fingerprint, co
       out.put(row.data(), row.size());
     }
   }
-  const bool written = out.finish();
-  const int write_errno = errno;
-  const bool closed = std::fclose(file.release()) == 0;
-  if (!written || !closed) {
-    std::remove(tmp.c_str());
-    return make_error(ErrorCode::kIo, format("%s: cannot write %s: %s", path.c_str(), tmp.c_str(),
-                                             std::strerror(write_errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    return make_error(ErrorCode::kIo, format("%s: cannot rename %s into place: %s", path.c_str(),
-                                             tmp.c_str(), std::strerror(e)));
-  }
-  return {};
+  // A failed fwrite is the last call that set errno (Out skips writing after one).
+  return file->commit(out.finish() ? 0 : (errno != 0 ? errno : EIO));
 }
 
 int64_t prompt_cache_keep(int64_t n_common, int64_t max_keep, int64_t n_prompt, int64_t n_batch) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -183,6 +184,21 @@ TEST(KldFile, RoundTrip) {
       EXPECT_TRUE(s.same_top);
     }
   }
+}
+
+// An interrupted run (Ctrl-C, an error mid-way) drops the writer before finish(): the base
+// file from an earlier run must stay whole, and no partial file may be left to be read later.
+// (qrun perplexity used to delete the path outright.)
+TEST(KldFile, AWriterDroppedBeforeFinishLeavesTheEarlierFileWhole) {
+  const std::string path = write_base();
+  const std::vector<uint8_t> earlier = test::read_bytes(path);
+  {
+    Result<KldBaseWriter> w = KldBaseWriter::create(path, kCtx, kVocab, file_tokens());
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    ASSERT_TRUE(w->append_chunk(chunk_logits(7)).ok());
+  }
+  EXPECT_EQ(test::read_bytes(path), earlier);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
 struct Corruption {

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "core/gguf/gguf.h"
+#include "core/gguf/replacing_file.h"
 
 namespace qrun::gguf {
 namespace {
@@ -204,33 +205,15 @@ std::vector<uint8_t> Writer::to_bytes() const {
 }
 
 Result<void> Writer::write(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  if (!file) {
-    return make_error(ErrorCode::kIo,
-                      format("%s: cannot create: %s", tmp.c_str(), std::strerror(errno)));
-  }
+  Result<ReplacingFile> file = ReplacingFile::create(path);
+  if (!file) return file.error();
   int write_errno = 0;
   const bool ok = emit(kvs_, alignment_, tensors_, [&](const uint8_t* p, size_t n) {
-    if (std::fwrite(p, 1, n, file.get()) == n) return true;
-    write_errno = errno;
+    if (std::fwrite(p, 1, n, file->get()) == n) return true;
+    write_errno = errno != 0 ? errno : EIO;
     return false;
   });
-  if (ok && std::fflush(file.get()) != 0) write_errno = errno;
-  const int close_result = std::fclose(file.release());
-  if (ok && write_errno == 0 && close_result != 0) write_errno = errno;
-  if (!ok || write_errno != 0) {
-    std::remove(tmp.c_str());
-    return make_error(ErrorCode::kIo, format("%s: write failed: %s", tmp.c_str(),
-                                             std::strerror(write_errno ? write_errno : EIO)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    return make_error(ErrorCode::kIo, format("%s: cannot rename %s into place: %s", path.c_str(),
-                                             tmp.c_str(), std::strerror(e)));
-  }
-  return {};
+  return file->commit(ok ? 0 : (write_errno != 0 ? write_errno : EIO));
 }
 
 }  // namespace qrun::gguf
