@@ -231,12 +231,8 @@ const BlockQ8_1* CudaBackend::quantized(const float* dx, int64_t n_tokens, int64
   return dq;
 }
 
-BlockQ8_1* CudaBackend::fused_quantized(const float* dy, int64_t n, bool for_mmvq) {
-  if (!fuse_ || !for_mmvq || n % 32 != 0) return nullptr;
-  const bool is_resident = std::any_of(resident_.begin(), resident_.end(), [&](const auto& r) {
-    return scope_open_ && dy >= r.device.data() && dy + n <= r.device.data() + r.n;
-  });
-  if (!is_resident) return nullptr;
+BlockQ8_1* CudaBackend::fused_quantized(const float* host_out, int64_t n, bool for_mmvq) {
+  if (!fuse_ || !for_mmvq || n % 32 != 0 || resident(host_out, n) == nullptr) return nullptr;
   return static_cast<BlockQ8_1*>(scratch(kAux, static_cast<size_t>(n / 32) * sizeof(BlockQ8_1)));
 }
 
@@ -251,21 +247,20 @@ void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Prod
   // one quantization type, or its gate and up), into resident outputs, in decode.
   const Tensor& w0 = *products.front().w;
   const int64_t n_in = w0.ne[0];
-  const bool group = fuse_ && products.size() > 1 && products.size() <= kMaxGroup &&
-                     n_tokens < kGemmMinTokens && mmvq_supports(w0.type) &&
-                     std::all_of(products.begin(), products.end(), [&](const Product& p) {
-                       return p.w->type == w0.type && p.w->ne[0] == n_in &&
-                              resident(p.y, n_tokens * p.w->n_rows()) != nullptr;
-                     });
+  bool group = fuse_ && products.size() > 1 && products.size() <= kMaxGroup &&
+               n_tokens < kGemmMinTokens && mmvq_supports(w0.type);
+  std::array<MmvqJob, kMaxGroup> jobs{};
+  for (size_t i = 0; group && i < products.size(); ++i) {
+    const Tensor& w = *products[i].w;
+    jobs[i] = MmvqJob{nullptr, w.n_rows(), resident(products[i].y, n_tokens * w.n_rows())};
+    group = w.type == w0.type && w.ne[0] == n_in && jobs[i].y != nullptr;
+  }
   if (!group) {
     Backend::matmuls(x, n_tokens, products);
     return;
   }
-  std::array<MmvqJob, kMaxGroup> jobs{};
   for (size_t i = 0; i < products.size(); ++i) {
-    const Tensor& w = *products[i].w;
-    jobs[i] = MmvqJob{device_copy(w.data, w.n_bytes()), w.n_rows(),
-                      resident(products[i].y, n_tokens * w.n_rows())};
+    jobs[i].w = device_copy(products[i].w->data, products[i].w->n_bytes());
   }
   const float* dx = input(kIn0, x, n_tokens * n_in);
   mmvq_group(w0.type, n_in, std::span(jobs.data(), products.size()), quantized(dx, n_tokens, n_in),
@@ -318,7 +313,7 @@ void CudaBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows,
   const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
   const float* dx = input(kIn0, x, n_rows * n);
   float* dy = output(kOut, y, n_rows * n);
-  BlockQ8_1* q = fused_quantized(dy, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
+  BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
   cuda::rms_norm(dx, dw, n_rows, n, eps, dy, stream(), q);
   finish_output(y, dy, n_rows * n);
   if (q != nullptr) quantized_as(dy, n_rows * n, q);
@@ -338,7 +333,7 @@ void CudaBackend::add_rms_norm(float* x, const float* delta, const Tensor& weigh
   const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
   const float* dd = input(kIn1, delta, n_rows * n);
   float* dy = output(kOut, y, n_rows * n);
-  BlockQ8_1* q = fused_quantized(dy, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
+  BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
   cuda::add_rms_norm(dx, dd, dw, n_rows, n, eps, dy, stream(), q);
   wrote(dx, n_rows * n);
   finish_output(y, dy, n_rows * n);
@@ -470,7 +465,7 @@ void CudaBackend::gated(void (*op)(const float*, const float*, int64_t, float*, 
   const float* du = input(kIn1, up, n);
   float* dout = output(kOut, out, n);
   // (the rows of the matmul that follows are whole blocks: its weights are quantized)
-  BlockQ8_1* q = fused_quantized(dout, n, n <= kMaxFusedGated);
+  BlockQ8_1* q = fused_quantized(out, n, n <= kMaxFusedGated);
   op(dg, du, n, dout, stream(), q);
   finish_output(out, dout, n);
   if (q != nullptr) quantized_as(dout, n, q);

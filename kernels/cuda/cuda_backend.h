@@ -123,11 +123,11 @@ class CudaBackend final : public Backend {
   // x (device memory, n_tokens rows of n_in) quantized for mmvq in the kAux slot, where
   // the last quantization is reused if it was of the same memory and nothing wrote it since.
   const BlockQ8_1* quantized(const float* dx, int64_t n_tokens, int64_t n_in);
-  // Decode fusions: where an op writing n floats at dy also writes them quantized, for
-  // the matmul that takes them next (for_mmvq: the op's rows are whole blocks, and few
-  // enough for mmvq); null when it should not (fusions off, dy not resident). After the
-  // op's finish_output, quantized_as(dy, n, q) records what q holds.
-  BlockQ8_1* fused_quantized(const float* dy, int64_t n, bool for_mmvq);
+  // Decode fusions: where an op writing n floats for host_out also writes them quantized,
+  // for the matmul that takes them next (for_mmvq: the op's rows are whole blocks, and few
+  // enough for mmvq); null when it should not (fusions off, host_out not resident). After
+  // the op's finish_output, quantized_as(dy, n, q) records what q holds.
+  BlockQ8_1* fused_quantized(const float* host_out, int64_t n, bool for_mmvq);
   void quantized_as(const float* dy, int64_t n, const BlockQ8_1* q);
   void gated(void (*op)(const float*, const float*, int64_t, float*, Stream, BlockQ8_1*),
              const float* gate, const float* up, int64_t n, float* out);
