@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/text_file.h"
@@ -17,13 +19,15 @@ struct QuantizeCliOptions {
   std::string in, out, type;
   bool allow_requantize = false;
   bool pure = false;
-  std::string output_type, token_embd_type;
+  std::optional<std::string> output_type, token_embd_type;  // nullopt: the flag is not given
   int threads = 0;
   bool quiet = false;
 };
 
-Result<std::optional<DType>> parse_weight_type(const std::string& flag, const std::string& name) {
-  if (name.empty()) return std::optional<DType>();
+Result<std::optional<DType>> parse_weight_type(const std::string& flag,
+                                               const std::optional<std::string>& given) {
+  if (!given) return std::optional<DType>();
+  const std::string& name = *given;
   std::optional<DType> t = dtype_from_name(name);
   if (!t || !is_supported(*t) || type_traits(*t).from_float == nullptr || *t == DType::kQ8_K) {
     return make_error(ErrorCode::kUsage,

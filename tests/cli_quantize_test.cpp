@@ -116,6 +116,16 @@ TEST(Quantize, RefusesBadInput) {
   EXPECT_EQ(type.exit_code, 2);
   EXPECT_NE(type.err.find("unknown type 'q3_k_xl'"), std::string::npos) << type.err;
 
+  // An empty type is a mistake (an unset shell variable), not "the flag was not given".
+  for (const char* flag : {"--output-tensor-type", "--token-embedding-type"}) {
+    CommandResult empty = run_command(
+        quantize_cmd(std::string(flag) + " '' '" + f32 + "' '" + dir + "/o.gguf' q8_0"));
+    EXPECT_EQ(empty.exit_code, 2) << flag;
+    EXPECT_NE(empty.err.find(std::string(flag) + ": '' is not a weight type"), std::string::npos)
+        << empty.err;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/o.gguf"));
+  }
+
   CommandResult same = run_command(quantize_cmd("'" + f32 + "' '" + f32 + "' q8_0"));
   EXPECT_EQ(same.exit_code, 2);
   EXPECT_NE(same.err.find("overwrite the input"), std::string::npos) << same.err;
