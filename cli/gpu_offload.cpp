@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <set>
+#include <vector>
 
 #include "core/model_info.h"
 
@@ -17,8 +18,8 @@ namespace qrun::cli {
 
 void add_gpu_layers_flag(CLI::App* cmd, std::string& value) {
   cmd->add_option("--n-gpu-layers", value,
-                  "Layers on the GPU (-ngl): 0 for the CPU, all (or at least the layer count) "
-                  "for the CUDA backend")
+                  "Layers on the GPU (-ngl): 0 for the CPU; N for the last N layers (the rest "
+                  "on the CPU); all, or more than the layer count, for the whole model")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
@@ -48,17 +49,47 @@ bool wants_gpu(const std::string& ngl) {
   return gpu_layers(ngl) != 0;
 }
 
+std::vector<SplitBackend::Placement> layer_weights(const gguf::File& file, int64_t first,
+                                                   int64_t end) {
+  std::vector<SplitBackend::Placement> out;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    int64_t il = -1;
+    if (t.name.rfind("blk.", 0) == 0) {
+      const char* digits = t.name.data() + 4;
+      const auto [next, ec] = std::from_chars(digits, t.name.data() + t.name.size(), il);
+      if (ec != std::errc() || *next != '.') il = -1;
+    }
+    if (il >= first && il < end) out.push_back({t.data, t.n_bytes});
+  }
+  return out;
+}
+
 namespace {
 
 #if defined(QRUN_HAVE_CUDA)
 // Bytes the CUDA backend copies to the device: every tensor but an untied embedding table,
-// which get_rows reads on the host.
-size_t device_weight_bytes(const gguf::File& file) {
+// which get_rows reads on the host; with layers split, only those layers' weights.
+size_t device_weight_bytes(const gguf::File& file, std::span<const SplitBackend::Placement> split) {
+  if (!split.empty()) {
+    size_t bytes = 0;
+    for (const SplitBackend::Placement& p : split) bytes += p.n_bytes;
+    return bytes;
+  }
   const bool tied = file.find_tensor("output.weight") == nullptr;
   size_t bytes = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     if (t.name == "token_embd.weight" && !tied) continue;
     bytes += t.n_bytes;
+  }
+  return bytes;
+}
+
+// The KV cache rows of layers first .. n_layer - 1.
+size_t device_cache_bytes(KvCache& kv, int64_t first) {
+  size_t bytes = 0;
+  for (int64_t il = first; il < kv.n_layer(); ++il) {
+    const KvLayerView layer = kv.layer(il);
+    bytes += static_cast<size_t>(layer.n_rows) * (layer.k_row_bytes() + layer.v_row_bytes());
   }
   return bytes;
 }
@@ -83,24 +114,22 @@ size_t device_scratch_bytes(const Model& model, int64_t n_ctx) {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_gpu_backend(const std::string& ngl, const gguf::File& file,
-                                                  const Model& model, const KvCache& kv, bool log) {
+                                                  const Model& model, KvCache& kv, bool log,
+                                                  const CpuBackendFactory& make_cpu) {
   const int64_t layers = gpu_layers(ngl);
   if (layers == 0) return std::unique_ptr<Backend>();
 #if !defined(QRUN_HAVE_CUDA)
-  (void)file, (void)model, (void)kv, (void)log;
+  (void)file, (void)model, (void)kv, (void)log, (void)make_cpu;
   return make_error(ErrorCode::kUsage,
                     format("-ngl %s: this qrun was built without CUDA (nvcc was not found at "
                            "build time); use -ngl 0",
                            ngl.c_str()));
 #else
   const ModelHparams& hp = model.hparams();
-  if (layers > 0 && layers < hp.n_layer) {
-    return make_error(
-        ErrorCode::kUsage,
-        format("-ngl %s: splitting layers between CPU and GPU is not supported yet; the model has "
-               "%lld layers: use -ngl all or -ngl 0",
-               ngl.c_str(), static_cast<long long>(hp.n_layer)));
-  }
+  // As llama.cpp: -ngl N puts the last N layers on the GPU, and the output layer too once
+  // N exceeds the layer count.
+  const bool split = layers > 0 && layers <= hp.n_layer;
+  const int64_t first_gpu_layer = split ? hp.n_layer - layers : 0;
   if (kernels::cuda::device_count() == 0) {
     return make_error(ErrorCode::kUsage,
                       format("-ngl %s: no CUDA device found; use -ngl 0", ngl.c_str()));
@@ -112,12 +141,19 @@ Result<std::unique_ptr<Backend>> make_gpu_backend(const std::string& ngl, const 
                "--cache-type/-ctk/-ctv",
                ngl.c_str(), dtype_name(kv.k_type() != DType::kF16 ? kv.k_type() : kv.v_type())));
   }
-  const size_t weights = device_weight_bytes(file);
-  const size_t cache = kv.n_bytes();
+  const std::vector<SplitBackend::Placement> on_gpu =
+      split ? layer_weights(file, first_gpu_layer, hp.n_layer)
+            : std::vector<SplitBackend::Placement>();
+  const size_t weights = device_weight_bytes(file, on_gpu);
+  const size_t cache = device_cache_bytes(kv, first_gpu_layer);
   const size_t scratch = device_scratch_bytes(model, kv.n_ctx());
   const size_t total = weights + cache + scratch;
   const kernels::cuda::DeviceMemory mem = kernels::cuda::device_memory();
   const std::string device = kernels::cuda::device_description(0);
+  const std::string what =
+      split ? format("layers %lld-%lld of %lld", static_cast<long long>(first_gpu_layer),
+                     static_cast<long long>(hp.n_layer - 1), static_cast<long long>(hp.n_layer))
+            : std::string("the model");
   const std::string plan = format("weights %s + KV cache %s + scratch %s = %s",
                                   human_bytes(static_cast<double>(weights)).c_str(),
                                   human_bytes(static_cast<double>(cache)).c_str(),
@@ -125,18 +161,19 @@ Result<std::unique_ptr<Backend>> make_gpu_backend(const std::string& ngl, const 
                                   human_bytes(static_cast<double>(total)).c_str());
   if (total > mem.free) {
     return make_error(ErrorCode::kUsage,
-                      format("-ngl %s: the model needs %s on %s but %s is free; lower -c or -b, or "
+                      format("-ngl %s: %s needs %s on %s but %s is free; lower -ngl, -c or -b, or "
                              "use -ngl 0",
-                             ngl.c_str(), plan.c_str(), device.c_str(),
+                             ngl.c_str(), what.c_str(), plan.c_str(), device.c_str(),
                              human_bytes(static_cast<double>(mem.free)).c_str()));
   }
   if (log) {
-    std::fprintf(stderr, "qrun: GPU plan on %s: %s of %s free\n", device.c_str(), plan.c_str(),
-                 human_bytes(static_cast<double>(mem.free)).c_str());
+    std::fprintf(stderr, "qrun: GPU plan for %s on %s: %s of %s free\n", what.c_str(),
+                 device.c_str(), plan.c_str(), human_bytes(static_cast<double>(mem.free)).c_str());
   }
-  auto backend = std::make_unique<kernels::cuda::CudaBackend>();
+  std::unique_ptr<Backend> backend = std::make_unique<kernels::cuda::CudaBackend>();
+  if (split) backend = std::make_unique<SplitBackend>(make_cpu(), std::move(backend), on_gpu);
   QRUN_TRY(model.check_backend(*backend));
-  return std::unique_ptr<Backend>(std::move(backend));
+  return backend;
 #endif
 }
 

@@ -2,14 +2,17 @@
 // checked before anything is put on the device.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/gguf/gguf.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "ggml-like/backend.h"
+#include "ggml-like/split_backend.h"
 
 namespace qrun::cli {
 
@@ -19,13 +22,22 @@ void add_gpu_layers_flag(CLI::App* cmd, std::string& value);
 // Whether -ngl asks for the GPU (anything but 0).
 bool wants_gpu(const std::string& ngl);
 
-// The CUDA backend for `model` when -ngl asks for the GPU, else null (-ngl 0, the CPU).
-// Before it is made, the memory plan (weights, KV cache, scratch against the device's free
-// memory) goes to stderr when `log`; errors name the flag: qrun built without CUDA, no
-// device, a layer count short of the whole model (layers split between CPU and GPU are not
-// built yet), a KV cache type other than f16, or a plan that does not fit.
+// Makes the CPU backend, for the layers -ngl leaves on the CPU.
+using CpuBackendFactory = std::function<std::unique_ptr<Backend>()>;
+
+// The backend -ngl asks for, or null for -ngl 0 (the CPU alone): the CUDA backend for the
+// whole model (-ngl all, or more than the layer count), or for the last N of its layers
+// (-ngl N), with make_cpu's backend running the rest (a SplitBackend, as llama.cpp splits
+// them). Before it is made, the memory plan (weights, KV cache, scratch against the
+// device's free memory) goes to stderr when `log`; errors name the flag: qrun built without
+// CUDA, no device, a KV cache type other than f16, or a plan that does not fit.
 Result<std::unique_ptr<Backend>> make_gpu_backend(const std::string& ngl, const gguf::File& file,
-                                                  const Model& model, const KvCache& kv, bool log);
+                                                  const Model& model, KvCache& kv, bool log,
+                                                  const CpuBackendFactory& make_cpu);
+
+// The weights of layers first .. end - 1 ("blk.N." tensors), as a SplitBackend places them.
+std::vector<SplitBackend::Placement> layer_weights(const gguf::File& file, int64_t first,
+                                                   int64_t end);
 
 // One line for `qrun info`: the GPU -ngl all would use and the kernels it would run on this
 // file's matrices (MMVQ for decode, cuBLAS F16 GEMM for prefill), or why there is none: no

@@ -130,11 +130,14 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   Result<KvCache> kv = make_flagged_kv_cache(**model, flags, n_ctx);
   if (!kv.ok()) return kv.error();
 
+  const CpuBackendFactory make_cpu = [&]() -> std::unique_ptr<Backend> {
+    return std::make_unique<kernels::CpuBackend>(capped_threads(flags.threads, !log), *isa);
+  };
   Result<std::unique_ptr<Backend>> backend =
-      make_gpu_backend(flags.n_gpu_layers, *file, **model, *kv, log);
+      make_gpu_backend(flags.n_gpu_layers, *file, **model, *kv, log, make_cpu);
   if (!backend.ok()) return backend.error();
   if (*backend == nullptr) {
-    *backend = std::make_unique<kernels::CpuBackend>(capped_threads(flags.threads, !log), *isa);
+    *backend = make_cpu();
     QRUN_TRY((*model)->check_backend(**backend));
   }
 
@@ -153,9 +156,16 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   s->load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (log) {
-    std::string compute = "CUDA backend";
-    if (const auto* cpu = dynamic_cast<const kernels::CpuBackend*>(s->backend.get())) {
-      compute = format("%d threads, %s kernels", cpu->n_threads(), kernels::isa_name(*isa));
+    const auto cpu_text = [&](const Backend& b) {
+      const auto* cpu = dynamic_cast<const kernels::CpuBackend*>(&b);
+      return cpu == nullptr
+                 ? std::string("CUDA backend")
+                 : format("%d threads, %s kernels", cpu->n_threads(), kernels::isa_name(*isa));
+    };
+    std::string compute = cpu_text(*s->backend);
+    if (const auto* split = dynamic_cast<const SplitBackend*>(s->backend.get())) {
+      compute = "CUDA backend for the last " + flags.n_gpu_layers + " layers, " +
+                cpu_text(split->first()) + " for the rest";
     }
     std::fprintf(stderr,
                  "qrun: %s: %s, %lld layers, n_embd %lld, vocab %d; context %lld (%s cache, %s); "

@@ -427,8 +427,8 @@ TEST(CliRun, SigintStopsCleanlyWithExitCode130) {
 }
 
 // -ngl: 0 is the CPU; a bad count, and any GPU request this machine cannot honour (no
-// CUDA in the build, no device, or a split of the layers, which is not built), is a usage
-// error naming the flag, before anything is loaded onto a device.
+// CUDA in the build, or no device: the test machines have none), a split of the layers
+// included, is a usage error naming the flag, before anything is loaded onto a device.
 TEST(CliRun, GpuLayersFlag) {
   const std::string m = model_path("stories260K");
   CommandResult cpu = run_command(qrun() + " run -q --temp 0 -n 8 -ngl 0 -m '" + m + "' -p 'Once'");
