@@ -17,6 +17,7 @@
 #include "cli/text_file.h"
 #include "cli/timings_report.h"
 #include "core/gguf/replacing_file.h"
+#include "core/kv_host_sync.h"
 #include "core/prompt_cache.h"
 
 namespace qrun::cli {
@@ -327,10 +328,6 @@ Result<void> ChatRepl::save(const std::string& args) const {
   while (!path.empty() && path.back() == ' ') path.pop_back();
   while (!path.empty() && path.front() == ' ') path.erase(0, 1);
   if (path.empty()) return make_error(ErrorCode::kUsage, "/save: give a file name");
-  if (with_kv && !settings_.kv_on_host) {
-    return make_error(ErrorCode::kUsage,
-                      "/save --kv: the KV cache is on the GPU (-ngl); save without --kv");
-  }
   QRUN_TRY(check_output_path("/save", path));  // a FIFO would block the write forever
   nlohmann::ordered_json j = conv_.to_json();
   j["sampling"] = sampling_to_json(settings_.sampling);
@@ -345,6 +342,7 @@ Result<void> ChatRepl::save(const std::string& args) const {
   const bool written = std::fwrite(text.data(), 1, text.size(), out->get()) == text.size();
   if (Result<void> r = out->commit(written ? 0 : errno); !r) return failed(r.error());
   if (with_kv) {
+    sync_kv_to_host(*s_.backend, s_.kv);  // (-ngl: from the GPU)
     const Result<void> kv = save_prompt_cache(
         path + ".kv", prompt_cache_fingerprint(s_.file.header_bytes()), s_.kv, conv_.kv_tokens());
     if (!kv.ok()) return make_error(kv.error().code, "/save --kv: " + kv.error().message);
@@ -360,13 +358,6 @@ Result<void> ChatRepl::save(const std::string& args) const {
 Result<int64_t> ChatRepl::restore_kv(const std::string& kv_path) {
   std::error_code ec;
   if (!std::filesystem::exists(kv_path, ec)) return 0;  // the cache stays as it is
-  if (!settings_.kv_on_host) {
-    if (!settings_.quiet) {
-      std::fprintf(stderr, "qrun: note: %s not used: the KV cache is on the GPU (-ngl)\n",
-                   kv_path.c_str());
-    }
-    return 0;
-  }
   if (conv_.messages().empty() && conv_.system_prompt().empty()) return 0;
   Result<std::vector<int32_t>> tokens = conv_.tokenize(false);
   if (!tokens.ok()) return tokens.error();
@@ -379,6 +370,7 @@ Result<int64_t> ChatRepl::restore_kv(const std::string& kv_path) {
   if (pc.found && !pc.problem.empty() && !settings_.quiet) {
     std::fprintf(stderr, "qrun: warning: %s; prefilling instead\n", pc.problem.c_str());
   }
+  if (pc.n_restored > 0) sync_kv_from_host(*s_.backend, s_.kv);  // (-ngl: onto the GPU)
   conv_.adopt_cache(std::span<const int32_t>(*tokens).first(static_cast<size_t>(pc.n_restored)));
   return pc.n_restored;
 }

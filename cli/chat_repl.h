@@ -26,7 +26,6 @@ struct ChatSettings {
   bool color = false;             // escape codes on stdout (only ever true when it is a terminal)
   bool quiet = false;             // no load log and no per-reply notes on stderr
   SpeculativeParams speculative;  // a drafter (-md, --lookup-ngram), or none
-  bool kv_on_host = true;         // the KV cache is the host's (not -ngl): /save --kv works
 };
 
 class ChatRepl {

@@ -125,7 +125,6 @@ Result<void> run_chat(const ChatOptions& o) {
   settings.policy = *policy;
   settings.color = use_color(o.color);
   settings.quiet = o.quiet;
-  settings.kv_on_host = !wants_gpu(o.model.n_gpu_layers);
   SigintGuard sigint;  // Ctrl-C stops a reply or clears the line; it never kills the REPL
   ChatRepl repl(s, conversation, *input, std::move(settings));
   return repl.run();

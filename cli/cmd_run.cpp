@@ -24,6 +24,7 @@
 #include "cli/timings_report.h"
 #include "core/context_shift.h"
 #include "core/generate.h"
+#include "core/kv_host_sync.h"
 #include "core/prompt_cache.h"
 #include "core/sampling/sampling.h"
 #include "core/stop_strings.h"
@@ -133,6 +134,7 @@ PromptCacheUse restore_prompt_cache(const RunOptions& o, Session& s,
   const PromptCacheLoad pc =
       load_prompt_cache(o.prompt_cache, use.fingerprint, s.kv, tokens,
                         static_cast<int64_t>(tokens.size()) - 1, o.model.batch_size);
+  if (pc.n_restored > 0) sync_kv_from_host(*s.backend, s.kv);  // (-ngl: onto the GPU)
   use.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   use.n_restored = pc.n_restored;
   use.save = !o.prompt_cache_ro &&
@@ -157,18 +159,8 @@ Result<void> run_generation(const RunOptions& o) {
   if (o.prompt_cache_ro && o.prompt_cache.empty()) {
     return make_error(ErrorCode::kUsage, "--prompt-cache-ro needs --prompt-cache FILE");
   }
-  if (!o.prompt_cache.empty() && wants_gpu(o.model.n_gpu_layers)) {
-    return make_error(ErrorCode::kUsage,
-                      "--prompt-cache works with the CPU backend only (the CUDA backend keeps "
-                      "the KV cache on the GPU); drop -ngl or --prompt-cache");
-  }
   if (o.keep_given && !o.context_shift) {
     return make_error(ErrorCode::kUsage, "--keep needs --context-shift");
-  }
-  if (o.context_shift && wants_gpu(o.model.n_gpu_layers)) {
-    return make_error(ErrorCode::kUsage,
-                      "--context-shift works with the CPU backend only (the CUDA backend keeps "
-                      "the KV cache on the GPU); drop -ngl or --context-shift");
   }
   if (o.context_shift && o.draft.enabled()) {
     return make_error(ErrorCode::kUsage,
@@ -234,6 +226,7 @@ Result<void> run_generation(const RunOptions& o) {
   gp.speculative.history = cached;
   if (cache.save) {
     gp.on_prompt = [&] {
+      sync_kv_to_host(*s.backend, s.kv);
       Result<void> saved = save_prompt_cache(o.prompt_cache, cache.fingerprint, s.kv, tokens);
       if (saved.ok()) return saved;
       return Result<void>(

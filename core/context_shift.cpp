@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/kv_host_sync.h"
+
 namespace qrun {
 namespace {
 
@@ -88,11 +90,13 @@ Result<void> shift_context(const Model& model, Backend& backend, KvCache& kv, in
   const std::string problem = kv.shift_problem(n_keep, n_discard);
   if (!problem.empty()) return make_error(ErrorCode::kUnsupported, "context shift: " + problem);
   std::vector<int32_t> positions;  // every row moves by the same -n_discard
+  sync_kv_to_host(backend, kv);
   kv.shift(n_keep, n_discard, [&](int64_t il, float* k, int64_t n_rows) {
     positions.assign(static_cast<size_t>(n_rows), static_cast<int32_t>(-n_discard));
     backend.rope(k, n_rows, kv.n_head_kv(), kv.head_dim(), positions,
                  (*ropes)[static_cast<size_t>(il)]);
   });
+  sync_kv_from_host(backend, kv);
   return {};
 }
 

@@ -193,6 +193,15 @@ class Backend {
   // out[i] = cap * tanh(x[i] * (1 / cap)) (Gemma's logit soft-capping). out may alias x.
   virtual void softcap(const float* x, int64_t n, float cap, float* out) = 0;
 
+  // A backend may keep a KV cache layer in memory of its own (CUDA), which kv_store writes
+  // and attention reads, leaving the host rows of the view stale. kv_to_host copies the
+  // backend's rows of `cache` into the view's host memory; kv_from_host makes the host rows
+  // the layer's content again (read back before the backend next stores to the layer).
+  // Code that reads or edits cached rows on the host (prompt cache files, a context shift)
+  // brackets that with them. The defaults do nothing: there the host memory is the cache.
+  virtual void kv_to_host(const KvLayerView& cache) {}
+  virtual void kv_from_host(const KvLayerView& cache) {}
+
   // Declares that until end_scratch() the caller reads and writes `buffers` only through
   // this backend's ops, so a backend with memory of its own (CUDA) may keep their contents
   // there rather than copy each op's inputs in and its outputs out. What the buffers hold

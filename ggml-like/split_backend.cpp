@@ -112,6 +112,16 @@ void SplitBackend::softcap(const float* x, int64_t n, float cap, float* out) {
   current_->softcap(x, n, cap, out);
 }
 
+void SplitBackend::kv_to_host(const KvLayerView& cache) {
+  first_->kv_to_host(cache);
+  second_->kv_to_host(cache);
+}
+
+void SplitBackend::kv_from_host(const KvLayerView& cache) {
+  first_->kv_from_host(cache);
+  second_->kv_from_host(cache);
+}
+
 void SplitBackend::begin_scratch(std::span<const std::span<float>> buffers) {
   current_ = first_.get();
   first_->begin_scratch(buffers);

@@ -60,6 +60,9 @@ class SplitBackend final : public Backend {
   void add(const float* a, const float* b, int64_t n, float* out) override;
   void scale(const float* x, int64_t n, float s, float* out) override;
   void softcap(const float* x, int64_t n, float cap, float* out) override;
+  // To both: each acts on the layers it holds.
+  void kv_to_host(const KvLayerView& cache) override;
+  void kv_from_host(const KvLayerView& cache) override;
   // The scope goes to the first backend only (see the memory note above).
   void begin_scratch(std::span<const std::span<float>> buffers) override;
   void end_scratch() override;

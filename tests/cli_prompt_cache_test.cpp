@@ -253,11 +253,6 @@ TEST(CliPromptCache, UsageAndWriteErrorsAreOneLineWithTheirExitCodes) {
   EXPECT_EQ(ro.exit_code, 2);
   EXPECT_NE(ro.err.find("--prompt-cache-ro needs --prompt-cache FILE"), std::string::npos)
       << ro.err;
-  CommandResult gpu = run_command(qrun + "-ngl all --prompt-cache /tmp/unused.bin");
-  EXPECT_EQ(gpu.exit_code, 2);
-  EXPECT_NE(gpu.err.find("--prompt-cache works with the CPU backend only"), std::string::npos)
-      << gpu.err;
-  EXPECT_EQ(std::count(gpu.err.begin(), gpu.err.end(), '\n'), 1) << gpu.err;
   const fs::path missing_dir = temp_dir() / "no" / "cache.bin";
   CommandResult write = run_command(qrun + "-q --prompt-cache '" + missing_dir.string() + "'");
   EXPECT_EQ(write.exit_code, 3);

@@ -419,16 +419,42 @@ void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_toke
   const size_t elems = static_cast<size_t>(cache.n_rows * n);
   DeviceKv& layer = kv_[cache.k];
   if (layer.k.size() != elems) {
-    // A new layer, or one whose shape changed: zeros, as a new host cache holds.
+    // A new layer, or one whose shape changed: the host rows once kv_from_host made them
+    // the content, else zeros, as a new host cache holds.
     flush();
     layer.k = DeviceArray<uint16_t>(elems);
     layer.v = DeviceArray<uint16_t>(elems);
-    fill_zero(layer.k.data(), elems * sizeof(uint16_t), stream());
-    fill_zero(layer.v.data(), elems * sizeof(uint16_t), stream());
+    if (kv_on_host_.erase(cache.k) > 0) {
+      copy_to_device(layer.k.data(), cache.k, elems * sizeof(uint16_t), stream());
+      copy_to_device(layer.v.data(), cache.v, elems * sizeof(uint16_t), stream());
+    } else {
+      fill_zero(layer.k.data(), elems * sizeof(uint16_t), stream());
+      fill_zero(layer.v.data(), elems * sizeof(uint16_t), stream());
+    }
   }
   const float* dk = input(kIn0, k, n_tokens * n);
   const float* dv = input(kIn1, v, n_tokens * n);
   store_kv_f16(dk, dv, n_tokens, n, pos, cache.n_rows, layer.k.data(), layer.v.data(), stream());
+}
+
+void CudaBackend::kv_to_host(const KvLayerView& cache) {
+  const auto it = kv_.find(cache.k);
+  if (it == kv_.end()) return;  // never stored here: the host rows are the content
+  const size_t bytes = static_cast<size_t>(cache.n_rows * cache.row_elems()) * sizeof(uint16_t);
+  QRUN_CHECK(it->second.k.size() * sizeof(uint16_t) == bytes,
+             "cuda kv_to_host: a layer of %zu bytes for a view of %zu", it->second.k.size() * 2,
+             bytes);
+  end_capture(false);
+  copy_to_host(cache.k, it->second.k.data(), bytes, stream());
+  copy_to_host(cache.v, it->second.v.data(), bytes, stream());
+  synchronize(stream());
+  positions_queued_ = false;
+}
+
+void CudaBackend::kv_from_host(const KvLayerView& cache) {
+  flush();
+  kv_.erase(cache.k);
+  kv_on_host_.insert(cache.k);
 }
 
 void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,

@@ -9,8 +9,8 @@
 // their host address and checked against their first and last bytes (weights must stay
 // mapped and unchanged while the backend lives).
 // KV cache: each layer lives in device memory, keyed by the host cache's k pointer; the
-// host cache's own memory is neither read nor written (a cache filled by another backend is
-// not seen here). Only F16 caches.
+// host cache's own memory is read and written only through kv_from_host and kv_to_host (a
+// new layer starts as zeros, or, after kv_from_host, as the host rows). Only F16 caches.
 // Numerics differ from the CPU backend where ops.h says so: a matmul of up to 4 tokens
 // (decode) quantizes activations to blocks of 32 for every weight type (Q8_1-style, not
 // Q8_K for the k-quants); from 5 tokens on (prefill) both operands are rounded to F16 and
@@ -32,6 +32,7 @@
 #include <array>
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ggml-like/backend.h"
@@ -87,6 +88,8 @@ class CudaBackend final : public Backend {
   void add(const float* a, const float* b, int64_t n, float* out) override;
   void scale(const float* x, int64_t n, float s, float* out) override;
   void softcap(const float* x, int64_t n, float cap, float* out) override;
+  void kv_to_host(const KvLayerView& cache) override;
+  void kv_from_host(const KvLayerView& cache) override;
   void begin_scratch(std::span<const std::span<float>> buffers) override;
   void end_scratch() override;
 
@@ -153,7 +156,10 @@ class CudaBackend final : public Backend {
   bool scope_open_ = false;
   std::vector<float> rows_;                       // get_rows' host staging
   std::unordered_map<const void*, DeviceKv> kv_;  // keyed by the host cache's k
-  DeviceArray<uint8_t> scratch_[6];               // by Slot (cuda_backend.cpp)
+  // Layers (by the host cache's k) whose host rows kv_from_host made their content: read
+  // when kv_store next makes the layer's device copy.
+  std::unordered_set<const void*> kv_on_host_;
+  DeviceArray<uint8_t> scratch_[6];  // by Slot (cuda_backend.cpp)
   // The activations the kAux slot holds quantized (matmul): made from quantized_n_ floats
   // at quantized_from_ (device memory), into quantized_to_; null when none.
   const float* quantized_from_ = nullptr;
