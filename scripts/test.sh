@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test qrun has, as CI does:
 #   1. a Release build (warnings as errors; the CUDA target too when nvcc is present) and ctest;
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build and ctest;
-#   3. the kernels cross-built for arm64 and their tests under qemu-user, on emulated CPUs
+#   2. two `qrun serve` replicas behind nginx on the loopback (scripts/serve-replicas.sh);
+#   3. an AddressSanitizer + UndefinedBehaviorSanitizer build and ctest;
+#   4. the kernels cross-built for arm64 and their tests under qemu-user, on emulated CPUs
 #      with and without dotprod (scripts/test-neon.sh; a few minutes);
-#   4. the GGUF reader fuzzer for a bounded time under ASan/UBSan (clang's libFuzzer).
+#   5. the GGUF reader fuzzer for a bounded time under ASan/UBSan (clang's libFuzzer).
 # Shared test data is found through QRUN_TEST_DATA (default: ../shared). The real model the
 # golden tests compare with llama.cpp (Gemma 3 270M) is fetched first by
 # scripts/fetch-models.sh into $QRUN_MODELS (default ~/.cache/qrun/models; nothing to do when
@@ -30,6 +31,9 @@ cmake -S . -B build/ci-release -DCMAKE_BUILD_TYPE=Release -DQRUN_WERROR=ON >/dev
 cmake --build build/ci-release -j "$jobs"
 step "release tests"
 ctest --test-dir build/ci-release -j "$jobs" --output-on-failure | tee "$logs/release.txt"
+
+step "two qrun serve replicas behind nginx (docs/SERVING.md)"
+bash scripts/serve-replicas.sh build/ci-release/cli/qrun
 
 step "sanitizer build (address,undefined)"
 cmake -S . -B build/ci-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQRUN_WERROR=ON -DQRUN_CUDA=OFF \
