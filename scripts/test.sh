@@ -21,6 +21,7 @@ fuzz_seconds="${QRUN_FUZZ_SECONDS:-60}"
 bash scripts/install-deps.sh --test
 bash scripts/fetch-models.sh >/dev/null
 export QRUN_REQUIRE_REAL_MODELS=1
+export QRUN_REQUIRE_OPENAI_CLIENT=1
 
 step() { printf '\n==== %s ====\n' "$*"; }
 logs=$(mktemp -d)
