@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader, then briefly the GBNF parser and JSON Schema converter: builds
+# Fuzzes the GGUF reader, then briefly the GBNF parser and JSON Schema converter and qrun
+# serve's request parsing: builds
 # tests/fuzz with clang (libFuzzer + ASan + UBSan) in build-fuzz/, seeds a corpus with small Writer-made files, the shared models, vocab and
 # invalid files and past findings (tests/fuzz/regressions/), and runs for N seconds. Exits non-zero when the fuzzer finds a crash,
 # a hang or a leak; the input that did it is left in build-fuzz/artifacts/.
@@ -20,7 +21,7 @@ if ! command -v clang++ > /dev/null; then
 fi
 
 CC=clang CXX=clang++ cmake -S "$root/tests/fuzz" -B "$build" > /dev/null
-cmake --build "$build" -j2 --target gguf_fuzz gguf_fuzz_seeds grammar_fuzz
+cmake --build "$build" -j2 --target gguf_fuzz gguf_fuzz_seeds grammar_fuzz serve_request_fuzz
 
 seeds=$build/seeds
 corpus=$build/corpus
@@ -58,3 +59,17 @@ if ! "$build/grammar_fuzz" "$build/grammar_corpus" "$root/tests/fuzz/grammar_see
   exit 1
 fi
 echo "fuzz.sh: grammar_fuzz: no crash in ${grammar_seconds}s"
+
+# qrun serve's request parsing (the OpenAI bodies), for a shorter time too:
+# QRUN_FUZZ_SERVE_SECONDS, default 20.
+serve_seconds=${QRUN_FUZZ_SERVE_SECONDS:-20}
+mkdir -p "$build/serve_corpus"
+echo "fuzz.sh: running serve_request_fuzz for ${serve_seconds}s"
+if ! "$build/serve_request_fuzz" "$build/serve_corpus" "$root/tests/fuzz/serve_seeds" \
+    -max_total_time="$serve_seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    -dict="$root/tests/fuzz/serve.dict" \
+    -artifact_prefix="$artifacts/" -print_final_stats=1; then
+  echo "fuzz.sh: the fuzzer found a problem; reproduce with: $build/serve_request_fuzz $artifacts/<file>" >&2
+  exit 1
+fi
+echo "fuzz.sh: serve_request_fuzz: no crash in ${serve_seconds}s"
