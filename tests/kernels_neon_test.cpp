@@ -9,9 +9,9 @@
 // bit against the baseline vec_dot (random and extreme rows), the three gemm variants of every
 // quantized type against vec_dot (the SDOT and SMMLA ones bit for bit against the baseline
 // one), ISA selection, the level the host runs (QRUN_EXPECT_ISA, set by scripts/test-neon.sh
-// for each emulated CPU) and the kernels of every table entry at each level. (Attention and
-// the k-quant gemv are tested through the table with every ISA in kernels_ops_test.cpp and
-// kernels_dot_test.cpp.)
+// for each emulated CPU) and the kernels of every table entry at each level. (Attention, the
+// k-quant gemv and the repacked gemv are tested through the table with every ISA in
+// kernels_ops_test.cpp, kernels_dot_test.cpp and kernels_repack_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,6 +85,19 @@ const GemmVariant kGemms[] = {
     {DType::kQ4_K, neon::gemm_q4_k_q8_k, neon::gemm_q4_k_q8_k_dotprod, neon::gemm_q4_k_q8_k_i8mm},
     {DType::kQ5_K, neon::gemm_q5_k_q8_k, neon::gemm_q5_k_q8_k_dotprod, neon::gemm_q5_k_q8_k_i8mm},
     {DType::kQ6_K, neon::gemm_q6_k_q8_k, neon::gemm_q6_k_q8_k_dotprod, neon::gemm_q6_k_q8_k_i8mm},
+};
+
+struct RepackedVariant {
+  DType type;
+  GemvRepackedFn baseline;
+  GemvRepackedFn dotprod;
+};
+
+const RepackedVariant kRepacked[] = {
+    {DType::kQ4_0, neon::gemv_q4_0_x16, neon::gemv_q4_0_x16_dotprod},
+    {DType::kQ8_0, neon::gemv_q8_0_x16, neon::gemv_q8_0_x16_dotprod},
+    {DType::kQ4_K, neon::gemv_q4_k_x16, neon::gemv_q4_k_x16_dotprod},
+    {DType::kQ6_K, neon::gemv_q6_k_x16, neon::gemv_q6_k_x16_dotprod},
 };
 
 bool host_has_dotprod() {
@@ -212,6 +225,10 @@ TEST(KernelsNeon, EachLevelTakesItsKernels) {
     }
     for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
       EXPECT_NE(k.for_type(type).gemv, nullptr) << dtype_name(type);
+    }
+    for (const RepackedVariant& v : kRepacked) {
+      SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " gemv_repacked");
+      EXPECT_EQ(k.for_type(v.type).gemv_repacked, dotprod ? v.dotprod : v.baseline);
     }
     for (const GemmVariant& v : kGemms) {
       SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " gemm");
