@@ -9,7 +9,9 @@
 //   Q4_0, Q8_0: vec_dot's float chain per row (legacy_rows with one row) is acc[b % 4] =
 //     fma(float(block sum), d_x * d_y, acc[b % 4]), then (acc0 + acc1) + (acc2 + acc3), the
 //     order of vaddvq_f32. Each quad keeps those 4 accumulators with its rows in the lanes;
-//     the block sums are exact integers, so they are vec_dot's whatever the policy.
+//     the block sums are exact integers, so they are vec_dot's whatever the policy. (The
+//     missing blocks of vec_dot's last group of 4 add fma(0, 0, acc), which changes no lane:
+//     a lane that starts at +0 never becomes -0, so they are skipped here.)
 //   Q4_K: vec_dot's sumi = sum_s sc[s] * (levels . a of sub-block s) and sum_mins = sum_s
 //     mn[s] * S[s] (S[s] = bsums[2s] + bsums[2s + 1] wrapped to int16, as vpaddq_s16) are
 //     integers taken modulo 2^32 in any order, so each quad forms them its own way; the 6-bit
@@ -20,8 +22,10 @@
 //     as above; sum = fma(d_x * d_y, float(sumi), sum). Element 128h + 32p + 4c + i (c < 8)
 //     of a row is ql column 16h + 8 (p % 2) + c (low nibbles for p < 2, high ones after) with
 //     bits 2p, 2p + 1 of qh column 8h + c; it belongs to sub-block 8h + 2p + c / 4.
-// One group of 16 rows at a time, the 4 quads one after the other; a group is one sequential
-// stream of bytes, left to the hardware prefetchers. Only files in neon/ include this header.
+// One group of 16 rows at a time, each (super-)block's 4 quads one after the other; a group
+// is read front to back (its scales, and its quants or super-blocks), left to the hardware
+// prefetchers: nothing was measured on arm64 hardware yet. Only files in neon/ include this
+// header.
 #pragma once
 
 #include <arm_neon.h>
