@@ -1,8 +1,8 @@
 # Cross compiling for arm64 Linux with Debian's GNU toolchain (g++-aarch64-linux-gnu), the
 # target's libraries found only under its sysroot. Tests run through qemu-user: ctest and
 # gtest_discover_tests prefix every test command with the emulator; the emulated CPU
-# is chosen with QEMU_CPU (scripts/test-neon.sh runs "max", with dotprod, and
-# "cortex-a53", without).
+# is chosen with QEMU_CPU (scripts/test-neon.sh runs "max", with I8MM and dotprod,
+# "neoverse-n1", with dotprod only, and "cortex-a53", with neither).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 

@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # Cross-builds the kernels and their tests for arm64 (QRUN_KERNELS_ONLY, Debian's
 # aarch64-linux-gnu toolchain, GoogleTest from /usr/src/googletest) into build/neon and
-# runs them under qemu-user twice: on an emulated CPU with the dotprod extension ("max")
-# and on one without ("cortex-a53"), so that both NEON kernel tables are tested.
+# runs them under qemu-user on three emulated CPUs, one per NEON level (kernel_table.h):
+#   max          I8MM and dotprod: selects i8mm; its run walks the generic, neon, dotprod
+#                and i8mm tables, so it runs every test of every level;
+#   neoverse-n1  dotprod without I8MM: selects dotprod;
+#   cortex-a53   neither: selects neon.
+# The last two compare nothing the first run has not (each level's table is built from the
+# level alone, whatever the host); they show that a CPU without an extension selects the
+# level below it and never meets that extension's instructions. So they run the kernel tests
+# that call every kernel of their levels (kernels_neon, _table, _dot, _repack and _ops), not
+# the gemm, KV-type, backend and quant ones that walk the same tables again: about a quarter
+# of a full run each. Each run sets QRUN_EXPECT_ISA, which
+# KernelsNeon.HostRunsTheExpectedLevel checks against the level the CPU selects.
 # Usage: scripts/test-neon.sh   (packages: scripts/install-deps.sh --test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,22 +25,39 @@ cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cma
   -DCMAKE_BUILD_TYPE=Release -DQRUN_WERROR=ON -DQRUN_KERNELS_ONLY=ON -DQRUN_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$jobs"
 
-# Only the *_dotprod objects may hold SDOT/UDOT, and their only global symbols may be their
-# *_dotprod functions: a shared inline or template copy compiled there could be picked by
-# the linker for callers on CPUs without dotprod (local symbols cannot).
+# Only the *_dotprod and *_i8mm objects may hold SDOT/UDOT, only the *_i8mm ones the I8MM
+# instructions, and their only global symbols may be their own *_dotprod / *_i8mm functions:
+# a shared inline or template copy compiled there could be picked by the linker for callers
+# on CPUs without the extension (local symbols cannot).
 objdir="$build/kernels/cpu/CMakeFiles/qrun_kernels_cpu.dir"
-mapfile -t baseline < <(find "$objdir" -name '*.o' ! -name '*_dotprod.cpp.o')
-if aarch64-linux-gnu-objdump -d "${baseline[@]}" | grep -wE 'sdot|udot' >/dev/null; then
-  echo "test-neon: a baseline NEON object uses the dotprod instructions" >&2
+dotprod_insns='sdot|udot'
+i8mm_insns='smmla|ummla|usmmla|usdot|sudot'
+mapfile -t baseline < <(find "$objdir" -name '*.o' ! -name '*_dotprod.cpp.o' ! -name '*_i8mm.cpp.o')
+if aarch64-linux-gnu-objdump -d "${baseline[@]}" | grep -wE "$dotprod_insns|$i8mm_insns" >/dev/null; then
+  echo "test-neon: a baseline NEON object uses the dotprod or i8mm instructions" >&2
   exit 1
 fi
-if aarch64-linux-gnu-nm -C -g --defined-only "$objdir"/neon/*_dotprod.cpp.o |
-  grep -vE '^$|\.o:$|_dotprod\(' >/dev/null; then
-  echo "test-neon: a *_dotprod object defines symbols other than its *_dotprod functions:" >&2
-  aarch64-linux-gnu-nm -C --defined-only "$objdir"/neon/*_dotprod.cpp.o >&2
+if aarch64-linux-gnu-objdump -d "$objdir"/neon/*_dotprod.cpp.o | grep -wE "$i8mm_insns" >/dev/null; then
+  echo "test-neon: a *_dotprod object uses the i8mm instructions" >&2
   exit 1
 fi
-for cpu in max cortex-a53; do
-  printf '\n---- arm64 kernel tests under qemu-aarch64 -cpu %s ----\n' "$cpu"
-  QEMU_CPU=$cpu ctest --test-dir "$build" -j "$jobs" --output-on-failure
+for ext in dotprod i8mm; do
+  if aarch64-linux-gnu-nm -C -g --defined-only "$objdir"/neon/*_"$ext".cpp.o |
+    grep -vE "^\$|\.o:\$|_$ext\(" >/dev/null; then
+    echo "test-neon: a *_$ext object defines symbols other than its *_$ext functions:" >&2
+    aarch64-linux-gnu-nm -C --defined-only "$objdir"/neon/*_"$ext".cpp.o >&2
+    exit 1
+  fi
 done
+
+unset QRUN_FORCE_ISA  # each run must select its CPU's level
+run() {  # run CPU LEVEL [ctest arguments...]
+  local cpu=$1 level=$2
+  shift 2
+  printf '\n---- arm64 tests under qemu-aarch64 -cpu %s (expects the %s kernels) ----\n' "$cpu" "$level"
+  QEMU_CPU=$cpu QRUN_EXPECT_ISA=$level ctest --test-dir "$build" -j "$jobs" --output-on-failure "$@"
+}
+kernel_tests='^(KernelsNeon|KernelTable|KernelsDot|KernelsRepack|KernelsOps)\.'
+run max i8mm
+run neoverse-n1 dotprod -R "$kernel_tests"
+run cortex-a53 neon -R "$kernel_tests"

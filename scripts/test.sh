@@ -4,8 +4,9 @@
 #   2. two `qrun serve` replicas behind nginx on the loopback (scripts/serve-replicas.sh);
 #   3. an AddressSanitizer + UndefinedBehaviorSanitizer build and ctest;
 #   4. the kernels cross-built for arm64 and their tests under qemu-user, on emulated CPUs
-#      with and without dotprod (scripts/test-neon.sh; a few minutes);
-#   5. the GGUF reader fuzzer for a bounded time under ASan/UBSan (clang's libFuzzer).
+#      with I8MM and dotprod, dotprod only, and neither (scripts/test-neon.sh; a few minutes);
+#   5. the fuzzers (GGUF reader, grammar, serve requests) for a bounded time under ASan/UBSan
+#      (clang's libFuzzer).
 # Shared test data is found through QRUN_TEST_DATA (default: ../shared). The real model the
 # golden tests compare with llama.cpp (Gemma 3 270M) is fetched first by
 # scripts/fetch-models.sh into $QRUN_MODELS (default ~/.cache/qrun/models; nothing to do when
@@ -45,7 +46,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir build/ci-asan -j "$jobs" --output-on-failure | tee "$logs/asan.txt"
 
 step "arm64 (NEON) kernel tests under qemu-user"
-# Bounded: the cross build and two emulated runs take a few minutes on 2 cores.
+# Bounded: the cross build and the three emulated runs take a few minutes on 2 cores.
 timeout "${QRUN_NEON_TIMEOUT:-1200}" bash scripts/test-neon.sh | tee "$logs/neon.txt"
 
 step "fuzz the GGUF reader for ${fuzz_seconds}s"

@@ -1,26 +1,30 @@
 // The NEON kernels (arm64 builds only; scripts/test-neon.sh runs them under qemu on CPUs
-// with and without dotprod), each variant called directly against its generic twin:
+// with I8MM and dotprod, with dotprod only, and with neither), each variant called directly
+// against its generic twin:
 // dot products of every registered weight type on awkward lengths and extreme levels
 // (tolerance |y - ref| <= 1e-5 * sum |x_i y_i|; the SDOT variants, where the CPU has
 // them, bit-identical to the baseline ones), activation quantizers and conversions bit for
 // bit, row ops on awkward lengths with NaN-prefilled outputs (add and to_f16 exact,
 // rms_norm within 2.5e-7 relative, swiglu 4e-7), the Q4_0/Q5_0/Q8_0 gemv variants bit for
-// bit against the baseline vec_dot (random and extreme rows), both gemm variants of every
-// quantized type against vec_dot (the SDOT one bit for bit against the baseline one), ISA
-// selection and the dotprod choice of every table entry. (Attention and the k-quant gemv
-// are tested through the table with every ISA in kernels_ops_test.cpp and
-// kernels_dot_test.cpp.)
+// bit against the baseline vec_dot (random and extreme rows), the three gemm variants of every
+// quantized type against vec_dot (the SDOT and SMMLA ones bit for bit against the baseline
+// one), ISA selection, the level the host runs (QRUN_EXPECT_ISA, set by scripts/test-neon.sh
+// for each emulated CPU) and the kernels of every table entry at each level. (Attention, the
+// k-quant gemv and the repacked gemv are tested through the table with every ISA in
+// kernels_ops_test.cpp, kernels_dot_test.cpp and kernels_repack_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <iterator>
 #include <limits>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "ggml-like/dtype.h"
@@ -71,19 +75,37 @@ struct GemmVariant {
   DType type;
   GemmKernels (*baseline)();
   GemmKernels (*dotprod)();
+  GemmKernels (*i8mm)();
 };
 
 const GemmVariant kGemms[] = {
-    {DType::kQ4_0, neon::gemm_q4_0_q8_0, neon::gemm_q4_0_q8_0_dotprod},
-    {DType::kQ5_0, neon::gemm_q5_0_q8_0, neon::gemm_q5_0_q8_0_dotprod},
-    {DType::kQ8_0, neon::gemm_q8_0_q8_0, neon::gemm_q8_0_q8_0_dotprod},
-    {DType::kQ4_K, neon::gemm_q4_k_q8_k, neon::gemm_q4_k_q8_k_dotprod},
-    {DType::kQ5_K, neon::gemm_q5_k_q8_k, neon::gemm_q5_k_q8_k_dotprod},
-    {DType::kQ6_K, neon::gemm_q6_k_q8_k, neon::gemm_q6_k_q8_k_dotprod},
+    {DType::kQ4_0, neon::gemm_q4_0_q8_0, neon::gemm_q4_0_q8_0_dotprod, neon::gemm_q4_0_q8_0_i8mm},
+    {DType::kQ5_0, neon::gemm_q5_0_q8_0, neon::gemm_q5_0_q8_0_dotprod, neon::gemm_q5_0_q8_0_i8mm},
+    {DType::kQ8_0, neon::gemm_q8_0_q8_0, neon::gemm_q8_0_q8_0_dotprod, neon::gemm_q8_0_q8_0_i8mm},
+    {DType::kQ4_K, neon::gemm_q4_k_q8_k, neon::gemm_q4_k_q8_k_dotprod, neon::gemm_q4_k_q8_k_i8mm},
+    {DType::kQ5_K, neon::gemm_q5_k_q8_k, neon::gemm_q5_k_q8_k_dotprod, neon::gemm_q5_k_q8_k_i8mm},
+    {DType::kQ6_K, neon::gemm_q6_k_q8_k, neon::gemm_q6_k_q8_k_dotprod, neon::gemm_q6_k_q8_k_i8mm},
+};
+
+struct RepackedVariant {
+  DType type;
+  GemvRepackedFn baseline;
+  GemvRepackedFn dotprod;
+};
+
+const RepackedVariant kRepacked[] = {
+    {DType::kQ4_0, neon::gemv_q4_0_x16, neon::gemv_q4_0_x16_dotprod},
+    {DType::kQ8_0, neon::gemv_q8_0_x16, neon::gemv_q8_0_x16_dotprod},
+    {DType::kQ4_K, neon::gemv_q4_k_x16, neon::gemv_q4_k_x16_dotprod},
+    {DType::kQ6_K, neon::gemv_q6_k_x16, neon::gemv_q6_k_x16_dotprod},
 };
 
 bool host_has_dotprod() {
   return detect_cpu_features().neon_dotprod;
+}
+
+bool host_has_i8mm() {
+  return isa_runs_on(Isa::kNeonI8mm, detect_cpu_features());
 }
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
@@ -144,51 +166,85 @@ TEST(KernelsNeon, HostFeatures) {
   std::cout << "host cpu features: " << f.to_string() << "\n";
 }
 
-TEST(KernelsNeon, SelectionPicksNeonOnArm64) {
+TEST(KernelsNeon, SelectionPicksTheBestNeonLevel) {
   CpuFeatures f;
   f.neon = true;
   EXPECT_EQ(best_isa(f), Isa::kNeon);
-  Result<Isa> forced = resolve_isa("neon", f);
-  ASSERT_TRUE(forced.ok());
-  EXPECT_EQ(*forced, Isa::kNeon);
+  f.neon_i8mm = true;  // no level without dotprod uses i8mm
+  EXPECT_EQ(best_isa(f), Isa::kNeon);
+  f.neon_i8mm = false;
+  f.neon_dotprod = true;
+  EXPECT_EQ(best_isa(f), Isa::kNeonDotprod);
+  f.neon_i8mm = true;
+  EXPECT_EQ(best_isa(f), Isa::kNeonI8mm);
+  // Every level at or below the CPU's can be forced, none above it.
+  f.neon_i8mm = false;
+  for (const char* name : {"neon", "dotprod", "NEON", "DotProd"}) {
+    Result<Isa> forced = resolve_isa(name, f);
+    ASSERT_TRUE(forced.ok()) << name;
+    EXPECT_EQ(isa_name(*forced), std::string_view(name).size() == 4 ? "neon" : "dotprod");
+  }
+  Result<Isa> i8mm = resolve_isa("i8mm", f);
+  ASSERT_FALSE(i8mm.ok());
+  EXPECT_EQ(i8mm.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(i8mm.error().message.find("QRUN_FORCE_ISA=i8mm"), std::string::npos);
   Result<Isa> avx2 = resolve_isa("avx2", f);
   ASSERT_FALSE(avx2.ok());
   EXPECT_EQ(avx2.error().code, ErrorCode::kUnsupported);
-  EXPECT_EQ(cpu_kernels(Isa::kNeon).isa, Isa::kNeon);
+  for (Isa isa : {Isa::kNeon, Isa::kNeonDotprod, Isa::kNeonI8mm}) {
+    EXPECT_EQ(cpu_kernels(isa).isa, isa);
+  }
 }
 
-TEST(KernelsNeon, TableTakesTheDotprodKernelsOnlyWithDotprod) {
-  CpuFeatures f;
-  f.neon = true;
-  for (bool dotprod : {false, true}) {
-    f.neon_dotprod = dotprod;
+// scripts/test-neon.sh names the level each emulated CPU must select; the run fails if the
+// emulator (or the detection) gives another, so that each run tests what it claims.
+TEST(KernelsNeon, HostRunsTheExpectedLevel) {
+  const char* want = std::getenv("QRUN_EXPECT_ISA");
+  if (want == nullptr || *want == '\0') GTEST_SKIP() << "QRUN_EXPECT_ISA is not set";
+  const Isa best = best_isa(detect_cpu_features());
+  EXPECT_STREQ(isa_name(best), want) << "cpu features: " << detect_cpu_features().to_string();
+  EXPECT_EQ(default_isa(), best) << "QRUN_FORCE_ISA must not be set for this run";
+  std::cout << "host runs the " << isa_name(best) << " kernels\n";
+}
+
+TEST(KernelsNeon, EachLevelTakesItsKernels) {
+  for (Isa level : {Isa::kNeon, Isa::kNeonDotprod, Isa::kNeonI8mm}) {
+    const bool dotprod = level != Isa::kNeon;
     CpuKernels k;
     fill_generic_kernels(k);
-    neon::fill_kernels(k, f);
+    neon::fill_kernels(k, level);
+    SCOPED_TRACE(isa_name(level));
     for (const DotVariant& v : kDots) {
-      SCOPED_TRACE(testing::Message() << dtype_name(v.type) << (dotprod ? " dotprod" : ""));
+      SCOPED_TRACE(dtype_name(v.type));
       const VecDotFn want = dotprod && v.dotprod != nullptr ? v.dotprod : v.baseline;
       EXPECT_EQ(k.for_type(v.type).vec_dot, want);
     }
     for (const GemvVariant& v : kGemvs) {
-      SCOPED_TRACE(testing::Message()
-                   << dtype_name(v.type) << " gemv" << (dotprod ? " dotprod" : ""));
+      SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " gemv");
       EXPECT_EQ(k.for_type(v.type).gemv, dotprod ? v.dotprod : v.baseline);
     }
     for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
       EXPECT_NE(k.for_type(type).gemv, nullptr) << dtype_name(type);
     }
+    for (const RepackedVariant& v : kRepacked) {
+      SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " gemv_repacked");
+      EXPECT_EQ(k.for_type(v.type).gemv_repacked, dotprod ? v.dotprod : v.baseline);
+    }
     for (const GemmVariant& v : kGemms) {
-      SCOPED_TRACE(testing::Message()
-                   << dtype_name(v.type) << " gemm" << (dotprod ? " dotprod" : ""));
-      EXPECT_EQ(k.for_type(v.type).gemm.gemm, (dotprod ? v.dotprod : v.baseline)().gemm);
+      SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " gemm");
+      const GemmKernels want = (level == Isa::kNeonI8mm ? v.i8mm
+                                : dotprod               ? v.dotprod
+                                                        : v.baseline)();
+      EXPECT_EQ(k.for_type(v.type).gemm.gemm, want.gemm);
+      EXPECT_EQ(k.for_type(v.type).gemm.pack_act, want.pack_act);
     }
     EXPECT_EQ(k.attend_f32, neon::attend_f32);
     EXPECT_EQ(k.attend_f16, neon::attend_f16);
   }
-  // The table of this process follows the host.
-  const VecDotFn q4 = cpu_kernels(Isa::kNeon).for_type(DType::kQ4_0).vec_dot;
-  EXPECT_EQ(q4, host_has_dotprod() ? neon::vec_dot_q4_0_q8_0_dotprod : neon::vec_dot_q4_0_q8_0);
+  // The table of each level is built from that level alone, whatever the host has.
+  EXPECT_EQ(cpu_kernels(Isa::kNeon).for_type(DType::kQ4_0).vec_dot, neon::vec_dot_q4_0_q8_0);
+  EXPECT_EQ(cpu_kernels(Isa::kNeonDotprod).for_type(DType::kQ4_0).vec_dot,
+            neon::vec_dot_q4_0_q8_0_dotprod);
 }
 
 TEST(KernelsNeon, DotsMatchGeneric) {
@@ -335,11 +391,12 @@ TEST(KernelsNeon, GemvVariantsMatchVecDotBitForBit) {
   }
 }
 
-// Both gemm variants, called directly (the table holds one of them): packed in 8-token
+// The three gemm variants, called directly (the table holds one of them): packed in 8-token
 // groups, past the 4-row micro-tiles, the 16-row by 64-token driver tiles and the 16-block
 // weight chunks, into NaN-prefilled outputs wider than the tile. The baseline output is
-// within 1e-5 * sum |w_i a_i| of the generic vec_dot; the SDOT one, where the CPU has it,
-// bit-identical to the baseline one (the same exact block sums in the same float order).
+// within 1e-5 * sum |w_i a_i| of the generic vec_dot; the SDOT and SMMLA ones, where the CPU
+// has them, bit-identical to the baseline one (the same exact block sums in the same float
+// order).
 TEST(KernelsNeon, GemmVariantsMatchVecDot) {
   uint32_t seed = 60;
   for (const GemmVariant& v : kGemms) {
@@ -373,10 +430,13 @@ TEST(KernelsNeon, GemmVariantsMatchVecDot) {
               storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
           const int64_t ldy = n_rows + 2;
           std::vector<float> y_base;
-          for (bool dotprod : {false, true}) {
-            if (dotprod && !host_has_dotprod()) continue;
-            SCOPED_TRACE(dotprod ? "dotprod" : "baseline");
-            const GemmKernels gk = dotprod ? v.dotprod() : v.baseline();
+          for (Isa level : {Isa::kNeon, Isa::kNeonDotprod, Isa::kNeonI8mm}) {
+            if (level == Isa::kNeonDotprod && !host_has_dotprod()) continue;
+            if (level == Isa::kNeonI8mm && !host_has_i8mm()) continue;
+            SCOPED_TRACE(isa_name(level));
+            const GemmKernels gk = (level == Isa::kNeonI8mm      ? v.i8mm
+                                    : level == Isa::kNeonDotprod ? v.dotprod
+                                                                 : v.baseline)();
             ASSERT_EQ(gk.group_tokens, base.group_tokens);
             for (int64_t t0 = (n_tokens - 1) / gk.group_tokens * gk.group_tokens; t0 >= 0;
                  t0 -= gk.group_tokens) {
@@ -400,9 +460,9 @@ TEST(KernelsNeon, GemmVariantsMatchVecDot) {
                     << "token " << t << " row " << r << ": " << got << " vs " << ref;
               }
             }
-            if (dotprod) {
+            if (level != Isa::kNeon) {
               EXPECT_EQ(std::memcmp(y.data(), y_base.data(), y.size() * sizeof(float)), 0)
-                  << "dotprod output differs from the baseline one";
+                  << isa_name(level) << " output differs from the baseline one";
             } else {
               y_base = y;
             }

@@ -1,5 +1,5 @@
 // CPU feature detection. x86-64 reads cpuid and checks that the OS saves the AVX and
-// AVX-512 register state (xgetbv); arm64 reads HWCAP from the auxiliary vector.
+// AVX-512 register state (xgetbv); arm64 reads HWCAP and HWCAP2 from the auxiliary vector.
 #include "kernels/cpu/cpu_features.h"
 
 #if defined(__x86_64__)
@@ -44,7 +44,9 @@ CpuFeatures detect_cpu_features() {
   CpuFeatures f;
   f.neon = true;  // Advanced SIMD is mandatory on AArch64.
   const unsigned long hwcap = getauxval(AT_HWCAP);
+  const unsigned long hwcap2 = getauxval(AT_HWCAP2);
   f.neon_dotprod = (hwcap >> 20) & 1;  // HWCAP_ASIMDDP
+  f.neon_i8mm = (hwcap2 >> 13) & 1;    // HWCAP2_I8MM
   return f;
 }
 #else
@@ -70,6 +72,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512vnni, "avx512vnni");
   add(neon, "neon");
   add(neon_dotprod, "dotprod");
+  add(neon_i8mm, "i8mm");
   return s.empty() ? "none" : s;
 }
 

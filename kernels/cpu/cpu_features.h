@@ -15,7 +15,8 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool neon = false;
-  bool neon_dotprod = false;
+  bool neon_dotprod = false;  // SDOT/UDOT (Armv8.2 dotprod, HWCAP_ASIMDDP)
+  bool neon_i8mm = false;     // SMMLA and friends (Armv8.6 I8MM, HWCAP2_I8MM)
 
   bool has_avx2_set() const { return avx2 && fma && f16c; }
   // The AVX-512 kernels use F, BW, VL, DQ and VNNI (Ice Lake, Zen 4 and later); CPUs with

@@ -8,7 +8,14 @@
 namespace qrun::kernels {
 namespace {
 
-constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kNeon};
+constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2,        Isa::kAvx512,
+                            Isa::kNeon,    Isa::kNeonDotprod, Isa::kNeonI8mm};
+
+#if defined(QRUN_HAVE_NEON)
+bool is_neon_level(Isa isa) {
+  return isa == Isa::kNeon || isa == Isa::kNeonDotprod || isa == Isa::kNeonI8mm;
+}
+#endif
 
 CpuKernels build_table(Isa isa) {
   CpuKernels k;
@@ -20,7 +27,7 @@ CpuKernels build_table(Isa isa) {
   if (isa == Isa::kAvx512) fill_avx512_kernels(k);
 #endif
 #if defined(QRUN_HAVE_NEON)
-  if (isa == Isa::kNeon) fill_neon_kernels(k);
+  if (is_neon_level(isa)) fill_neon_kernels(k, isa);
 #endif
   k.isa = isa;
   return k;
@@ -51,6 +58,10 @@ const char* isa_name(Isa isa) {
       return "avx512";
     case Isa::kNeon:
       return "neon";
+    case Isa::kNeonDotprod:
+      return "dotprod";
+    case Isa::kNeonI8mm:
+      return "i8mm";
   }
   return "?";
 }
@@ -84,6 +95,8 @@ bool isa_compiled(Isa isa) {
       return false;
 #endif
     case Isa::kNeon:
+    case Isa::kNeonDotprod:
+    case Isa::kNeonI8mm:
 #if defined(QRUN_HAVE_NEON)
       return true;
 #else
@@ -104,12 +117,16 @@ bool isa_runs_on(Isa isa, const CpuFeatures& features) {
       return features.has_avx512_set();
     case Isa::kNeon:
       return features.neon;
+    case Isa::kNeonDotprod:
+      return features.neon && features.neon_dotprod;
+    case Isa::kNeonI8mm:  // its vec_dot and gemv are the dotprod level's
+      return features.neon && features.neon_dotprod && features.neon_i8mm;
   }
   return false;
 }
 
 Isa best_isa(const CpuFeatures& features) {
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeonI8mm, Isa::kNeonDotprod, Isa::kNeon}) {
     if (isa_runs_on(isa, features)) return isa;
   }
   return Isa::kGeneric;
@@ -121,7 +138,8 @@ Result<Isa> resolve_isa(const char* forced, const CpuFeatures& features) {
   if (!isa) {
     return make_error(
         ErrorCode::kUsage,
-        format("QRUN_FORCE_ISA=%s: unknown ISA (use generic, avx2, avx512 or neon)", forced));
+        format("QRUN_FORCE_ISA=%s: unknown ISA (use generic, avx2, avx512, neon, dotprod or i8mm)",
+               forced));
   }
   if (!isa_compiled(*isa)) {
     return make_error(
@@ -149,6 +167,8 @@ const CpuKernels& cpu_kernels(Isa isa) {
   static const CpuKernels kAvx2Table = build_table(Isa::kAvx2);
   static const CpuKernels kAvx512Table = build_table(Isa::kAvx512);
   static const CpuKernels kNeonTable = build_table(Isa::kNeon);
+  static const CpuKernels kNeonDotprodTable = build_table(Isa::kNeonDotprod);
+  static const CpuKernels kNeonI8mmTable = build_table(Isa::kNeonI8mm);
   switch (isa) {
     case Isa::kGeneric:
       return kGenericTable;
@@ -158,6 +178,10 @@ const CpuKernels& cpu_kernels(Isa isa) {
       return kAvx512Table;
     case Isa::kNeon:
       return kNeonTable;
+    case Isa::kNeonDotprod:
+      return kNeonDotprodTable;
+    case Isa::kNeonI8mm:
+      return kNeonI8mmTable;
   }
   return kGenericTable;
 }

@@ -20,14 +20,19 @@
 
 namespace qrun::kernels {
 
-enum class Isa { kGeneric, kAvx2, kAvx512, kNeon };
+// The arm64 kernel sets are three levels, each holding the one before: kNeon (armv8-a
+// Advanced SIMD, every AArch64 CPU), kNeonDotprod (SDOT dot products, gemv and gemm tiles;
+// Armv8.2 dotprod) and kNeonI8mm (the dotprod set with SMMLA gemm tiles; Armv8.6 I8MM).
+// All three give the same bits for every integer dot product; the level only changes speed.
+enum class Isa { kGeneric, kAvx2, kAvx512, kNeon, kNeonDotprod, kNeonI8mm };
 
 // Every ISA, in enum order: `qrun --version` walks it.
 std::span<const Isa> all_isas();
 // The ISAs this binary carries and this CPU runs (detect_cpu_features), in all_isas()
 // order, so generic first: the kernel tests run each of them against generic.
 std::vector<Isa> host_isas();
-const char* isa_name(Isa isa);  // "generic", "avx2", "avx512", "neon"
+// "generic", "avx2", "avx512", "neon", "dotprod", "i8mm" (QRUN_FORCE_ISA's values).
+const char* isa_name(Isa isa);
 std::optional<Isa> isa_from_name(std::string_view name);
 // Whether this binary carries the ISA's kernels (x86-64 builds carry AVX2 and AVX-512,
 // arm64 builds NEON).
@@ -183,6 +188,6 @@ const CpuKernels& cpu_kernels(Isa isa);
 void fill_generic_kernels(CpuKernels& k);  // generic/reference kernels (kernels/cpu/ref_*.cpp)
 void fill_avx2_kernels(CpuKernels& k);     // kernels/cpu/avx2/
 void fill_avx512_kernels(CpuKernels& k);   // kernels/cpu/avx512/
-void fill_neon_kernels(CpuKernels& k);     // kernels/cpu/neon/
+void fill_neon_kernels(CpuKernels& k, Isa level);  // kernels/cpu/neon/, one of the 3 levels
 
 }  // namespace qrun::kernels

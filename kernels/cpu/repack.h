@@ -33,7 +33,8 @@
 // super-block b: ql[32][16][4], qh[16][16][4] and sc[4][16][4], each the 4-byte columns of
 // that field of the 16 rows as above (ql[m][j][i] = byte 4m + i of row j's ql, and so on).
 // (avx512/gemv_repacked.cpp reads a 64-byte q[b][k] as one vector; avx2/gemv_repacked.cpp as
-// two halves, rows 0-7 and 8-15.)
+// two halves, rows 0-7 and 8-15; neon/gemv_repacked_impl.h as four quarters of 4 rows, whose
+// Q8_0 bytes it xors back to signed levels.)
 #pragma once
 
 #include <cstddef>

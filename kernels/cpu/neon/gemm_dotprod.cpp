@@ -13,6 +13,7 @@ namespace qrun::kernels::neon {
 namespace {
 
 struct SdotLanes {
+  static constexpr bool kPairedSteps = false;
   using Acc = int32x4_t;
   static Acc zero() { return vdupq_n_s32(0); }
   template <int kToken>

@@ -1,11 +1,17 @@
 // The NEON gemm kernels (GemmKernels in kernel_table.h), written once over a policy `Lanes`:
 // gemm_quants.cpp instantiates them with widening multiplies (armv8-a), gemm_dotprod.cpp
-// with SDOT (vdotq_laneq_s32). Activations are packed token-interleaved, 8 tokens per group:
-// for every 4 consecutive elements ("step") of a block, [token 0: 4 levels] .. [token 7: 4
-// levels]. Weights are unpacked the same way for 4 rows at a time: [row 0: 4 levels] ..
-// [row 3: 4 levels] per step. One Lanes::dot<t> then adds, for the 4 rows in the int32
-// lanes, the 4-level products of token t, so a 4 rows x 8 tokens tile keeps 8 accumulators
-// in registers and each output lane is already one (row, token) pair: no reductions.
+// with SDOT (vdotq_laneq_s32), gemm_i8mm.cpp with SMMLA (vmmlaq_s32). Activations are packed
+// token-interleaved, 8 tokens per group: for every 4 consecutive elements ("step") of a
+// block, [token 0: 4 levels] .. [token 7: 4 levels]. Weights are unpacked the same way for 4
+// rows at a time: [row 0: 4 levels] .. [row 3: 4 levels] per step. One Lanes::dot<t> then
+// adds, for the 4 rows in the int32 lanes, the 4-level products of token t, so a 4 rows x 8
+// tokens tile keeps 8 accumulators in registers and each output lane is already one (row,
+// token) pair: no reductions.
+// With Lanes::kPairedSteps (SMMLA, which multiplies a 2 x 8 by an 8 x 2 int8 matrix), steps
+// go in pairs of 8 elements instead: the 16 bytes of step 2j hold [row 0: 8 levels][row 1: 8
+// levels] and those of step 2j + 1 rows 2 and 3; for the tokens, step 2j holds tokens 0, 1,
+// 4, 5 and step 2j + 1 tokens 2, 3, 6, 7, 8 levels each. The block sums are the same exact
+// integers, so all three instantiations give the same bits.
 // Integer sums inside a block (a sub-block for the k-quants) are exact; they are scaled and
 // summed in float per block, as vec_dot does, so an output differs from vec_dot only by the
 // rounding of that float sum. Everything is a member of a class template over the file's
@@ -24,15 +30,16 @@
 
 namespace qrun::kernels::neon {
 
-// Lanes provides
+// Lanes provides kPairedSteps and, when it is false,
 //   Acc                       an accumulator of 4 int32 lanes (one per weight row)
 //   zero()                    an accumulator of zeros
 //   dot<t>(Acc&, w, a)        lane i += dot(w[4i .. 4i + 3], a[4t .. 4t + 3]), t < 4
 //   sums(Acc)                 the 4 lanes as int32x4_t
+// or when it is true
+//   mmla(acc, w, a)           acc[2i + j] += dot(w[8i .. 8i + 7], a[8j .. 8j + 7]), i, j < 2
 template <class Lanes>
 struct NeonGemm {
   using Levels = BlockLevels<Lanes>;
-  using Acc = typename Lanes::Acc;
 
   static constexpr int kTokens = 8;         // tokens per packed group (two vectors)
   static constexpr int kRows = 4;           // weight rows per micro-tile (the lanes)
@@ -58,14 +65,32 @@ struct NeonGemm {
     v[3] = vreinterpretq_s8_s64(vtrn2q_s64(t1, t3));
   }
 
+  // The paired-step order of 4 x 2 int64 elements: afterwards v[0] = [v0, v1] and v[1] =
+  // [v2, v3] of the old first halves (levels 0-7), v[2] and v[3] the same of the second.
+  static void transpose_pairs(int8x16_t* v) {
+    const int64x2_t a0 = vreinterpretq_s64_s8(v[0]);
+    const int64x2_t a1 = vreinterpretq_s64_s8(v[1]);
+    const int64x2_t a2 = vreinterpretq_s64_s8(v[2]);
+    const int64x2_t a3 = vreinterpretq_s64_s8(v[3]);
+    v[0] = vreinterpretq_s8_s64(vtrn1q_s64(a0, a1));
+    v[1] = vreinterpretq_s8_s64(vtrn1q_s64(a2, a3));
+    v[2] = vreinterpretq_s8_s64(vtrn2q_s64(a0, a1));
+    v[3] = vreinterpretq_s8_s64(vtrn2q_s64(a2, a3));
+  }
+
   // Stores 4 vectors of 16 levels (one per row or token, in element order) as 4 steps:
-  // dst + k * stride receives step k of the 4 (16 bytes).
+  // dst + k * stride receives step k of the 4 (16 bytes), in the policy's step order.
   static void store_steps(int8x16_t* v, int8_t* dst, size_t stride) {
-    transpose4(v);
+    if constexpr (Lanes::kPairedSteps) {
+      transpose_pairs(v);
+    } else {
+      transpose4(v);
+    }
     for (int k = 0; k < 4; ++k) vst1q_s8(dst + k * stride, v[k]);
   }
 
   // One step for 4 rows (w) and 8 tokens (a0: tokens 0-3, a1: 4-7) into acc[t].
+  template <class Acc>
   static void step(Acc* acc, int8x16_t w, const int8_t* a) {
     const int8x16_t a0 = vld1q_s8(a);
     const int8x16_t a1 = vld1q_s8(a + 16);
@@ -79,13 +104,43 @@ struct NeonGemm {
     Lanes::template dot<3>(acc[7], w, a1);
   }
 
-  // The exact integer dots of `steps` steps of 4 rows with 8 tokens: out[t], rows in lanes.
+  // The exact integer dots of `steps` steps (even, for kPairedSteps) of 4 rows with 8
+  // tokens: out[t], rows in lanes.
   static void dots(const int8_t (*w)[kRows][4], const int8_t (*a)[kTokens][4], int steps,
                    int32x4_t* out) {
-    Acc acc[kTokens];
-    for (Acc& x : acc) x = Lanes::zero();
-    for (int k = 0; k < steps; ++k) step(acc, vld1q_s8(w[k][0]), a[k][0]);
-    for (int t = 0; t < kTokens; ++t) out[t] = Lanes::sums(acc[t]);
+    if constexpr (Lanes::kPairedSteps) {
+      // acc[p][u]: rows 2p, 2p + 1 by tokens u (of 0, 2, 4, 6) and u + 1, as [r0 t0, r0 t1,
+      // r1 t0, r1 t1]. Step 2j's first half holds tokens 0, 1, its second tokens 4, 5.
+      int32x4_t acc[2][4];
+      for (auto& p : acc) {
+        for (int32x4_t& x : p) x = vdupq_n_s32(0);
+      }
+      for (int k = 0; k < steps; k += 2) {
+        const int8x16_t w01 = vld1q_s8(w[k][0]);
+        const int8x16_t w23 = vld1q_s8(w[k + 1][0]);
+        const int8x16_t a01 = vld1q_s8(a[k][0]);
+        const int8x16_t a45 = vld1q_s8(a[k][4]);
+        const int8x16_t a23 = vld1q_s8(a[k + 1][0]);
+        const int8x16_t a67 = vld1q_s8(a[k + 1][4]);
+        acc[0][0] = Lanes::mmla(acc[0][0], w01, a01);
+        acc[0][1] = Lanes::mmla(acc[0][1], w01, a23);
+        acc[0][2] = Lanes::mmla(acc[0][2], w01, a45);
+        acc[0][3] = Lanes::mmla(acc[0][3], w01, a67);
+        acc[1][0] = Lanes::mmla(acc[1][0], w23, a01);
+        acc[1][1] = Lanes::mmla(acc[1][1], w23, a23);
+        acc[1][2] = Lanes::mmla(acc[1][2], w23, a45);
+        acc[1][3] = Lanes::mmla(acc[1][3], w23, a67);
+      }
+      for (int u = 0; u < 4; ++u) {
+        out[2 * u] = vuzp1q_s32(acc[0][u], acc[1][u]);
+        out[2 * u + 1] = vuzp2q_s32(acc[0][u], acc[1][u]);
+      }
+    } else {
+      typename Lanes::Acc acc[kTokens];
+      for (auto& x : acc) x = Lanes::zero();
+      for (int k = 0; k < steps; ++k) step(acc, vld1q_s8(w[k][0]), a[k][0]);
+      for (int t = 0; t < kTokens; ++t) out[t] = Lanes::sums(acc[t]);
+    }
   }
 
   // ---- the 32-element types against Q8_0 --------------------------------------------

@@ -12,6 +12,7 @@ namespace qrun::kernels::neon {
 namespace {
 
 struct WideningLanes {
+  static constexpr bool kPairedSteps = false;
   struct Acc {
     int32x4_t lo;  // [row 0 pairs 0-1, 2-3, row 1 pairs 0-1, 2-3]
     int32x4_t hi;  // the same for rows 2, 3

@@ -1,9 +1,9 @@
-// The NEON entries of the CPU kernel table. Which integer dot products (and gemv) are
-// registered depends on the CPU: SDOT versions with asimddp, the armv8-a ones otherwise;
-// both give the same bits, so the choice only changes speed; the same holds for the gemm
-// tiles. The k-quant gemv is the prefetching row loop of gemv_prefetch.h over the chosen
+// The NEON entries of the CPU kernel table, for each of the three levels (kernel_table.h):
+// the armv8-a integer kernels for kNeon, their SDOT versions for kNeonDotprod, and those with
+// the SMMLA gemm tiles for kNeonI8mm. All give the same bits, so the level only changes
+// speed. The k-quant gemv is the prefetching row loop of gemv_prefetch.h over the chosen
 // vec_dot (instantiated here, in a baseline object: it only calls the dot through its
-// address).
+// address); Q4_0, Q8_0, Q4_K and Q6_K also decode from repacked copies (repack.h).
 #include "kernels/cpu/neon/neon_kernels.h"
 #include "kernels/cpu/gemv_prefetch.h"
 
@@ -15,10 +15,19 @@ void set_dot(CpuKernels& k, DType type, VecDotFn fn) {
   k.for_type(type).vec_dot = fn;
 }
 
+// The gemm kernels of `level`: baseline, SDOT or SMMLA tiles.
+GemmKernels pick(Isa level, GemmKernels (*baseline)(), GemmKernels (*dotprod)(),
+                 GemmKernels (*i8mm)()) {
+  if (level == Isa::kNeonI8mm) return i8mm();
+  return level == Isa::kNeonDotprod ? dotprod() : baseline();
+}
+
 }  // namespace
 
-void fill_kernels(CpuKernels& k, const CpuFeatures& features) {
-  const bool dp = features.neon_dotprod;
+void fill_kernels(CpuKernels& k, Isa level) {
+  QRUN_CHECK(level == Isa::kNeon || level == Isa::kNeonDotprod || level == Isa::kNeonI8mm,
+             "neon::fill_kernels: %s is not a NEON level", isa_name(level));
+  const bool dp = level != Isa::kNeon;
   set_dot(k, DType::kQ4_0, dp ? vec_dot_q4_0_q8_0_dotprod : vec_dot_q4_0_q8_0);
   set_dot(k, DType::kQ5_0, dp ? vec_dot_q5_0_q8_0_dotprod : vec_dot_q5_0_q8_0);
   set_dot(k, DType::kQ8_0, dp ? vec_dot_q8_0_q8_0_dotprod : vec_dot_q8_0_q8_0);
@@ -37,13 +46,24 @@ void fill_kernels(CpuKernels& k, const CpuFeatures& features) {
       dp ? gemv_prefetched<vec_dot_q5_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q5_k_q8_k>;
   k.for_type(DType::kQ6_K).gemv =
       dp ? gemv_prefetched<vec_dot_q6_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q6_k_q8_k>;
+  // Decoding from the repacked copies the backend makes of these types.
+  k.for_type(DType::kQ4_0).gemv_repacked = dp ? gemv_q4_0_x16_dotprod : gemv_q4_0_x16;
+  k.for_type(DType::kQ8_0).gemv_repacked = dp ? gemv_q8_0_x16_dotprod : gemv_q8_0_x16;
+  k.for_type(DType::kQ4_K).gemv_repacked = dp ? gemv_q4_k_x16_dotprod : gemv_q4_k_x16;
+  k.for_type(DType::kQ6_K).gemv_repacked = dp ? gemv_q6_k_x16_dotprod : gemv_q6_k_x16;
   // Batches of 2 or more tokens through the gemm tiles.
-  k.for_type(DType::kQ4_0).gemm = dp ? gemm_q4_0_q8_0_dotprod() : gemm_q4_0_q8_0();
-  k.for_type(DType::kQ5_0).gemm = dp ? gemm_q5_0_q8_0_dotprod() : gemm_q5_0_q8_0();
-  k.for_type(DType::kQ8_0).gemm = dp ? gemm_q8_0_q8_0_dotprod() : gemm_q8_0_q8_0();
-  k.for_type(DType::kQ4_K).gemm = dp ? gemm_q4_k_q8_k_dotprod() : gemm_q4_k_q8_k();
-  k.for_type(DType::kQ5_K).gemm = dp ? gemm_q5_k_q8_k_dotprod() : gemm_q5_k_q8_k();
-  k.for_type(DType::kQ6_K).gemm = dp ? gemm_q6_k_q8_k_dotprod() : gemm_q6_k_q8_k();
+  k.for_type(DType::kQ4_0).gemm =
+      pick(level, gemm_q4_0_q8_0, gemm_q4_0_q8_0_dotprod, gemm_q4_0_q8_0_i8mm);
+  k.for_type(DType::kQ5_0).gemm =
+      pick(level, gemm_q5_0_q8_0, gemm_q5_0_q8_0_dotprod, gemm_q5_0_q8_0_i8mm);
+  k.for_type(DType::kQ8_0).gemm =
+      pick(level, gemm_q8_0_q8_0, gemm_q8_0_q8_0_dotprod, gemm_q8_0_q8_0_i8mm);
+  k.for_type(DType::kQ4_K).gemm =
+      pick(level, gemm_q4_k_q8_k, gemm_q4_k_q8_k_dotprod, gemm_q4_k_q8_k_i8mm);
+  k.for_type(DType::kQ5_K).gemm =
+      pick(level, gemm_q5_k_q8_k, gemm_q5_k_q8_k_dotprod, gemm_q5_k_q8_k_i8mm);
+  k.for_type(DType::kQ6_K).gemm =
+      pick(level, gemm_q6_k_q8_k, gemm_q6_k_q8_k_dotprod, gemm_q6_k_q8_k_i8mm);
   // Activation conversions, for every weight type.
   for (MatmulKernels& m : k.matmul) {
     if (m.vec_dot == nullptr) continue;
@@ -79,8 +99,8 @@ void fill_kernels(CpuKernels& k, const CpuFeatures& features) {
 
 }  // namespace neon
 
-void fill_neon_kernels(CpuKernels& k) {
-  neon::fill_kernels(k, detect_cpu_features());
+void fill_neon_kernels(CpuKernels& k, Isa level) {
+  neon::fill_kernels(k, level);
 }
 
 }  // namespace qrun::kernels

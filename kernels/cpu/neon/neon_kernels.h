@@ -1,8 +1,10 @@
 // The NEON kernels of the CPU kernel table. Baseline kernels (armv8-a Advanced SIMD, which
-// every AArch64 CPU has) live in dot_quants.cpp, gemm_quants.cpp, dot_float.cpp and ops.cpp;
-// the *_dotprod twins of the integer kernels (dot_dotprod.cpp, gemm_dotprod.cpp, built with
-// -march=armv8.2-a+dotprod) run only where the CPU reports asimddp, and give the same bits
-// as their baseline twins.
+// every AArch64 CPU has) live in dot_quants.cpp, gemm_quants.cpp, gemv_repacked.cpp,
+// dot_float.cpp and ops.cpp; the *_dotprod twins of the integer kernels (dot_dotprod.cpp,
+// gemm_dotprod.cpp, gemv_repacked_dotprod.cpp, built with -march=armv8.2-a+dotprod) run only
+// from the dotprod and i8mm tables, the *_i8mm gemm tiles (gemm_i8mm.cpp, built with
+// -march=armv8.2-a+dotprod+i8mm) only from the i8mm table, and all give the same bits as
+// their baseline twins.
 // Every kernel has the signature of its generic twin and is tested against it
 // (tests/kernels_neon_test.cpp, and with every ISA in kernels_dot_test.cpp and
 // kernels_ops_test.cpp); declarations use plain types so tests can call each one.
@@ -63,6 +65,34 @@ GemmKernels gemm_q8_0_q8_0_dotprod();
 GemmKernels gemm_q4_k_q8_k_dotprod();
 GemmKernels gemm_q5_k_q8_k_dotprod();
 GemmKernels gemm_q6_k_q8_k_dotprod();
+// gemm_i8mm.cpp: the same with SMMLA (pairs of 8-element steps), callable only where i8mm
+// exists; the same bits again.
+GemmKernels gemm_q4_0_q8_0_i8mm();
+GemmKernels gemm_q5_0_q8_0_i8mm();
+GemmKernels gemm_q8_0_q8_0_i8mm();
+GemmKernels gemm_q4_k_q8_k_i8mm();
+GemmKernels gemm_q5_k_q8_k_i8mm();
+GemmKernels gemm_q6_k_q8_k_i8mm();
+
+// gemv_repacked.cpp: decode gemv (GemvRepackedFn) over the x16 layouts of repack.h of Q4_0,
+// Q8_0, Q4_K and Q6_K, each output the vec_dot's bits; gemv_repacked_dotprod.cpp: the same
+// with SDOT, callable only where dotprod exists.
+void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y);
+void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y);
+void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y);
+void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y);
+void gemv_q4_0_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                           float* y);
+void gemv_q8_0_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                           float* y);
+void gemv_q4_k_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                           float* y);
+void gemv_q6_k_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                           float* y);
 
 // dot_float.cpp: float rows, and F32 -> F16 / BF16 activation rows (bit-identical to the
 // reference conversions).
@@ -92,8 +122,9 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void add(const float* a, const float* b, int64_t n, float* out);
 void to_f16(const float* src, uint16_t* dst, int64_t n);
 
-// Overrides the generic entries of `k` with the NEON kernels, the dotprod ones when
-// `features` has neon_dotprod (fill_neon_kernels passes the host's features).
-void fill_kernels(CpuKernels& k, const CpuFeatures& features);
+// Overrides the generic entries of `k` with the NEON kernels of `level` (Isa::kNeon,
+// kNeonDotprod or kNeonI8mm; kernel_table.h): the baseline ones, the dotprod ones, or the
+// dotprod ones with the i8mm gemm tiles.
+void fill_kernels(CpuKernels& k, Isa level);
 
 }  // namespace qrun::kernels::neon

@@ -1,0 +1,54 @@
+// The armv8-a instantiation of the NEON repacked decode gemv (gemv_repacked_impl.h) of Q4_0,
+// Q8_0 (Q8_0 activations), Q4_K and Q6_K (Q8_K activations): Lanes::dot broadcasts 4
+// activation levels, SMULL/SMULL2 give the 16 int16 products of a quad's column, SADALP adds
+// their pairs into two int32 accumulators (rows 0-1, rows 2-3; exact) and ADDP folds those
+// into the 4 row sums. Each output is the baseline vec_dot's bit for bit, and so the dotprod
+// one's.
+#include <arm_neon.h>
+
+#include "kernels/cpu/neon/gemv_repacked_impl.h"
+#include "kernels/cpu/neon/neon_kernels.h"
+
+namespace qrun::kernels::neon {
+namespace {
+
+struct WideningLanes {
+  struct Acc {
+    int32x4_t lo;  // [row 0 pairs 0-1, 2-3, row 1 pairs 0-1, 2-3]
+    int32x4_t hi;  // the same for rows 2, 3
+  };
+  static Acc zero() { return {vdupq_n_s32(0), vdupq_n_s32(0)}; }
+  template <int kColumn>
+  static void dot(Acc& acc, int8x16_t w, int8x16_t a) {
+    const int8x16_t b = vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(a), kColumn));
+    acc.lo = vpadalq_s16(acc.lo, vmull_s8(vget_low_s8(w), vget_low_s8(b)));
+    acc.hi = vpadalq_s16(acc.hi, vmull_high_s8(w, b));
+  }
+  static int32x4_t sums(Acc acc) { return vpaddq_s32(acc.lo, acc.hi); }
+};
+
+using Gemv = RepackedGemv<WideningLanes>;
+
+}  // namespace
+
+void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  Gemv::gemv_q4_0(n, groups, n_groups, act, y);
+}
+
+void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  Gemv::gemv_q8_0(n, groups, n_groups, act, y);
+}
+
+void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  Gemv::gemv_q4_k(n, groups, n_groups, act, y);
+}
+
+void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  Gemv::gemv_q6_k(n, groups, n_groups, act, y);
+}
+
+}  // namespace qrun::kernels::neon

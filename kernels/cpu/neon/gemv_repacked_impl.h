@@ -1,0 +1,267 @@
+// NEON decode gemv over the x16 layouts of kernels/cpu/repack.h (GemvRepackedFn), bit-identical
+// to the NEON vec_dot of the same rows (dot_impl.h), written once over the `Lanes` policy of
+// gemm_impl.h: Lanes::dot<t>(acc, w, a) adds to int32 lane i the 4 products of w[4i .. 4i + 3]
+// with a[4t .. 4t + 3]. A 16-byte quarter of a 64-byte x16 column holds those 4 bytes of 4
+// rows ("a quad"), so one dot<t> against an activation vector is the 4-element column of 4
+// rows, each row's sum in its own lane: nothing is summed across lanes but the policy's own
+// pairs. gemv_repacked.cpp instantiates it with widening multiplies, gemv_repacked_dotprod.cpp
+// with SDOT.
+//   Q4_0, Q8_0: vec_dot's float chain per row (legacy_rows with one row) is acc[b % 4] =
+//     fma(float(block sum), d_x * d_y, acc[b % 4]), then (acc0 + acc1) + (acc2 + acc3), the
+//     order of vaddvq_f32. Each quad keeps those 4 accumulators with its rows in the lanes;
+//     the block sums are exact integers, so they are vec_dot's whatever the policy. (The
+//     missing blocks of vec_dot's last group of 4 add fma(0, 0, acc), which changes no lane:
+//     a lane that starts at +0 never becomes -0, so they are skipped here.)
+//   Q4_K: vec_dot's sumi = sum_s sc[s] * (levels . a of sub-block s) and sum_mins = sum_s
+//     mn[s] * S[s] (S[s] = bsums[2s] + bsums[2s + 1] wrapped to int16, as vpaddq_s16) are
+//     integers taken modulo 2^32 in any order, so each quad forms them its own way; the 6-bit
+//     scales come from the interleaved scale columns with vec_dot's bit operations, byte-wise.
+//     Floats per row: sum = fma(d_x * d_y, float(sumi), sum), then sum = fma(-(dmin_x * d_y),
+//     float(sum_mins), sum), super-block after super-block.
+//   Q6_K: sumi = sum over the 16 sub-blocks of 16 of sc[s] * (levels - 32 . a), an integer
+//     as above; sum = fma(d_x * d_y, float(sumi), sum). Element 128h + 32p + 4c + i (c < 8)
+//     of a row is ql column 16h + 8 (p % 2) + c (low nibbles for p < 2, high ones after) with
+//     bits 2p, 2p + 1 of qh column 8h + c; it belongs to sub-block 8h + 2p + c / 4.
+// One group of 16 rows at a time, each (super-)block's 4 quads one after the other; a group
+// is read front to back (its scales, and its quants or super-blocks), left to the hardware
+// prefetchers: nothing was measured on arm64 hardware yet. Only files in neon/ include this
+// header.
+#pragma once
+
+#include <arm_neon.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ggml-like/quants.h"
+#include "kernels/cpu/repack.h"
+
+namespace qrun::kernels::neon {
+
+template <class Lanes>
+struct RepackedGemv {
+  using Acc = typename Lanes::Acc;
+  static constexpr int kQuads = kRepackRows / 4;
+
+  // acc += the 4 columns w[0 .. 4) of a quad against elements 4c .. 4c + 3 of a, column c.
+  static void dot_columns(Acc& acc, const int8x16_t* w, int8x16_t a) {
+    Lanes::template dot<0>(acc, w[0], a);
+    Lanes::template dot<1>(acc, w[1], a);
+    Lanes::template dot<2>(acc, w[2], a);
+    Lanes::template dot<3>(acc, w[3], a);
+  }
+
+  // The 4 fp16 scales at p, as floats.
+  static float32x4_t halves(const void* p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(static_cast<const uint16_t*>(p))));
+  }
+
+  static float half(uint16_t h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+  }
+
+  // (f0 + f1) + (f2 + f3), lane-wise: vaddvq_f32's order for every row.
+  static float32x4_t sum4(const float32x4_t* f) {
+    return vaddq_f32(vaddq_f32(f[0], f[1]), vaddq_f32(f[2], f[3]));
+  }
+
+  // Q4_0 and Q8_0: kCols 4-byte columns per block; Q4_0 stores nibbles (levels q - 8, low
+  // nibble element 4c + i, high 16 + 4c + i), Q8_0 its levels xor 0x80.
+  template <int kCols>
+  static void legacy_group(int64_t nb, const uint8_t* group, size_t /*one group*/,
+                           const BlockQ8_0* a, float* y) {
+    const auto* d = reinterpret_cast<const uint16_t*>(group);
+    const uint8_t* q = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+    float32x4_t acc[kQuads][4];
+    for (auto& quad : acc) {
+      for (float32x4_t& v : quad) v = vdupq_n_f32(0.0f);
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      const int8x16_t a_lo = vld1q_s8(a[b].qs);
+      const int8x16_t a_hi = vld1q_s8(a[b].qs + 16);
+      const float d_y = half(a[b].d);
+      const uint8_t* qb = q + static_cast<size_t>(b) * kCols * 64;
+      for (int r = 0; r < kQuads; ++r) {
+        Acc s = Lanes::zero();
+        for (int k = 0; k < kCols; k += 4) {
+          int8x16_t lo[4];
+          int8x16_t hi[4];
+          for (int c = 0; c < 4; ++c) {
+            const uint8x16_t w = vld1q_u8(qb + 64 * (k + c) + 16 * r);
+            if constexpr (kCols == 4) {
+              lo[c] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(w, vdupq_n_u8(15))), vdupq_n_s8(8));
+              hi[c] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(w, 4)), vdupq_n_s8(8));
+            } else {
+              lo[c] = vreinterpretq_s8_u8(veorq_u8(w, vdupq_n_u8(0x80)));
+            }
+          }
+          if constexpr (kCols == 4) {
+            dot_columns(s, lo, a_lo);
+            dot_columns(s, hi, a_hi);
+          } else {
+            dot_columns(s, lo, k == 0 ? a_lo : a_hi);
+          }
+        }
+        const float32x4_t dd = vmulq_n_f32(halves(d + b * kRepackRows + 4 * r), d_y);
+        float32x4_t& f = acc[r][b % 4];
+        f = vfmaq_f32(f, vcvtq_f32_s32(Lanes::sums(s)), dd);
+      }
+    }
+    for (int r = 0; r < kQuads; ++r) vst1q_f32(y + 4 * r, sum4(acc[r]));
+  }
+
+  // Byte s % 4 of every 32-bit lane of v, zero-extended (s < 4 selects the byte).
+  static int32x4_t lane_byte(uint8x16_t v, int s) {
+    const uint32x4_t x = vshlq_u32(vreinterpretq_u32_u8(v), vdupq_n_s32(-8 * s));
+    return vreinterpretq_s32_u32(vandq_u32(x, vdupq_n_u32(0xff)));
+  }
+
+  static void q4_k_group(int64_t nb, const uint8_t* group, size_t /*one group*/, const BlockQ8_K* a,
+                         float* y) {
+    constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
+    const uint8x16_t low4 = vdupq_n_u8(15);
+    const uint8x16_t low6 = vdupq_n_u8(63);
+    float32x4_t sum[kQuads];
+    for (float32x4_t& v : sum) v = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_K& ab = a[b];
+      const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
+      const uint8_t* q = blk + 64 + 3 * 64;
+      int32_t bsum[8];  // S[s], in int16 as vec_dot's vpaddq_s16
+      for (int s = 0; s < 8; ++s) {
+        bsum[s] = static_cast<int16_t>(ab.bsums[2 * s] + ab.bsums[2 * s + 1]);
+      }
+      for (int r = 0; r < kQuads; ++r) {
+        // k_scales_mins, byte-wise: row i's sc[0..3] in bytes 4i .. 4i + 3 of sc03, and so on.
+        const uint8x16_t w0 = vld1q_u8(blk + 64 + 16 * r);
+        const uint8x16_t w1 = vld1q_u8(blk + 128 + 16 * r);
+        const uint8x16_t w2 = vld1q_u8(blk + 192 + 16 * r);
+        const uint8x16_t sc03 = vandq_u8(w0, low6);
+        const uint8x16_t m03 = vandq_u8(w1, low6);
+        const uint8x16_t sc47 = vorrq_u8(vandq_u8(w2, low4), vshlq_n_u8(vshrq_n_u8(w0, 6), 4));
+        const uint8x16_t m47 = vorrq_u8(vshrq_n_u8(w2, 4), vshlq_n_u8(vshrq_n_u8(w1, 6), 4));
+        int32x4_t mins = vdupq_n_s32(0);
+        for (int s = 0; s < 4; ++s) {
+          mins = vmlaq_n_s32(mins, lane_byte(m03, s), bsum[s]);
+          mins = vmlaq_n_s32(mins, lane_byte(m47, s), bsum[s + 4]);
+        }
+        int32x4_t sumi = vdupq_n_s32(0);
+        for (int g = 0; g < 4; ++g) {
+          // Sub-blocks 2g (low nibbles of columns 8g .. 8g + 7) and 2g + 1 (high nibbles).
+          Acc lo = Lanes::zero();
+          Acc hi = Lanes::zero();
+          for (int half_g = 0; half_g < 2; ++half_g) {
+            int8x16_t wl[4];
+            int8x16_t wh[4];
+            for (int c = 0; c < 4; ++c) {
+              const uint8x16_t w = vld1q_u8(q + (8 * g + 4 * half_g + c) * 64 + 16 * r);
+              wl[c] = vreinterpretq_s8_u8(vandq_u8(w, low4));
+              wh[c] = vreinterpretq_s8_u8(vshrq_n_u8(w, 4));
+            }
+            dot_columns(lo, wl, vld1q_s8(ab.qs + 64 * g + 16 * half_g));
+            dot_columns(hi, wh, vld1q_s8(ab.qs + 64 * g + 32 + 16 * half_g));
+          }
+          const uint8x16_t sc = g < 2 ? sc03 : sc47;
+          sumi = vmlaq_s32(sumi, Lanes::sums(lo), lane_byte(sc, (2 * g) % 4));
+          sumi = vmlaq_s32(sumi, Lanes::sums(hi), lane_byte(sc, (2 * g + 1) % 4));
+        }
+        const float32x4_t d = vmulq_n_f32(halves(blk + 8 * r), ab.d);
+        const float32x4_t neg_dmin = vnegq_f32(vmulq_n_f32(halves(blk + 32 + 8 * r), ab.d));
+        sum[r] = vfmaq_f32(sum[r], vcvtq_f32_s32(sumi), d);
+        sum[r] = vfmaq_f32(sum[r], vcvtq_f32_s32(mins), neg_dmin);
+      }
+    }
+    for (int r = 0; r < kQuads; ++r) vst1q_f32(y + 4 * r, sum[r]);
+  }
+
+  // 16 Q6_K levels q - 32 from the 4-bit parts `low` and the 2-bit parts in bits 4-5 of
+  // `high` (block_levels.h's q6_levels).
+  static int8x16_t q6_levels(uint8x16_t low, uint8x16_t high) {
+    const uint8x16_t lev = vorrq_u8(low, vandq_u8(high, vdupq_n_u8(0x30)));
+    return vsubq_s8(vreinterpretq_s8_u8(lev), vdupq_n_s8(32));
+  }
+
+  static void q6_k_group(int64_t nb, const uint8_t* group, size_t /*one group*/, const BlockQ8_K* a,
+                         float* y) {
+    constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
+    const uint8x16_t low4 = vdupq_n_u8(15);
+    const auto* d = reinterpret_cast<const uint16_t*>(group);
+    const uint8_t* supers = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+    float32x4_t sum[kQuads];
+    for (float32x4_t& v : sum) v = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_K& ab = a[b];
+      const uint8_t* ql = supers + static_cast<size_t>(b) * kSuperBytes;
+      const uint8_t* qh = ql + kRepackRows * kQKK / 2;
+      const uint8_t* sc = qh + kRepackRows * kQKK / 4;
+      for (int r = 0; r < kQuads; ++r) {
+        // The 16 int8 scales of each row: scale s is byte s % 4 of column s / 4.
+        int32x4_t scales[4];
+        for (int k = 0; k < 4; ++k)
+          scales[k] = vreinterpretq_s32_u8(vld1q_u8(sc + 64 * k + 16 * r));
+        int32x4_t sumi = vdupq_n_s32(0);
+        for (int h = 0; h < 2; ++h) {
+          for (int half_c = 0; half_c < 2; ++half_c) {
+            // Columns c = 4 half_c .. + 3: sub-blocks 8h + 2p + half_c, p < 4.
+            int8x16_t lev[4][4];  // [p][column]
+            for (int i = 0; i < 4; ++i) {
+              const int c = 4 * half_c + i;
+              const uint8x16_t wa = vld1q_u8(ql + (16 * h + c) * 64 + 16 * r);
+              const uint8x16_t wb = vld1q_u8(ql + (16 * h + 8 + c) * 64 + 16 * r);
+              const uint8x16_t t = vld1q_u8(qh + (8 * h + c) * 64 + 16 * r);
+              lev[0][i] = q6_levels(vandq_u8(wa, low4), vshlq_n_u8(t, 4));
+              lev[1][i] = q6_levels(vandq_u8(wb, low4), vshlq_n_u8(t, 2));
+              lev[2][i] = q6_levels(vshrq_n_u8(wa, 4), t);
+              lev[3][i] = q6_levels(vshrq_n_u8(wb, 4), vshrq_n_u8(t, 2));
+            }
+            for (int p = 0; p < 4; ++p) {
+              Acc acc = Lanes::zero();
+              dot_columns(acc, lev[p], vld1q_s8(ab.qs + 128 * h + 32 * p + 16 * half_c));
+              const int s = 8 * h + 2 * p + half_c;
+              // Byte s % 4 of each lane, sign-extended.
+              const int32x4_t scale =
+                  vshrq_n_s32(vshlq_s32(scales[s / 4], vdupq_n_s32(24 - 8 * (s % 4))), 24);
+              sumi = vmlaq_s32(sumi, Lanes::sums(acc), scale);
+            }
+          }
+        }
+        const float32x4_t dd = vmulq_n_f32(halves(d + b * kRepackRows + 4 * r), ab.d);
+        sum[r] = vfmaq_f32(sum[r], vcvtq_f32_s32(sumi), dd);
+      }
+    }
+    for (int r = 0; r < kQuads; ++r) vst1q_f32(y + 4 * r, sum[r]);
+  }
+
+  // Every group through kGroup, one after the other (a member, unlike repack.h's
+  // run_group_passes, so that the copies compiled with different flags share no symbol).
+  template <class Weight, class Act,
+            void (*kGroup)(int64_t, const uint8_t*, size_t, const Act*, float*)>
+  static void groups(int64_t n, int64_t block_elems, const uint8_t* w, int64_t n_groups,
+                     const uint8_t* act, float* y) {
+    const int64_t nb = n / block_elems;
+    const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(Weight);
+    const auto* a = reinterpret_cast<const Act*>(act);
+    for (int64_t g = 0; g < n_groups; ++g) {
+      kGroup(nb, w + static_cast<size_t>(g) * group_bytes, group_bytes, a, y + g * kRepackRows);
+    }
+  }
+
+  static void gemv_q4_0(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
+                        float* y) {
+    groups<BlockQ4_0, BlockQ8_0, legacy_group<4>>(n, kQK, w, n_groups, act, y);
+  }
+  static void gemv_q8_0(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
+                        float* y) {
+    groups<BlockQ8_0, BlockQ8_0, legacy_group<8>>(n, kQK, w, n_groups, act, y);
+  }
+  static void gemv_q4_k(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
+                        float* y) {
+    groups<BlockQ4_K, BlockQ8_K, q4_k_group>(n, kQKK, w, n_groups, act, y);
+  }
+  static void gemv_q6_k(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
+                        float* y) {
+    groups<BlockQ6_K, BlockQ8_K, q6_k_group>(n, kQKK, w, n_groups, act, y);
+  }
+};
+
+}  // namespace qrun::kernels::neon
