@@ -47,7 +47,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 step "arm64 (NEON) kernel tests under qemu-user"
 # Bounded: the cross build and the three emulated runs take a few minutes on 2 cores.
-timeout "${QRUN_NEON_TIMEOUT:-1200}" bash scripts/test-neon.sh | tee "$logs/neon.txt"
+timeout "${QRUN_NEON_TIMEOUT:-1800}" bash scripts/test-neon.sh | tee "$logs/neon.txt"
 
 step "fuzz the GGUF reader for ${fuzz_seconds}s"
 bash scripts/fuzz.sh "$fuzz_seconds"
