@@ -2,11 +2,12 @@
 // (generic included): kv_store and attention on a paged view must be bit-identical to the
 // same ops on a contiguous cache, since the kernels read the same rows in the same order
 // and only where a row is stored changes. Every pair of KV types (F32, F16, BF16, Q8_0,
-// Q4_0), head_dim 64, 128 and 256, GQA ratios 1, 3 and 4, windows 0, 9 and 40, blocks of
-// 16 and 32 rows (the attention tile is 32: blocks of 16 split tiles), batches that start
-// and end inside blocks and across their edges, and a block table out of order with unused
-// blocks between (NaN-filled, so a row read from the wrong block shows). Also: a paged
-// view that is not a whole number of blocks, or written past its rows, stops with a check.
+// Q4_0), head_dim 64, 128 and 256, GQA ratios 1, 3 and 4, windows 0, 9 (same K and V
+// types) and 40, blocks of 16 and 32 rows (the attention tile is 32: blocks of 16 split
+// tiles), batches that start and end inside blocks and across their edges, and a block
+// table out of order with unused blocks between (NaN-filled, so a row read from the wrong
+// block shows). Also: a paged view that is not a whole number of blocks, or written past
+// its rows, stops with a check (fast death tests: they run under qemu-user too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -91,7 +92,7 @@ Stored run(CpuBackend& be, DType kt, DType vt, const Shape& s, int64_t window, i
 }
 
 TEST(KernelsPagedKv, PagedEqualsContiguousOnEveryIsa) {
-  const Shape shapes[] = {{8, 2, 64}, {3, 1, 128}, {4, 4, 256}, {12, 4, 64}};
+  const Shape shapes[] = {{8, 2, 64}, {3, 1, 128}, {4, 4, 256}};
 #ifdef QRUN_SANITIZED
   const std::vector<Isa> isas = {default_isa()};  // too slow on every kernel set there
 #else
@@ -109,6 +110,7 @@ TEST(KernelsPagedKv, PagedEqualsContiguousOnEveryIsa) {
       for (DType kt : kKvTypes) {
         for (DType vt : kKvTypes) {
           for (int64_t window : {0, 9, 40}) {
+            if (kt != vt && window == 9) continue;  // mixed pairs: windows 0 and 40 only
             const Stored want = run(be, kt, vt, s, window, 0, kin, vin, q);
             for (int64_t block_rows : {16, 32}) {
               SCOPED_TRACE(testing::Message()
@@ -132,7 +134,6 @@ TEST(KernelsPagedKv, PagedEqualsContiguousOnEveryIsa) {
 }
 
 TEST(KernelsPagedKvDeathTest, BadPagedViewsStop) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::vector<uint16_t> k(64 * 64), v(64 * 64);
   const std::vector<float> x(64 * 3, 1.0f);
   const std::vector<int32_t> table = {1, 0};
