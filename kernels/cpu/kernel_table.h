@@ -107,6 +107,20 @@ inline int64_t kv_storage_row(int64_t r, int64_t n_ring, const int32_t* table, i
          (r & ((int64_t{1} << block_shift) - 1));
 }
 
+// How many rows from ring row r on are stored one after the other (at least 1): up to the
+// end of the ring and, paged, of r's block, and at most `left`.
+inline int64_t kv_storage_run(int64_t r, int64_t left, int64_t n_ring, const int32_t* table,
+                              int block_shift) {
+  r = r < n_ring ? r : r - n_ring;
+  int64_t run = left < n_ring - r ? left : n_ring - r;
+  if (table != nullptr) {
+    const int64_t to_block_end =
+        (int64_t{1} << block_shift) - (r & ((int64_t{1} << block_shift) - 1));
+    run = run < to_block_end ? run : to_block_end;
+  }
+  return run;
+}
+
 // The cache rows one attention call reads, oldest position first: rows first, first + 1,
 // ... (n of them), wrapping from row n_ring - 1 to row 0 (a sliding-window ring; a cache
 // that is not a ring has first + n <= n_ring). k and v point at the KV head's first
@@ -124,6 +138,10 @@ struct KvRows {
   int block_shift = 0;
   // The row index of the j-th row read, j < n.
   int64_t row(int64_t j) const { return kv_storage_row(first + j, n_ring, table, block_shift); }
+  // How many of the rows read from the j-th on (at most `left`) follow row(j) in storage.
+  int64_t run(int64_t j, int64_t left) const {
+    return kv_storage_run(first + j, left, n_ring, table, block_shift);
+  }
 };
 
 // Attention for one token: n_q query heads (rows q_stride floats apart) that share one KV
@@ -155,6 +173,9 @@ struct KvRowsMixed {
   const int32_t* table = nullptr;
   int block_shift = 0;
   int64_t row(int64_t j) const { return kv_storage_row(first + j, n_ring, table, block_shift); }
+  int64_t run(int64_t j, int64_t left) const {
+    return kv_storage_run(first + j, left, n_ring, table, block_shift);
+  }
 };
 using AttendMixedFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
                                int64_t head_dim, float scale, float* out, int64_t out_stride);
