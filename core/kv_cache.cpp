@@ -8,6 +8,7 @@
 #include <new>
 #include <utility>
 
+#include "core/kv_block_pool.h"
 #include "core/model_info.h"
 
 namespace qrun {
@@ -98,14 +99,23 @@ Result<KvCache> KvCache::create(int64_t n_layer, int64_t n_ctx, int64_t n_head_k
 KvLayerView KvCache::layer(int64_t il) {
   QRUN_CHECK(il >= 0 && il < n_layer_, "KV cache layer %lld of %lld", static_cast<long long>(il),
              static_cast<long long>(n_layer_));
+  if (paged()) {
+    const KvBlockPool& pool = *blocks_.pool;
+    KvLayerView view{types_.k, types_.v, pool.k(il), pool.v(il), capacity(), n_head_kv_, head_dim_};
+    view.block_table = blocks_.table.data();
+    view.block_rows = pool.block_rows();
+    return view;
+  }
   const Layer& l = layers_[static_cast<size_t>(il)];
   return KvLayerView{types_.k,   types_.v, k_.get() + l.k_offset, v_.get() + l.v_offset, l.rows,
                      n_head_kv_, head_dim_};
 }
 
 void KvCache::set_n_tokens(int64_t n) {
-  QRUN_CHECK(n >= 0 && n <= n_ctx_, "KV cache: %lld tokens in a context of %lld",
-             static_cast<long long>(n), static_cast<long long>(n_ctx_));
+  QRUN_CHECK(n >= 0 && n <= n_ctx_ && (!paged() || n <= capacity()),
+             "KV cache: %lld tokens in a context of %lld (%lld reserved)",
+             static_cast<long long>(n), static_cast<long long>(n_ctx_),
+             static_cast<long long>(paged() ? capacity() : n_ctx_));
   n_tokens_ = n;
   n_written_ = std::max(n_written_, n);
 }
@@ -129,11 +139,17 @@ int64_t KvCache::first_held(int64_t il) const {
 }
 
 std::span<const uint8_t> KvCache::k_row(int64_t il, int64_t pos) const {
+  if (paged()) {
+    return {blocks_.pool->k(il) + k_row_bytes_ * static_cast<size_t>(paged_row(pos)), k_row_bytes_};
+  }
   const Layer& l = layers_[static_cast<size_t>(il)];
   return {k_.get() + l.k_offset + k_row_bytes_ * static_cast<size_t>(pos % l.rows), k_row_bytes_};
 }
 
 std::span<const uint8_t> KvCache::v_row(int64_t il, int64_t pos) const {
+  if (paged()) {
+    return {blocks_.pool->v(il) + v_row_bytes_ * static_cast<size_t>(paged_row(pos)), v_row_bytes_};
+  }
   const Layer& l = layers_[static_cast<size_t>(il)];
   return {v_.get() + l.v_offset + v_row_bytes_ * static_cast<size_t>(pos % l.rows), v_row_bytes_};
 }
@@ -167,6 +183,10 @@ void KvCache::truncate(int64_t n) {
     n_written_ = 0;
     for (Layer& l : layers_) l.floor = 0;
   }
+  if (paged()) {
+    const int64_t rows = blocks_.pool->block_rows();
+    blocks_.release_from(static_cast<size_t>((n + rows - 1) / rows));
+  }
 }
 
 int64_t ring_first_after_shift(int64_t held, int64_t n_past, int64_t rows, int64_t n_keep,
@@ -179,6 +199,7 @@ int64_t ring_first_after_shift(int64_t held, int64_t n_past, int64_t rows, int64
 }
 
 std::string KvCache::shift_problem(int64_t n_keep, int64_t n_discard) const {
+  if (paged()) return "a paged KV cache cannot be shifted";
   const int64_t n_new = n_tokens_ - n_discard;
   for (int64_t il = 0; il < n_layer_; ++il) {
     const Layer& l = layers_[static_cast<size_t>(il)];

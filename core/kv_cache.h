@@ -8,6 +8,14 @@
 // chat can rewind, as far as the rings still hold what the next token reads; shift() drops
 // a middle span and moves the later positions down (a context shift). Memory is not touched
 // until written.
+// A paged cache (create_paged) is one sequence of a KvBlockPool (core/kv_block_pool.h): its
+// rows live in blocks of the pool, listed in its block table, which reserve() grows before
+// each forward pass and truncate() shrinks; models run on it unchanged (their views carry
+// the table). In a paged cache every layer keeps every position, windowed or not (a window
+// only limits what attention reads): a ring's rows would be overwritten, and a shared
+// prefix must hold every layer's rows. Blocks it shares with other sequences (a cached
+// prefix, attach_prefix) are full and never written: reserve() gives the sequence a
+// private copy of any shared block it is about to write into.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml-like/backend.h"
@@ -30,6 +39,21 @@ struct KvTypes {
   KvTypes() = default;
   KvTypes(DType both) : k(both), v(both) {}  // NOLINT(google-explicit-constructor)
   KvTypes(DType k_type, DType v_type) : k(k_type), v(v_type) {}
+};
+
+class KvBlockPool;
+
+// The blocks a paged KvCache holds a reference to, released when it goes.
+struct KvBlockRefs {
+  std::shared_ptr<KvBlockPool> pool;
+  std::vector<int32_t> table;  // the block of positions i * block_rows .. in table[i]
+  int64_t n_published = 0;     // leading blocks published in the pool's prefix cache
+  KvBlockRefs() = default;
+  KvBlockRefs(KvBlockRefs&& o) noexcept { *this = std::move(o); }
+  KvBlockRefs& operator=(KvBlockRefs&& o) noexcept;
+  ~KvBlockRefs() { release_from(0); }
+  // Releases the blocks of table[first ..] and drops them from the table.
+  void release_from(size_t first);
 };
 
 // Whether `type` can hold KV rows: F32, F16, BF16, Q8_0 or Q4_0.
@@ -51,6 +75,12 @@ class KvCache {
                                 KvTypes types = {}, std::span<const int64_t> windows = {},
                                 int64_t n_batch = 0);
 
+  // A sequence of `pool` (K and V types, shapes and layers as the pool's) of n_ctx
+  // positions at most, holding no block yet. windows: as create's (reported by
+  // layer_window(); every position is kept all the same).
+  static Result<KvCache> create_paged(std::shared_ptr<KvBlockPool> pool, int64_t n_ctx,
+                                      std::span<const int64_t> windows = {});
+
   KvCache(KvCache&&) noexcept = default;
   KvCache& operator=(KvCache&&) noexcept = default;
 
@@ -67,13 +97,29 @@ class KvCache {
   int64_t layer_rows(int64_t il) const { return layers_[static_cast<size_t>(il)].rows; }
   // Bytes of K and V storage together, and what they would be with every layer holding the
   // whole context (the two differ only with sliding windows).
-  size_t n_bytes() const {
-    return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(total_rows_);
-  }
-  size_t n_bytes_full() const {
-    return (k_row_bytes_ + v_row_bytes_) * static_cast<size_t>(n_ctx_) *
-           static_cast<size_t>(n_layer_);
-  }
+  // A paged cache: the bytes of the blocks it holds, both.
+  size_t n_bytes() const;
+  size_t n_bytes_full() const;
+
+  // Paged caches (create_paged). Whether this is one:
+  bool paged() const { return blocks_.pool != nullptr; }
+  const std::shared_ptr<KvBlockPool>& pool() const { return blocks_.pool; }
+  std::span<const int32_t> block_table() const { return blocks_.table; }
+  // Blocks reserve(pos, n) would take from the pool.
+  int64_t blocks_needed(int64_t pos, int64_t n) const;
+  // Before forward() writes positions pos .. pos + n - 1 (pos <= n_tokens(),
+  // pos + n <= n_ctx()): allocates the blocks they need, and gives the sequence a private
+  // copy of any shared or published block among them (its rows before pos copied). When
+  // the pool has fewer than blocks_needed(pos, n) available: kRuntime, nothing changed.
+  Result<void> reserve(int64_t pos, int64_t n);
+  // An empty paged cache takes the pool's cached blocks of the longest prefix of `tokens`
+  // in whole blocks, short of the last token (left for a forward pass to give logits) and
+  // within n_ctx, sharing them; returns the positions it now holds.
+  int64_t attach_prefix(std::span<const int32_t> tokens);
+  // Publishes the full blocks of positions 0 .. n_tokens() - 1, whose tokens are
+  // tokens[0 .. n_tokens() - 1], in the pool's prefix cache (a block already cached with
+  // the same prefix replaces the sequence's own copy).
+  void publish(std::span<const int32_t> tokens);
 
   // The storage of layer il, for the backend's kv_store and attention.
   KvLayerView layer(int64_t il);
@@ -129,6 +175,10 @@ class KvCache {
   };
 
   KvCache() = default;
+  // A paged cache: the rows its blocks hold, and where position pos (below that) is
+  // stored in the pool's rows.
+  int64_t capacity() const;
+  int64_t paged_row(int64_t pos) const;
   int64_t n_layer_ = 0;
   int64_t n_ctx_ = 0;
   int64_t n_head_kv_ = 0;
@@ -142,6 +192,7 @@ class KvCache {
   std::vector<Layer> layers_;
   std::unique_ptr<uint8_t[]> k_;  // each layer's rows, one layer after the other
   std::unique_ptr<uint8_t[]> v_;
+  KvBlockRefs blocks_;  // a paged cache's blocks (k_ and v_ are then null)
 };
 
 // The lowest position that a sliding-window ring of `rows` rows, holding positions

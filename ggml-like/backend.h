@@ -81,6 +81,13 @@ struct RopeParams {
 // sliding-window layer keeps a ring of fewer rows, which must hold every position a token
 // attends to (window - 1 before the first token of a batch, then the batch). Owned by the
 // caller (core/kv_cache).
+// Paged (block_table not null): k and v point at a pool of blocks of block_rows rows each
+// (block b holds pool rows b * block_rows .. (b + 1) * block_rows - 1), and row r of the
+// view (the row p % n_rows above) lives in pool row
+// block_table[r / block_rows] * block_rows + r % block_rows; the table has
+// n_rows / block_rows entries. block_rows is a power of two and a multiple of
+// kKvBlockAlign. Backends that cannot read a paged view say so in supports_paged_kv().
+inline constexpr int64_t kKvBlockAlign = 16;
 struct KvLayerView {
   DType k_type = DType::kF16;
   DType v_type = DType::kF16;
@@ -89,9 +96,17 @@ struct KvLayerView {
   int64_t n_rows = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
+  const int32_t* block_table = nullptr;  // null: rows are contiguous from k and v
+  int64_t block_rows = 0;                // rows per block when paged
   int64_t row_elems() const { return n_head_kv * head_dim; }
   size_t k_row_bytes() const { return row_size(k_type, row_elems()); }
   size_t v_row_bytes() const { return row_size(v_type, row_elems()); }
+  bool paged() const { return block_table != nullptr; }
+  // Where row r (0 <= r < n_rows) of the view is stored, in rows from k and v.
+  int64_t storage_row(int64_t r) const {
+    if (block_table == nullptr) return r;
+    return static_cast<int64_t>(block_table[r / block_rows]) * block_rows + r % block_rows;
+  }
 };
 
 // Causal self-attention, grouped-query: query head h reads KV head h / (n_head / n_head_kv).
@@ -112,6 +127,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   // Whether `op` runs on this backend with operands of `type` (see Op for which operand).
   virtual bool supports(Op op, DType type) const = 0;
+  // Whether kv_store and attention take paged views (KvLayerView::block_table); a backend
+  // that does not stops with a check when given one.
+  virtual bool supports_paged_kv() const { return false; }
 
   // y[t][o] = sum_i w[o][i] * x[t][i]; w: [n_in, n_out], x: [n_tokens, n_in],
   // y: [n_tokens, n_out]. x is first converted to w's vec_dot_type (quantized with that

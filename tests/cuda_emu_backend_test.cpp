@@ -68,7 +68,34 @@ TEST(CudaEmuBackend, SupportsWhatItHasKernelsFor) {
   EXPECT_TRUE(b.supports(Op::kAttention, DType::kF16));
   EXPECT_FALSE(b.supports(Op::kAttention, DType::kF32));
   EXPECT_TRUE(b.supports(Op::kRmsNorm, DType::kF32));
+  EXPECT_FALSE(b.supports_paged_kv());
 }
+
+#ifndef QRUN_CUDA_GPU_TEST
+// Paged KV views (block tables) are refused with a message, never read as contiguous rows.
+TEST(CudaEmuBackendDeathTest, RefusesPagedKvViews) {
+  std::vector<uint16_t> k(32 * 64), v(32 * 64);
+  const std::vector<float> x(64, 1.0f);
+  const std::vector<int32_t> table = {1, 0};
+  KvLayerView cache{DType::kF16, DType::kF16, k.data(), v.data(), 32, 1, 64};
+  cache.block_table = table.data();
+  cache.block_rows = 16;
+  const AttentionParams params{1, 1, 64, 0.125f, 0};
+  std::vector<float> out(64);
+  EXPECT_DEATH(
+      {
+        CudaBackend gpu;
+        gpu.kv_store(cache, 0, 1, x.data(), x.data());
+      },
+      "cuda kv_store: paged KV views are not supported");
+  EXPECT_DEATH(
+      {
+        CudaBackend gpu;
+        gpu.attention(x.data(), 1, 0, cache, params, out.data());
+      },
+      "cuda attention: paged KV views are not supported");
+}
+#endif
 
 TEST(CudaEmuBackend, ElementwiseNormRopeMatchCpu) {
   CudaBackend gpu;

@@ -52,6 +52,19 @@ inline bool softmax_weights(const float* s, int64_t n, float& m, float& l, float
   return rescale;
 }
 
+// Calls f(j, storage row) for the rows j0 .. j0 + n - 1 read from kv (KvRows or
+// KvRowsMixed), in order: one ring wrap test and block table lookup per run of rows stored
+// one after the other, not one per row.
+template <class Rows, class F>
+inline void for_each_row(const Rows& kv, int64_t j0, int64_t n, const F& f) {
+  for (int64_t j = 0; j < n;) {
+    const int64_t r0 = kv.row(j0 + j);
+    const int64_t run = kv.run(j0 + j, n - j);
+    for (int64_t k = 0; k < run; ++k) f(j + k, r0 + k);
+    j += run;
+  }
+}
+
 // kNq heads over all rows of kv, tile by tile: the scores of every head and row of the
 // tile, then each head's softmax weights, then the V rows into the accumulators. Elem is
 // float (F32 cache) or uint16_t (F16 cache, rows widened to float once per tile).
@@ -79,15 +92,15 @@ void attend_group(const float* q, int64_t q_stride, const KvRows& kv, int64_t he
   }
   // Points rp at rows j0 .. j0 + n - 1 of `src` (in reading order) as floats.
   const auto load_rows = [&](const void* src, int64_t j0, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) {
-      const Elem* row = static_cast<const Elem*>(src) + kv.row(j0 + j) * kv.stride;
+    for_each_row(kv, j0, n, [&](int64_t j, int64_t r) {
+      const Elem* row = static_cast<const Elem*>(src) + r * kv.stride;
       if constexpr (kF16) {
         Ops::widen_f16(row, rows + j * head_dim, head_dim);
         rp[j] = rows + j * head_dim;
       } else {
         rp[j] = row;
       }
-    }
+    });
   };
   for (int64_t j0 = 0; j0 < kv.n; j0 += kTile) {
     const int64_t n = kv.n - j0 < kTile ? kv.n - j0 : kTile;
@@ -185,19 +198,18 @@ void attend_mixed_group(const float* q, int64_t q_stride, const KvRowsMixed& kv,
   }
   for (int64_t j0 = 0; j0 < kv.n; j0 += kTile) {
     const int64_t n = kv.n - j0 < kTile ? kv.n - j0 : kTile;
-    for (int64_t j = 0; j < n; ++j) {
-      const uint8_t* kr = kv.k + static_cast<size_t>(kv.row(j0 + j)) * kv.k_stride;
+    for_each_row(kv, j0, n, [&](int64_t j, int64_t r) {
+      const uint8_t* kr = kv.k + static_cast<size_t>(r) * kv.k_stride;
       for (int h = 0; h < kNq; ++h) s[h][j] = kv.k_dot(head_dim, kr, qc[h]) * scale;
-    }
+    });
     bool rescale = false;
     for (int h = 0; h < kNq; ++h) {
       rescale |= softmax_weights<Ops, true>(s[h], n, m[h], l[h], ms[h], vs[h]);
     }
-    for (int64_t j = 0; j < n; ++j) {
-      kv.v_to_float(kv.v + static_cast<size_t>(kv.row(j0 + j)) * kv.v_stride, rows + j * head_dim,
-                    head_dim);
+    for_each_row(kv, j0, n, [&](int64_t j, int64_t r) {
+      kv.v_to_float(kv.v + static_cast<size_t>(r) * kv.v_stride, rows + j * head_dim, head_dim);
       rp[j] = rows + j * head_dim;
-    }
+    });
     if (rescale) {
       Ops::template accumulate_tile<kF16V, true, kNq>(acc, rp, n, head_dim, ms, vs);
     } else {

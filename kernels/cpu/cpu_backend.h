@@ -43,6 +43,7 @@ class CpuBackend final : public Backend {
 
   std::string_view name() const override { return "cpu"; }
   bool supports(Op op, DType type) const override;
+  bool supports_paged_kv() const override { return true; }
 
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override;
   void get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) override;

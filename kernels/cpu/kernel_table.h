@@ -103,10 +103,35 @@ struct MatmulKernels {
   GemmKernels gemm;                        // optional: batches on packed activations
 };
 
+// Row r (< 2 * n_ring) of a ring of n_ring rows, as stored: wrapped once, then looked up
+// in the block table when there is one.
+inline int64_t kv_storage_row(int64_t r, int64_t n_ring, const int32_t* table, int block_shift) {
+  r = r < n_ring ? r : r - n_ring;
+  if (table == nullptr) return r;
+  return static_cast<int64_t>(table[r >> block_shift]) << block_shift |
+         (r & ((int64_t{1} << block_shift) - 1));
+}
+
+// How many rows from ring row r on are stored one after the other (at least 1): up to the
+// end of the ring and, paged, of r's block, and at most `left`.
+inline int64_t kv_storage_run(int64_t r, int64_t left, int64_t n_ring, const int32_t* table,
+                              int block_shift) {
+  r = r < n_ring ? r : r - n_ring;
+  int64_t run = left < n_ring - r ? left : n_ring - r;
+  if (table != nullptr) {
+    const int64_t to_block_end =
+        (int64_t{1} << block_shift) - (r & ((int64_t{1} << block_shift) - 1));
+    run = run < to_block_end ? run : to_block_end;
+  }
+  return run;
+}
+
 // The cache rows one attention call reads, oldest position first: rows first, first + 1,
 // ... (n of them), wrapping from row n_ring - 1 to row 0 (a sliding-window ring; a cache
 // that is not a ring has first + n <= n_ring). k and v point at the KV head's first
-// element of row 0; rows are `stride` elements apart, of the cache type.
+// element of row 0; rows are `stride` elements apart, of the cache type. A paged cache
+// (table not null) stores ring row r in row table[r / 2^block_shift] * 2^block_shift +
+// r % 2^block_shift from k and v (KvLayerView's block table; blocks are 2^block_shift rows).
 struct KvRows {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -114,10 +139,13 @@ struct KvRows {
   int64_t first = 0;  // < n_ring
   int64_t n = 0;      // <= n_ring
   int64_t n_ring = 0;
+  const int32_t* table = nullptr;  // null: not paged
+  int block_shift = 0;
   // The row index of the j-th row read, j < n.
-  int64_t row(int64_t j) const {
-    const int64_t r = first + j;
-    return r < n_ring ? r : r - n_ring;
+  int64_t row(int64_t j) const { return kv_storage_row(first + j, n_ring, table, block_shift); }
+  // How many of the rows read from the j-th on (at most `left`) follow row(j) in storage.
+  int64_t run(int64_t j, int64_t left) const {
+    return kv_storage_run(first + j, left, n_ring, table, block_shift);
   }
 };
 
@@ -133,7 +161,8 @@ using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const K
 // integer dot product, never dequantized; each V row is widened by v_to_float and added,
 // times its softmax weight, to an accumulator held in F16 (rounded at every step) when
 // v_type is F16 and in float otherwise. k and v point at the KV head's first byte of row 0;
-// rows are k_stride and v_stride bytes apart. first, n, n_ring as in KvRows.
+// rows are k_stride and v_stride bytes apart. first, n, n_ring, table, block_shift as in
+// KvRows.
 struct KvRowsMixed {
   const uint8_t* k = nullptr;
   const uint8_t* v = nullptr;
@@ -146,9 +175,11 @@ struct KvRowsMixed {
   FromFloatFn k_quantize = nullptr;
   VecDotFn k_dot = nullptr;
   ToFloatFn v_to_float = nullptr;
-  int64_t row(int64_t j) const {
-    const int64_t r = first + j;
-    return r < n_ring ? r : r - n_ring;
+  const int32_t* table = nullptr;
+  int block_shift = 0;
+  int64_t row(int64_t j) const { return kv_storage_row(first + j, n_ring, table, block_shift); }
+  int64_t run(int64_t j, int64_t left) const {
+    return kv_storage_run(first + j, left, n_ring, table, block_shift);
   }
 };
 using AttendMixedFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,

@@ -1,5 +1,6 @@
 // Causal grouped-query attention over a KV cache (optionally a sliding-window ring, where
-// position p lives in row p % n_rows), and the store into it. A work item is
+// position p lives in row p % n_rows; optionally paged, that row then found through the
+// view's block table by KvRows::row), and the store into it. A work item is
 // one (token, KV head) pair, or a slice of its query heads when there are fewer pairs than
 // threads: the query heads that share that KV head are attended together by the ISA's
 // attend kernel, so each K/V row is read once per group, and no n_tokens x n_ctx matrix
@@ -22,6 +23,19 @@ namespace {
 bool is_kv_type(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
          t == DType::kQ4_0;
+}
+
+// A paged view's blocks are a power of two of at least kKvBlockAlign rows, and its table
+// covers its rows. Returns log2 of the block's rows (0 when not paged).
+int check_paged(const KvLayerView& cache, const char* op) {
+  if (!cache.paged()) return 0;
+  const int64_t b = cache.block_rows;
+  QRUN_CHECK(b >= kKvBlockAlign && (b & (b - 1)) == 0 && cache.n_rows % b == 0,
+             "%s: paged view of %lld rows in blocks of %lld", op,
+             static_cast<long long>(cache.n_rows), static_cast<long long>(b));
+  int shift = 0;
+  while ((int64_t{1} << shift) < b) ++shift;
+  return shift;
 }
 
 }  // namespace
@@ -47,10 +61,17 @@ void CpuBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_token
              static_cast<long long>(cache.n_rows));
   QRUN_CHECK(is_kv_type(cache.k_type) && is_kv_type(cache.v_type), "kv_store: cache types %s, %s",
              dtype_name(cache.k_type), dtype_name(cache.v_type));
+  check_paged(cache, "kv_store");
+  QRUN_CHECK(!cache.paged() || pos + n_tokens <= cache.n_rows,
+             "kv_store: %lld tokens at position %lld past the %lld rows of a paged view",
+             static_cast<long long>(n_tokens), static_cast<long long>(pos),
+             static_cast<long long>(cache.n_rows));
   const int64_t n = cache.row_elems();
   // Token t goes to row (pos + t) % n_rows: a ring wraps once at most, as n_tokens <= n_rows.
+  // A paged view stores that row in its block.
   const auto dst = [&](void* base, size_t row_bytes, int64_t t) {
-    return static_cast<uint8_t*>(base) + static_cast<size_t>((pos + t) % cache.n_rows) * row_bytes;
+    return static_cast<uint8_t*>(base) +
+           static_cast<size_t>(cache.storage_row((pos + t) % cache.n_rows)) * row_bytes;
   };
   const ToF16Fn to_f16 = kernels_->to_f16;
   // One of K or V: rows of src converted to `type` (each row whole: a quantized row is
@@ -101,6 +122,7 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
              static_cast<long long>(params.window), static_cast<long long>(cache.n_rows));
   QRUN_CHECK(is_kv_type(cache.k_type) && is_kv_type(cache.v_type), "attention: cache types %s, %s",
              dtype_name(cache.k_type), dtype_name(cache.v_type));
+  const int block_shift = check_paged(cache, "attention");
   const int64_t group = n_head / n_head_kv;
   const int64_t q_row = n_head * head_dim;
   // Both F32 or both F16: the kernels of those caches; any other pair: attend_mixed with
@@ -154,8 +176,14 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
       const uint8_t* v =
           static_cast<const uint8_t*>(cache.v) + static_cast<size_t>(hk) * v_head_bytes;
       if (same) {
-        const KvRows rows{
-            k, v, cache.row_elems(), oldest % cache.n_rows, pos - oldest + 1, cache.n_rows};
+        const KvRows rows{k,
+                          v,
+                          cache.row_elems(),
+                          oldest % cache.n_rows,
+                          pos - oldest + 1,
+                          cache.n_rows,
+                          cache.block_table,
+                          block_shift};
         attend(q + t * q_row + h0 * head_dim, head_dim, n_q, rows, head_dim, params.scale,
                out + t * q_row + h0 * head_dim, head_dim);
       } else {
@@ -165,6 +193,8 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
         rows.first = oldest % cache.n_rows;
         rows.n = pos - oldest + 1;
         rows.n_ring = cache.n_rows;
+        rows.table = cache.block_table;
+        rows.block_shift = block_shift;
         kernels_->attend_mixed(q + t * q_row + h0 * head_dim, head_dim, n_q, rows, head_dim,
                                params.scale, out + t * q_row + h0 * head_dim, head_dim);
       }

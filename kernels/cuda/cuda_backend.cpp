@@ -411,6 +411,7 @@ void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_toke
   QRUN_CHECK(cache.k_type == DType::kF16 && cache.v_type == DType::kF16,
              "cuda kv_store: %s K and %s V cache (only f16)", dtype_name(cache.k_type),
              dtype_name(cache.v_type));
+  QRUN_CHECK(!cache.paged(), "cuda kv_store: paged KV views are not supported (supports_paged_kv)");
   QRUN_CHECK(pos >= 0 && n_tokens >= 0 && n_tokens <= cache.n_rows,
              "kv_store: %lld tokens at position %lld in a cache of %lld rows",
              static_cast<long long>(n_tokens), static_cast<long long>(pos),
@@ -459,6 +460,8 @@ void CudaBackend::kv_from_host(const KvLayerView& cache) {
 
 void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
                             const KvLayerView& cache, const AttentionParams& params, float* out) {
+  QRUN_CHECK(!cache.paged(),
+             "cuda attention: paged KV views are not supported (supports_paged_kv)");
   auto it = kv_.find(cache.k);
   QRUN_CHECK(it != kv_.end(), "cuda attention: the cache layer was never written by kv_store");
   const int64_t n = n_tokens * params.n_head * params.head_dim;

@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   bool supports(Op op, DType type) const override;
+  // Paged KV views (block tables) are not read yet: kv_store and attention refuse them.
+  bool supports_paged_kv() const override { return false; }
 
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override;
   void matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) override;
