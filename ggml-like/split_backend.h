@@ -38,6 +38,9 @@ class SplitBackend final : public Backend {
   std::string_view name() const override { return name_; }
   // Only what both run: an op may land on either, depending on its layer.
   bool supports(Op op, DType type) const override;
+  bool supports_paged_kv() const override {
+    return first_->supports_paged_kv() && second_->supports_paged_kv();
+  }
 
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override;
   void matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) override;

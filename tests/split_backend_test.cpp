@@ -114,6 +114,17 @@ TEST(SplitBackend, SupportsOnlyWhatBothRun) {
   EXPECT_EQ(s.backend->supports(Op::kMatMul, DType::kQ4_0),
             s.cpu_a.supports(Op::kMatMul, DType::kQ4_0));
   EXPECT_EQ(s.backend->name(), "cpu+cpu");
+  EXPECT_TRUE(s.backend->supports_paged_kv());  // both CPU backends read paged views
+}
+
+TEST(SplitBackend, KvTransfersGoToBothBackends) {
+  Split s({});
+  const KvLayerView view;  // (the CPU backends do nothing with it: the host is the cache)
+  s.backend->kv_to_host(view);
+  s.backend->kv_from_host(view);
+  const std::vector<std::string> both = {"kv_to_host", "kv_from_host"};
+  EXPECT_EQ(s.first->ops(), both);
+  EXPECT_EQ(s.second->ops(), both);
 }
 
 // The last `on_second` layers of a shared model on the second backend: the logits of a

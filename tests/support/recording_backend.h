@@ -25,6 +25,15 @@ class RecordingBackend final : public Backend {
 
   std::string_view name() const override { return inner_.name(); }
   bool supports(Op op, DType type) const override { return inner_.supports(op, type); }
+  bool supports_paged_kv() const override { return inner_.supports_paged_kv(); }
+  void kv_to_host(const KvLayerView& cache) override {
+    ops_.emplace_back("kv_to_host");
+    inner_.kv_to_host(cache);
+  }
+  void kv_from_host(const KvLayerView& cache) override {
+    ops_.emplace_back("kv_from_host");
+    inner_.kv_from_host(cache);
+  }
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override {
     ops_.emplace_back("matmul");
     inner_.matmul(w, x, n_tokens, y);
