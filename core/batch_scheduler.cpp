@@ -103,7 +103,16 @@ void BatchScheduler::finish(Seq& seq, Result<GenerateResult> result, bool timed_
   std::function<void(Result<GenerateResult>, bool)> on_done = std::move(seq.request.on_done);
   running_[static_cast<size_t>(slot)].reset();  // the slot is free before the callback runs
   n_running_.fetch_sub(1);
+  store_kv_used();  // and the gauges say so before anyone hears of the end
   if (on_done) on_done(std::move(result), timed_out);
+}
+
+void BatchScheduler::store_kv_used() {
+  int64_t used = 0;
+  for (const std::unique_ptr<Seq>& s : running_) {
+    if (s != nullptr) used += s->kv.n_tokens();
+  }
+  kv_used_.store(used);
 }
 
 bool BatchScheduler::step() {
@@ -237,11 +246,7 @@ bool BatchScheduler::step() {
     }
     s.next = token;
   }
-  int64_t used = 0;
-  for (const std::unique_ptr<Seq>& s : running_) {
-    if (s != nullptr) used += s->kv.n_tokens();
-  }
-  kv_used_.store(used);
+  store_kv_used();
   return true;
 }
 

@@ -87,7 +87,7 @@ class BatchScheduler {
  private:
   struct Seq;
   void finish(Seq& seq, Result<GenerateResult> result, bool timed_out);
-  void admit(std::deque<SeqRequest>& arrived);
+  void store_kv_used();
 
   Model& model_;
   Backend& backend_;

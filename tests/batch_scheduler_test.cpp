@@ -68,6 +68,8 @@ struct Outcome {
   std::optional<Result<GenerateResult>> result;
   bool timed_out = false;
   int64_t start_step = -1;
+  int64_t running_at_done = -1;  // the scheduler's gauges when on_done ran
+  int64_t kv_used_at_done = -1;
 };
 
 SeqRequest request(BatchScheduler& sched, Outcome& out, std::vector<int32_t> prompt,
@@ -82,7 +84,9 @@ SeqRequest request(BatchScheduler& sched, Outcome& out, std::vector<int32_t> pro
     out.token_steps.push_back(sched.n_steps());
     return TokenAction::kContinue;
   };
-  r.on_done = [&out](Result<GenerateResult> result, bool timed_out) {
+  r.on_done = [&sched, &out](Result<GenerateResult> result, bool timed_out) {
+    out.running_at_done = sched.n_running();
+    out.kv_used_at_done = sched.kv_tokens_used();
     out.result.emplace(std::move(result));
     out.timed_out = timed_out;
   };
@@ -199,6 +203,10 @@ TEST(BatchScheduler, CancelTimeLimitQueueAndShutdown) {
   EXPECT_EQ((*a.result)->stop_reason, StopReason::kInterrupted);
   EXPECT_FALSE(a.timed_out);
   EXPECT_EQ(a.tokens.size(), a_tokens);
+  // The gauges no longer count it when its caller hears of the end (a server's /metrics
+  // scraped right after the reply must not see its slot and tokens).
+  EXPECT_EQ(a.running_at_done, 0);
+  EXPECT_EQ(a.kv_used_at_done, 0);
   // b's time is up before its first step ends: interrupted, with timed_out.
   for (int i = 0; i < 3 && !b.result; ++i) sched.step();
   ASSERT_TRUE(b.result && b.result->ok());
