@@ -41,6 +41,10 @@ struct BatchScheduler::Seq {
                                       std::chrono::duration<double>(request.timeout_s));
     }
     result.timings.n_prompt = static_cast<int64_t>(request.prompt.size());
+    // Room for every token it can emit, as generate() makes, so emitting never allocates.
+    const int64_t room = kv.n_ctx() - result.timings.n_prompt + 1;
+    result.tokens.reserve(
+        static_cast<size_t>(request.n_predict >= 0 ? std::min(request.n_predict, room) : room));
   }
 
   SeqRequest request;
