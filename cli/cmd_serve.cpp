@@ -197,6 +197,10 @@ void register_serve(CLI::App& app, Action* selected) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   add_model_flags(cmd, o->model);
+  cmd->get_option("--batch-size")
+      ->description(
+          "Tokens per engine step: one decode token for every running sequence, the rest "
+          "for prompt chunks (chunked prefill; at least one token a step)");
   cmd->add_option("--host", o->host, "Address to bind (0.0.0.0 for every interface)")
       ->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0: pick a free one and print it)")
