@@ -11,6 +11,7 @@
 # GemmKernels::min_tokens rows on, else the repacked gemv, which reads each weight once for
 # every row). `qrun bench -p 1,2,4,8 -n 0` shows the per-row cost of those sizes.
 # Usage: scripts/bench-serve.sh [MODEL.gguf|-] [QRUN] [N] [REPS]
+# QRUN_SERVE_ARGS adds flags to both servers (e.g. "-ngl all" for the CUDA backend).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:--}
@@ -36,7 +37,9 @@ fi
 
 # Starts `qrun serve` with the given -np on a free port; sets pid and port.
 start() {
-  "$qrun" serve -m "$model" -t 2 -c 2048 -np "$1" --ignore-eos --port 0 -q 2>"$tmp/serve.log" &
+  # shellcheck disable=SC2086 # QRUN_SERVE_ARGS is a list of flags
+  "$qrun" serve -m "$model" -t 2 -c 2048 -np "$1" --ignore-eos --port 0 -q ${QRUN_SERVE_ARGS:-} \
+    2>"$tmp/serve.log" &
   pid=$!
   for _ in $(seq 600); do
     port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$tmp/serve.log")
