@@ -1,8 +1,10 @@
-// `qrun serve -m MODEL`: an OpenAI-compatible HTTP server (cli/serve/). Loads the model once,
-// splits -c into -np sequence slots, binds --host:--port (127.0.0.1:8080 by default; port 0
-// picks a free one), prints the address on stderr, and serves until SIGINT or SIGTERM, which
-// stop running generations and exit 0. SIGINT and SIGTERM are blocked in every thread and
-// taken by one thread with sigtimedwait, so no handler runs on an HTTP or kernel thread.
+// `qrun serve -m MODEL`: an OpenAI-compatible HTTP server (cli/serve/). Loads the model once
+// (its scratch sized for -b tokens of -np sequences per step), splits -c into -np sequence
+// slots, starts the engine thread that batches them (core/batch_scheduler.h), binds --host:--port
+// (127.0.0.1:8080 by default; port 0 picks a free one), prints the address on stderr, and serves
+// until SIGINT or SIGTERM, which stop running generations and exit 0. SIGINT and SIGTERM are
+// blocked in every thread and taken by one thread with sigtimedwait, so no handler runs on an HTTP
+// or kernel thread.
 #include <httplib.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -61,8 +63,9 @@ Result<std::string> api_key(const ServeOptions& o) {
   return key;
 }
 
-Result<void> run_serve(const ServeOptions& o) {
+Result<void> run_serve(ServeOptions o) {
   if (o.sampling.error) return *o.sampling.error;
+  o.model.n_seq = o.n_parallel;  // one batched step holds every sequence
   Result<std::string> key = api_key(o);
   if (!key.ok()) return key.error();
   // Before any thread exists (the backend's pool, httplib's), so that all inherit the mask.
@@ -194,6 +197,10 @@ void register_serve(CLI::App& app, Action* selected) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   add_model_flags(cmd, o->model);
+  cmd->get_option("--batch-size")
+      ->description(
+          "Tokens per engine step: one decode token for every running sequence, the rest "
+          "for prompt chunks (chunked prefill; at least one token a step)");
   cmd->add_option("--host", o->host, "Address to bind (0.0.0.0 for every interface)")
       ->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0: pick a free one and print it)")
@@ -201,7 +208,7 @@ void register_serve(CLI::App& app, Action* selected) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--parallel", o->n_parallel,
                   "Sequences generated at once (also -np), each with its own KV cache of "
-                  "-c / N tokens")
+                  "-c / N tokens, all decoded together in one batched forward pass per step")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   cmd->add_option("--max-queue", o->max_queue,
@@ -230,6 +237,10 @@ void register_serve(CLI::App& app, Action* selected) {
   cmd->footer(
       "Routes: GET /health, GET /metrics (Prometheus), GET /v1/models, POST /v1/completions,\n"
       "POST /v1/chat/completions.\n"
+      "Continuous batching: one engine thread runs steps; each step decodes one token for\n"
+      "every running sequence and gives the rest of the -b/--batch-size token budget to\n"
+      "waiting prompts in chunks (chunked prefill), all in one forward pass, so a long prompt\n"
+      "never stalls the running streams. Requests beyond -np wait in the queue.\n"
       "Sampling flags are the defaults; a request's temperature, top_p, min_p, top_k, seed,\n"
       "presence_penalty, frequency_penalty, stop and response_format override them, and its\n"
       "logit_bias adds to --logit-bias.\n"

@@ -117,6 +117,7 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
 
   ModelOptions model_options;
   model_options.n_batch = flags.batch_size;
+  model_options.n_seq = flags.n_seq;
   Result<std::unique_ptr<Model>> model = models::load_model(*file, model_options);
   if (!model.ok()) return model.error();
   const ModelHparams& hp = (*model)->hparams();

@@ -21,6 +21,7 @@ struct ModelFlags {
   int threads = 0;       // <= 0: one per physical core
   int64_t ctx_size = 0;  // <= 0: the model's context length, capped at kDefaultMaxCtx
   int64_t batch_size = 512;
+  int64_t n_seq = 1;  // sequences one batched forward step holds (serve's -np; no flag)
   std::string cache_type = "f16";  // --cache-type: both K and V
   std::string cache_type_k;        // -ctk: K alone (empty: cache_type)
   std::string cache_type_v;        // -ctv: V alone (empty: cache_type)

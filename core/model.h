@@ -1,7 +1,9 @@
 // The abstract model every architecture implements (models/), and its hyper-parameters.
 // A Model holds weight views into a gguf::File (which must outlive it) and its own
-// activation scratch, sized once at load for `n_batch` tokens; forward() runs a span of
-// tokens through it on a Backend, appending their K/V to a KvCache, and allocates nothing.
+// activation scratch, sized once at load for `n_batch` tokens and `n_seq` sequences;
+// forward() runs a span of tokens through it on a Backend, appending their K/V to a KvCache,
+// and forward_batch() runs several sequences' tokens, each with its own cache, through
+// every weight matmul together; neither allocates.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,16 @@ struct ModelHparams {
 // Options fixed at load time.
 struct ModelOptions {
   int64_t n_batch = 512;  // most tokens one matmul sees; longer inputs go in chunks
+  int64_t n_seq = 1;      // most sequences one forward_batch() step holds; more go in steps
+};
+
+// One sequence's part of a Model::forward_batch() call.
+struct SeqForward {
+  std::span<const int32_t> tokens;  // non-empty
+  int64_t pos = 0;                  // as forward()'s: tokens go to positions pos .. pos + n - 1
+  KvCache* kv = nullptr;            // this sequence's own cache; no two parts share one
+  bool all_logits = false;          // every token's row, else only the last token's
+  float* logits = nullptr;          // as forward()'s logits_out; null: no logits wanted
 };
 
 class Model {
@@ -51,11 +63,21 @@ class Model {
 
   // Runs tokens at positions pos .. pos + n - 1, in chunks of n_batch(), writing their K/V
   // to `kv` (pos <= kv.n_tokens(); afterwards kv.n_tokens() == pos + n). logits_out gets
-  // n_vocab floats per token when all_logits, else only the last token's row.
+  // n_vocab floats per token when all_logits, else only the last token's row; null: none.
   // Errors: empty input or pos past kv.n_tokens() (kUsage), a token id outside the
   // vocabulary (kUsage), pos + n > kv.n_ctx() (kContextOverflow).
   virtual Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                KvCache& kv, bool all_logits, float* logits_out) = 0;
+
+  // forward() for each sequence of `seqs`, with the same results up to the rounding of a
+  // matmul over more rows (see models/common_blocks.h): an architecture that overrides it
+  // runs all the sequences' tokens through each weight matmul as one batch, up to n_batch()
+  // tokens and its n_seq sequences per step (more go in further steps), so the weights are
+  // read once per step for all of them, while RoPE, kv_store and attention run per sequence
+  // against its own cache. This default loops forward(). Errors: two parts with one cache
+  // (kUsage), before anything runs; forward()'s, which an override also checks for every
+  // part before running any (this default may have run the parts before the bad one).
+  virtual Result<void> forward_batch(Backend& backend, std::span<const SeqForward> seqs);
 
   // kUnsupported naming the first weight whose type `backend` cannot multiply or look up.
   virtual Result<void> check_backend(const Backend& backend) const = 0;

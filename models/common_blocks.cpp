@@ -199,9 +199,15 @@ Result<ModelHparams> read_decoder_hparams(const gguf::File& file) {
 }
 
 Result<void> check_model_options(const ModelOptions& options) {
-  if (options.n_batch > 0 && options.n_batch <= (int64_t{1} << 20)) return {};
-  return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
-                                              static_cast<long long>(options.n_batch)));
+  if (options.n_batch <= 0 || options.n_batch > (int64_t{1} << 20)) {
+    return make_error(ErrorCode::kUsage, format("batch size %lld must be in 1 .. 1048576",
+                                                static_cast<long long>(options.n_batch)));
+  }
+  if (options.n_seq <= 0 || options.n_seq > 4096) {
+    return make_error(ErrorCode::kUsage, format("%lld sequences per step must be in 1 .. 4096",
+                                                static_cast<long long>(options.n_seq)));
+  }
+  return {};
 }
 
 Result<void> check_op(const Backend& backend, Op op, const Tensor& t) {
@@ -246,7 +252,7 @@ Result<void> check_block_ops(const Backend& backend, const AttentionWeights& att
   return {};
 }
 
-void DecoderScratch::allocate(const ModelHparams& hp, int64_t n_batch) {
+void DecoderScratch::allocate(const ModelHparams& hp, int64_t n_batch, int64_t n_seq) {
   const auto n = static_cast<size_t>(n_batch);
   const auto n_q = static_cast<size_t>(hp.n_head * hp.head_dim);
   const auto n_kv = static_cast<size_t>(hp.n_head_kv * hp.head_dim);
@@ -258,7 +264,10 @@ void DecoderScratch::allocate(const ModelHparams& hp, int64_t n_batch) {
   attn_.resize(n * n_q);
   gate_.resize(n * static_cast<size_t>(hp.n_ff));
   up_.resize(n * static_cast<size_t>(hp.n_ff));
+  tokens_.resize(n);
   positions_.resize(n);
+  pieces_.resize(static_cast<size_t>(n_seq));
+  logits_.resize(n_seq > 1 ? static_cast<size_t>(n_seq * hp.n_vocab) : 0);
 }
 
 DecoderScratch::Scope DecoderScratch::use(Backend& backend) {
@@ -269,20 +278,6 @@ DecoderScratch::Scope DecoderScratch::use(Backend& backend) {
 
 BlockScratch DecoderScratch::blocks() {
   return BlockScratch{q_.data(), k_.data(), v_.data(), attn_.data(), gate_.data(), up_.data()};
-}
-
-std::span<const int32_t> DecoderScratch::positions(int64_t pos, int64_t n) {
-  for (int64_t t = 0; t < n; ++t)
-    positions_[static_cast<size_t>(t)] = static_cast<int32_t>(pos + t);
-  return {positions_.data(), static_cast<size_t>(n)};
-}
-
-int64_t output_logits(Backend& backend, const ModelHparams& hp, const EmbeddingWeights& w,
-                      const float* x, int64_t n, bool all_logits, float* xn, float* logits) {
-  const int64_t rows = all_logits ? n : 1;
-  backend.rms_norm(x + (n - rows) * hp.n_embd, w.output_norm, rows, hp.n_embd, hp.norm_eps, xn);
-  backend.matmul(w.output, xn, rows, logits);
-  return rows;
 }
 
 Result<void> check_forward_args(const ModelHparams& hp, std::span<const int32_t> tokens,
@@ -329,9 +324,12 @@ void add_bias(Backend& backend, const Tensor& bias, int64_t n, float* y) {
 }  // namespace
 
 void self_attention(Backend& backend, const AttentionWeights& w, const AttentionConfig& c,
-                    const KvLayerView& cache, const float* xn, int64_t n, int64_t pos,
-                    std::span<const int32_t> positions, const BlockScratch& s, float* out) {
+                    int64_t il, const ForwardStep& step, const float* xn, const BlockScratch& s,
+                    float* out) {
   const AttentionParams& shape = c.attn;
+  const int64_t n = step.n();
+  const int64_t n_q = shape.n_head * shape.head_dim;
+  const int64_t n_kv = shape.n_head_kv * shape.head_dim;
   // q: [n, n_head, head_dim]; k, v: [n, n_head_kv, head_dim]
   const Backend::Product qkv[] = {{&w.wq, s.q}, {&w.wk, s.k}, {&w.wv, s.v}};
   backend.matmuls(xn, n, qkv);
@@ -343,11 +341,17 @@ void self_attention(Backend& backend, const AttentionWeights& w, const Attention
     backend.rms_norm(s.q, w.q_norm, n * shape.n_head, shape.head_dim, c.norm_eps, s.q);
   if (w.k_norm.data != nullptr)
     backend.rms_norm(s.k, w.k_norm, n * shape.n_head_kv, shape.head_dim, c.norm_eps, s.k);
-  backend.rope_qk(s.q, shape.n_head, s.k, shape.n_head_kv, n, shape.head_dim, positions, c.rope);
-  if (c.q_scale != 1.0f) backend.scale(s.q, n * shape.n_head * shape.head_dim, c.q_scale, s.q);
-  backend.kv_store(cache, pos, n, s.k, s.v);
-  // attn: [n, n_head * head_dim], each token over cache positions 0 .. its own (its window)
-  backend.attention(s.q, n, pos, cache, shape, s.attn);
+  // RoPE turns each token by its own position, whichever sequence it belongs to.
+  backend.rope_qk(s.q, shape.n_head, s.k, shape.n_head_kv, n, shape.head_dim, step.positions,
+                  c.rope);
+  if (c.q_scale != 1.0f) backend.scale(s.q, n * n_q, c.q_scale, s.q);
+  for (const StepPiece& p : step.pieces) {
+    const KvLayerView cache = p.kv->layer(il);
+    backend.kv_store(cache, p.pos, p.n, s.k + p.offset * n_kv, s.v + p.offset * n_kv);
+    // attn: [n, n_head * head_dim], each token over its cache's positions 0 .. its own (its
+    // window)
+    backend.attention(s.q + p.offset * n_q, p.n, p.pos, cache, shape, s.attn + p.offset * n_q);
+  }
   // out: [n, n_embd]
   backend.matmul(w.wo, s.attn, n, out);
 }

@@ -62,7 +62,7 @@ Result<int64_t> read_positive(const gguf::File& file, const std::string& arch,
 // the weights.
 Result<ModelHparams> read_decoder_hparams(const gguf::File& file);
 
-// kUsage unless options.n_batch is in 1 .. 2^20.
+// kUsage unless options.n_batch is in 1 .. 2^20 and options.n_seq in 1 .. 4096.
 Result<void> check_model_options(const ModelOptions& options);
 
 // kUnsupported naming `t` when `backend` cannot run `op` on it (see Model::check_backend).
@@ -73,27 +73,6 @@ Result<void> check_op(const Backend& backend, Op op, const Tensor& t);
 // shaped for hp.
 Result<void> check_forward_args(const ModelHparams& hp, std::span<const int32_t> tokens,
                                 int64_t pos, const KvCache& kv);
-
-// Model::forward over `chunk(tokens, pos, logits)`: checks the arguments
-// (check_forward_args), then runs the tokens in pieces of at most n_batch, advancing kv after
-// each, with logits pointing where each piece's rows go (every row when all_logits, else only
-// the last piece gets the last row; null for the other pieces).
-template <class Chunk>
-Result<void> forward_in_chunks(const ModelHparams& hp, int64_t n_batch,
-                               std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
-                               bool all_logits, float* logits_out, Chunk&& chunk) {
-  QRUN_TRY(check_forward_args(hp, tokens, pos, kv));
-  const auto n_tokens = static_cast<int64_t>(tokens.size());
-  for (int64_t done = 0; done < n_tokens; done += n_batch) {
-    const int64_t n = std::min(n_batch, n_tokens - done);
-    const bool last_chunk = done + n == n_tokens;
-    float* logits =
-        all_logits ? logits_out + done * hp.n_vocab : (last_chunk ? logits_out : nullptr);
-    chunk(tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)), pos + done, logits);
-    kv.set_n_tokens(pos + done + n);
-  }
-  return {};
-}
 
 // The weights of one attention block; shapes in GGML order, rows = output features.
 // Optional tensors have data == nullptr when the architecture has none.
@@ -156,7 +135,27 @@ Result<void> check_embedding_ops(const Backend& backend, const EmbeddingWeights&
 Result<void> check_block_ops(const Backend& backend, const AttentionWeights& attn,
                              const FfnWeights& ffn);
 
-// The activations of one forward pass over at most n_batch tokens.
+// One sequence's tokens in one step of a forward pass (models/forward_step.h): rows
+// offset .. offset + n - 1 of the step's activations, at positions pos .. pos + n - 1 of kv.
+struct StepPiece {
+  int64_t offset = 0;
+  int64_t n = 0;
+  int64_t pos = 0;
+  KvCache* kv = nullptr;
+  bool all_logits = false;  // logits for every row, else for the last
+  float* logits = nullptr;  // [all_logits ? n : 1, n_vocab]; null: none
+};
+
+// What one step runs: every piece's tokens and positions, piece after piece.
+struct ForwardStep {
+  std::span<const int32_t> tokens;     // [n]
+  std::span<const int32_t> positions;  // [n]
+  std::span<const StepPiece> pieces;   // ordered by offset, covering 0 .. n - 1
+  int64_t n() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// The activations of one forward step over at most n_batch tokens of at most n_seq
+// sequences.
 class DecoderScratch {
  public:
   // Declares the activation buffers to `backend` as scratch (Backend::begin_scratch) for
@@ -173,30 +172,33 @@ class DecoderScratch {
   };
   [[nodiscard]] Scope use(Backend& backend);
 
-  void allocate(const ModelHparams& hp, int64_t n_batch);
+  void allocate(const ModelHparams& hp, int64_t n_batch, int64_t n_seq);
+  int64_t n_batch() const { return static_cast<int64_t>(positions_.size()); }
+  int64_t n_seq() const { return static_cast<int64_t>(pieces_.size()); }
   float* x() { return x_.data(); }    // [n_batch, n_embd] the residual stream
   float* xn() { return xn_.data(); }  // [n_batch, n_embd] a normed input, a block's output
   BlockScratch blocks();
-  // Positions pos .. pos + n - 1.
-  std::span<const int32_t> positions(int64_t pos, int64_t n);
+  int32_t* tokens() { return tokens_.data(); }        // [n_batch] a step's tokens
+  int32_t* positions() { return positions_.data(); }  // [n_batch] their positions
+  StepPiece* pieces() { return pieces_.data(); }      // [n_seq]
+  // [n_seq, n_vocab] the last-row logits of a step with several sequences, before they go
+  // to each sequence's buffer; empty when n_seq is 1.
+  float* logits() { return logits_.data(); }
 
  private:
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_;
-  std::vector<int32_t> positions_;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_;
+  std::vector<int32_t> tokens_, positions_;
+  std::vector<StepPiece> pieces_;
 };
 
-// The logits of the rows asked for, every one of the n tokens' or the last: x's rows
-// RMS-normed into xn, then projected. logits: [rows, n_vocab]. Returns the number of rows.
-int64_t output_logits(Backend& backend, const ModelHparams& hp, const EmbeddingWeights& w,
-                      const float* x, int64_t n, bool all_logits, float* xn, float* logits);
-
-// out = wo * attention(q_scale * rope(q), rope(k), v) for n tokens at positions
-// pos .. pos + n - 1, after storing their K and V in `cache`, where q = wq xn + bq,
-// k = wk xn + bk, v = wv xn + bv (biases where present), and q and k are RMS-normed per head
-// (eps c.norm_eps) where w has q_norm / k_norm. out may alias xn.
+// out = wo * attention(q_scale * rope(q), rope(k), v) for the step's n tokens, where
+// q = wq xn + bq, k = wk xn + bk, v = wv xn + bv (biases where present), and q and k are
+// RMS-normed per head (eps c.norm_eps) where w has q_norm / k_norm. The projections, norms
+// and RoPE run over all n rows at once; each piece stores its K and V in layer il of its own
+// cache and attends there. out may alias xn.
 void self_attention(Backend& backend, const AttentionWeights& w, const AttentionConfig& c,
-                    const KvLayerView& cache, const float* xn, int64_t n, int64_t pos,
-                    std::span<const int32_t> positions, const BlockScratch& s, float* out);
+                    int64_t il, const ForwardStep& step, const float* xn, const BlockScratch& s,
+                    float* out);
 
 // out = down * (act(gate * xn) * (up * xn)) for n tokens. out may alias xn.
 void gated_ffn(Backend& backend, const FfnWeights& w, FfnActivation act, const float* xn, int64_t n,

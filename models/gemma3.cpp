@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/common_blocks.h"
+#include "models/forward_step.h"
 
 namespace qrun::models {
 namespace {
@@ -35,6 +36,7 @@ class Gemma3Model final : public Model {
   int64_t n_batch() const override { return n_batch_; }
   Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                        bool all_logits, float* logits_out) override;
+  Result<void> forward_batch(Backend& backend, std::span<const SeqForward> seqs) override;
   Result<void> check_backend(const Backend& backend) const override;
   std::optional<RopeParams> key_rope(int64_t il, int64_t /*n_ctx*/) const override {
     return layers_[static_cast<size_t>(il)].config.rope;
@@ -43,8 +45,8 @@ class Gemma3Model final : public Model {
  private:
   Result<void> read_gemma_hparams(const gguf::File& file);
   Result<void> bind_weights(const gguf::File& file);
-  void forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
-                     bool all_logits, float* logits);
+  // One step of at most n_batch tokens (models/forward_step.h).
+  void forward_step(Backend& backend, const ForwardStep& step);
 
   ModelHparams hp_;
   int64_t n_batch_ = 0;
@@ -178,7 +180,7 @@ Result<std::unique_ptr<Model>> Gemma3Model::load(const gguf::File& file,
     c.q_scale = q_scale;
   }
 
-  m->scratch_.allocate(h, m->n_batch_);
+  m->scratch_.allocate(h, m->n_batch_, options.n_seq);
   return std::unique_ptr<Model>(std::move(m));
 }
 
@@ -195,24 +197,25 @@ Result<void> Gemma3Model::check_backend(const Backend& backend) const {
 
 Result<void> Gemma3Model::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                   KvCache& kv, bool all_logits, float* logits_out) {
-  return forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
-                           [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
-                             forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
-                           });
+  const SeqForward seq{tokens, pos, &kv, all_logits, logits_out};
+  return forward_batch(backend, std::span<const SeqForward>(&seq, 1));
 }
 
-void Gemma3Model::forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
-                                KvCache& kv, bool all_logits, float* logits) {
-  const auto n = static_cast<int64_t>(tokens.size());
+Result<void> Gemma3Model::forward_batch(Backend& backend, std::span<const SeqForward> seqs) {
+  return forward_in_steps(hp_, scratch_, seqs,
+                          [&](const ForwardStep& step) { forward_step(backend, step); });
+}
+
+void Gemma3Model::forward_step(Backend& backend, const ForwardStep& step) {
+  const int64_t n = step.n();
   const int64_t n_embd = hp_.n_embd;
   const DecoderScratch::Scope scope = scratch_.use(backend);
   const BlockScratch s = scratch_.blocks();
-  const std::span<const int32_t> positions = scratch_.positions(pos, n);
   float* x = scratch_.x();
   float* xn = scratch_.xn();
 
-  // x: [n, n_embd] token embeddings, scaled by sqrt(n_embd)
-  backend.get_rows(embd_.tok_embd, tokens, x);
+  // x: [n, n_embd] token embeddings, every sequence's rows together, scaled by sqrt(n_embd)
+  backend.get_rows(embd_.tok_embd, step.tokens, x);
   backend.scale(x, n * n_embd, embd_scale_, x);
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
@@ -224,7 +227,7 @@ void Gemma3Model::forward_chunk(Backend& backend, std::span<const int32_t> token
     } else {
       backend.add_rms_norm(x, xn, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
     }
-    self_attention(backend, l.attn, l.config, kv.layer(il), xn, n, pos, positions, s, xn);
+    self_attention(backend, l.attn, l.config, il, step, xn, s, xn);
     backend.rms_norm(xn, l.attn_post_norm, n, n_embd, hp_.norm_eps, xn);
     // Feed-forward. x += xn, xn: x normed, the FFN output, normed again
     backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
@@ -232,12 +235,15 @@ void Gemma3Model::forward_chunk(Backend& backend, std::span<const int32_t> token
     backend.rms_norm(xn, l.ffn_post_norm, n, n_embd, hp_.norm_eps, xn);
   }
   backend.add(x, xn, n * n_embd, x);
-  if (logits == nullptr) return;
 
-  // Output: the rows asked for (every token, or the last), normed, projected, soft-capped.
-  // xn: [rows, n_embd]; logits: [rows, n_vocab]
-  const int64_t rows = output_logits(backend, hp_, embd_, x, n, all_logits, xn, logits);
-  if (softcap_ > 0.0f) backend.softcap(logits, rows * hp_.n_vocab, softcap_, logits);
+  // Output: the rows each sequence asks for (every token, or its last), normed, projected,
+  // soft-capped. logits: [rows, n_vocab] per piece
+  step_logits(backend, hp_, embd_, scratch_, step);
+  if (softcap_ <= 0.0f) return;
+  for (const StepPiece& p : step.pieces) {
+    if (p.logits != nullptr)
+      backend.softcap(p.logits, logit_rows(p) * hp_.n_vocab, softcap_, p.logits);
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/common_blocks.h"
+#include "models/forward_step.h"
 
 namespace qrun::models {
 namespace {
@@ -40,6 +41,7 @@ class LlamaModel final : public Model {
   int64_t n_batch() const override { return n_batch_; }
   Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                        bool all_logits, float* logits_out) override;
+  Result<void> forward_batch(Backend& backend, std::span<const SeqForward> seqs) override;
   Result<void> check_backend(const Backend& backend) const override;
   std::optional<RopeParams> key_rope(int64_t /*il*/, int64_t /*n_ctx*/) const override {
     return attn_config_.rope;
@@ -47,9 +49,8 @@ class LlamaModel final : public Model {
 
  private:
   Result<void> bind_weights(const gguf::File& file);
-  // One chunk of at most n_batch tokens; logits (may be null) gets the requested rows.
-  void forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
-                     bool all_logits, float* logits);
+  // One step of at most n_batch tokens (models/forward_step.h).
+  void forward_step(Backend& backend, const ForwardStep& step);
 
   LlamaVariant variant_;
   ModelHparams hp_;
@@ -130,7 +131,7 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   a.rope.freq_scale = m->hp_.rope_freq_scale;
   a.rope.mode = variant.rope_mode;
   a.norm_eps = m->hp_.norm_eps;
-  m->scratch_.allocate(m->hp_, m->n_batch_);
+  m->scratch_.allocate(m->hp_, m->n_batch_, options.n_seq);
   return std::unique_ptr<Model>(std::move(m));
 }
 
@@ -146,24 +147,25 @@ Result<void> LlamaModel::check_backend(const Backend& backend) const {
 
 Result<void> LlamaModel::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                  KvCache& kv, bool all_logits, float* logits_out) {
-  return forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
-                           [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
-                             forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
-                           });
+  const SeqForward seq{tokens, pos, &kv, all_logits, logits_out};
+  return forward_batch(backend, std::span<const SeqForward>(&seq, 1));
 }
 
-void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
-                               KvCache& kv, bool all_logits, float* logits) {
-  const auto n = static_cast<int64_t>(tokens.size());
+Result<void> LlamaModel::forward_batch(Backend& backend, std::span<const SeqForward> seqs) {
+  return forward_in_steps(hp_, scratch_, seqs,
+                          [&](const ForwardStep& step) { forward_step(backend, step); });
+}
+
+void LlamaModel::forward_step(Backend& backend, const ForwardStep& step) {
+  const int64_t n = step.n();
   const int64_t n_embd = hp_.n_embd;
   const DecoderScratch::Scope scope = scratch_.use(backend);
   const BlockScratch s = scratch_.blocks();
-  const std::span<const int32_t> positions = scratch_.positions(pos, n);
   float* x = scratch_.x();
   float* xn = scratch_.xn();
 
-  // x: [n, n_embd] token embeddings
-  backend.get_rows(embd_.tok_embd, tokens, x);
+  // x: [n, n_embd] token embeddings, every sequence's rows together
+  backend.get_rows(embd_.tok_embd, step.tokens, x);
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const LlamaLayer& l = layers_[static_cast<size_t>(il)];
@@ -174,16 +176,15 @@ void LlamaModel::forward_chunk(Backend& backend, std::span<const int32_t> tokens
     } else {
       backend.add_rms_norm(x, xn, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
     }
-    self_attention(backend, l.attn, attn_config_, kv.layer(il), xn, n, pos, positions, s, xn);
+    self_attention(backend, l.attn, attn_config_, il, step, xn, s, xn);
     // Feed-forward. x += xn, xn: x normed, then the FFN output
     backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
     gated_ffn(backend, l.ffn, FfnActivation::kSilu, xn, n, s, xn);
   }
   backend.add(x, xn, n * n_embd, x);
-  if (logits == nullptr) return;
 
-  // Output: the rows asked for (every token, or the last), normed and projected.
-  output_logits(backend, hp_, embd_, x, n, all_logits, xn, logits);
+  // Output: the rows each sequence asks for (every token, or its last), normed and projected.
+  step_logits(backend, hp_, embd_, scratch_, step);
 }
 
 }  // namespace

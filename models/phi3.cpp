@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "models/common_blocks.h"
+#include "models/forward_step.h"
 
 namespace qrun::models {
 namespace {
@@ -52,6 +53,7 @@ class Phi3Model final : public Model {
   int64_t n_batch() const override { return n_batch_; }
   Result<void> forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                        bool all_logits, float* logits_out) override;
+  Result<void> forward_batch(Backend& backend, std::span<const SeqForward> seqs) override;
   Result<void> check_backend(const Backend& backend) const override;
   std::optional<RopeParams> key_rope(int64_t il, int64_t n_ctx) const override;
 
@@ -60,8 +62,8 @@ class Phi3Model final : public Model {
   Result<void> bind_weights(const gguf::File& file);
   Result<void> bind_attention(const WeightBinder& b, const gguf::File& file, const std::string& p,
                               AttentionWeights* attn);
-  void forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
-                     bool all_logits, float* logits);
+  // One step of at most n_batch tokens (models/forward_step.h).
+  void forward_step(Backend& backend, const ForwardStep& step);
   // The LongRoPE factors for a cache of n_ctx positions (null when the file has none).
   const float* rope_factors(int64_t n_ctx) const;
 
@@ -194,7 +196,7 @@ Result<std::unique_ptr<Model>> Phi3Model::load(const gguf::File& file,
   a.norm_eps = h.norm_eps;
   a.q_scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
 
-  m->scratch_.allocate(h, m->n_batch_);
+  m->scratch_.allocate(h, m->n_batch_, options.n_seq);
   return std::unique_ptr<Model>(std::move(m));
 }
 
@@ -222,25 +224,38 @@ std::optional<RopeParams> Phi3Model::key_rope(int64_t /*il*/, int64_t n_ctx) con
 
 Result<void> Phi3Model::forward(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
                                 KvCache& kv, bool all_logits, float* logits_out) {
-  attn_config_.rope.freq_factors = rope_factors(kv.n_ctx());
-  return forward_in_chunks(hp_, n_batch_, tokens, pos, kv, all_logits, logits_out,
-                           [&](std::span<const int32_t> chunk, int64_t chunk_pos, float* logits) {
-                             forward_chunk(backend, chunk, chunk_pos, kv, all_logits, logits);
-                           });
+  const SeqForward seq{tokens, pos, &kv, all_logits, logits_out};
+  return forward_batch(backend, std::span<const SeqForward>(&seq, 1));
 }
 
-void Phi3Model::forward_chunk(Backend& backend, std::span<const int32_t> tokens, int64_t pos,
-                              KvCache& kv, bool all_logits, float* logits) {
-  const auto n = static_cast<int64_t>(tokens.size());
+Result<void> Phi3Model::forward_batch(Backend& backend, std::span<const SeqForward> seqs) {
+  // The RoPE factors follow each cache's context length; sequences whose caches pick
+  // different ones (short and long) cannot share a step's RoPE, and go one at a time.
+  if (seqs.empty()) return {};
+  const float* factors = rope_factors(seqs.front().kv != nullptr ? seqs.front().kv->n_ctx() : 0);
+  for (const SeqForward& s : seqs) {
+    if (s.kv != nullptr && rope_factors(s.kv->n_ctx()) != factors) {
+      for (const SeqForward& one : seqs) {
+        QRUN_TRY(forward_batch(backend, std::span<const SeqForward>(&one, 1)));
+      }
+      return {};
+    }
+  }
+  attn_config_.rope.freq_factors = factors;
+  return forward_in_steps(hp_, scratch_, seqs,
+                          [&](const ForwardStep& step) { forward_step(backend, step); });
+}
+
+void Phi3Model::forward_step(Backend& backend, const ForwardStep& step) {
+  const int64_t n = step.n();
   const int64_t n_embd = hp_.n_embd;
   const DecoderScratch::Scope scope = scratch_.use(backend);
   const BlockScratch s = scratch_.blocks();
-  const std::span<const int32_t> positions = scratch_.positions(pos, n);
   float* x = scratch_.x();
   float* xn = scratch_.xn();
 
-  // x: [n, n_embd] token embeddings
-  backend.get_rows(embd_.tok_embd, tokens, x);
+  // x: [n, n_embd] token embeddings, every sequence's rows together
+  backend.get_rows(embd_.tok_embd, step.tokens, x);
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const Phi3Layer& l = layers_[static_cast<size_t>(il)];
@@ -251,21 +266,21 @@ void Phi3Model::forward_chunk(Backend& backend, std::span<const int32_t> tokens,
     } else {
       backend.add_rms_norm(x, xn, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
     }
-    self_attention(backend, l.attn, attn_config_, kv.layer(il), xn, n, pos, positions, s, xn);
+    self_attention(backend, l.attn, attn_config_, il, step, xn, s, xn);
     // Feed-forward. x += xn, xn: x normed, then the FFN output
     backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
     gated_ffn(backend, l.ffn, FfnActivation::kSilu, xn, n, s, xn);
   }
   backend.add(x, xn, n * n_embd, x);
-  if (logits == nullptr) return;
 
-  // Output: the rows asked for (every token, or the last), normed, projected, biased.
-  // xn: [rows, n_embd]; logits: [rows, n_vocab]
-  const int64_t rows = output_logits(backend, hp_, embd_, x, n, all_logits, xn, logits);
-  if (output_bias_.data != nullptr) {
-    const auto* bias = static_cast<const float*>(output_bias_.data);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = logits + r * hp_.n_vocab;
+  // Output: the rows each sequence asks for (every token, or its last), normed, projected,
+  // biased. logits: [rows, n_vocab] per piece
+  step_logits(backend, hp_, embd_, scratch_, step);
+  if (output_bias_.data == nullptr) return;
+  const auto* bias = static_cast<const float*>(output_bias_.data);
+  for (const StepPiece& p : step.pieces) {
+    for (int64_t r = 0; r < logit_rows(p); ++r) {
+      float* row = p.logits + r * hp_.n_vocab;
       backend.add(row, bias, hp_.n_vocab, row);
     }
   }

@@ -1,11 +1,13 @@
 // `qrun serve`'s request fields beyond plain sampling, over real HTTP on the loopback (see
 // tests/support/serve_process.h): logit_bias (held to `qrun run --logit-bias`, which runs
 // the same stage), response_format (the output parses as JSON and follows the schema),
-// GET /metrics (counters move with requests; gauges see running and queued requests), the
-// per-request time limit, and the API key from the environment or a file.
+// GET /metrics (counters move with requests; gauges see running and queued requests), a long
+// prompt joining a running stream in chunks (chunked prefill), the per-request time limit,
+// and the API key from the environment or a file.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <future>
@@ -284,6 +286,53 @@ TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
   EXPECT_EQ(metric(idle, "qrun_requests_queued"), 0);
   EXPECT_EQ(metric(idle, "qrun_kv_tokens_used"), 0);
   EXPECT_EQ(metric(idle, "qrun_generated_tokens_total"), 2005);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// Chunked prefill over HTTP: a long prompt that arrives while another request streams goes
+// in chunks of -b minus the stream's decode token, each beside one of the stream's tokens,
+// so qrun_engine_mixed_steps_total grows by exactly its number of chunks (none of the other
+// steps here mix: a prompt alone, or a stream alone). That count holds as long as the stream
+// outlives the prompt, which its 1800 tokens do by far (it is hung up on afterwards). Both
+// replies are what they are alone.
+TEST(CliServeApi, LongPromptJoinsARunningStreamInChunks) {
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "2", "-c", "4096", "-b",
+                  "16", "--ignore-eos"});
+  ASSERT_SERVING(s);
+  std::string long_prompt = kPrompt;
+  for (int i = 0; i < 40; ++i) long_prompt += " The little dog ran to the park with Lily.";
+  const Json b_body = {{"prompt", long_prompt}, {"max_tokens", 4}, {"temperature", 0}};
+  httplib::Client c = s.client();
+  const Json alone = post(c, "/v1/completions", b_body, 200);
+  const int n_prompt = alone["usage"]["prompt_tokens"];
+  ASSERT_GT(n_prompt, 200);
+  EXPECT_EQ(metric(scrape(s), "qrun_engine_mixed_steps_total"), 0);
+
+  // A streams; B is posted once A's first pieces have arrived.
+  std::promise<void> a_streaming;
+  std::atomic<int> a_pieces{0};
+  std::atomic<bool> hang_up{false};
+  auto a = std::async(std::launch::async, [&] {
+    httplib::Client ca = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = Json{{"prompt", kPrompt}, {"max_tokens", 1800}, {"temperature", 0}, {"stream", true}}
+                   .dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (++a_pieces == 3) a_streaming.set_value();
+      return !hang_up.load();
+    };
+    return ca.send(req);
+  });
+  ASSERT_EQ(a_streaming.get_future().wait_for(30s), std::future_status::ready);
+  const Json together = post(c, "/v1/completions", b_body, 200);
+  hang_up = true;
+  ASSERT_EQ(a.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(together["choices"][0]["text"], alone["choices"][0]["text"]);
+  const int chunks = (n_prompt + 14) / 15;  // 16 tokens a step, one of them A's
+  EXPECT_EQ(metric(scrape(s), "qrun_engine_mixed_steps_total"), chunks);
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 

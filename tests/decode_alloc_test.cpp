@@ -3,6 +3,9 @@
 // so both activation quantizers run) and a synthetic phi3, feeds a prompt and a few warm-up
 // tokens, then counts every allocation, on any thread, over further single-token forward
 // passes plus sampling on every ISA this host runs, with F16 and F32 caches. Expected: 0.
+// The same for batched steps (Model::forward_batch over four sequences, decode tokens and
+// a prompt chunk together) and for the serve engine's steps (BatchScheduler::step: batched
+// forward, sampling and stop checks for every sequence).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/batch_scheduler.h"
 #include "core/gguf/gguf.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
@@ -159,6 +163,100 @@ TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
       }
     }
   }
+}
+
+// Batched steps: four sequences at different positions decode together while a fifth's
+// prompt goes in chunks beside them; the model's scratch was sized at load for them.
+int64_t count_batched_allocations(Model& model, kernels::CpuBackend& backend) {
+  constexpr int kSeqs = 4;
+  std::vector<KvCache> caches;
+  for (int i = 0; i < kSeqs + 1; ++i) {
+    Result<KvCache> kv = make_kv_cache(model, 256);
+    if (!kv.ok()) return -1;
+    caches.push_back(std::move(*kv));
+  }
+  const int64_t n_vocab = model.hparams().n_vocab;
+  std::vector<float> logits(static_cast<size_t>(n_vocab * kSeqs));
+  std::vector<int32_t> tokens(kSeqs, 1);
+  std::vector<int32_t> prompt(200);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 7 % n_vocab);
+  for (int i = 0; i < kSeqs; ++i) {
+    const std::span<const int32_t> p(prompt.data(), static_cast<size_t>(3 + 5 * i));
+    if (!model.forward(backend, p, 0, caches[i], false, logits.data()).ok()) return -1;
+  }
+  std::vector<SeqForward> parts(kSeqs + 1);
+  int64_t fed = 0;
+  const auto step = [&]() {
+    for (int i = 0; i < kSeqs; ++i) {
+      parts[i] = SeqForward{
+          {&tokens[i], 1}, caches[i].n_tokens(), &caches[i], false, logits.data() + i * n_vocab};
+    }
+    parts[kSeqs] = SeqForward{{prompt.data() + fed, 8}, fed, &caches[kSeqs], false, nullptr};
+    fed += 8;
+    if (!model.forward_batch(backend, parts).ok()) return false;
+    for (int i = 0; i < kSeqs; ++i)
+      tokens[i] = static_cast<int32_t>((tokens[i] * 31 + 7) % n_vocab);
+    return true;
+  };
+  for (int i = 0; i < kWarmup; ++i) {
+    if (!step()) return -1;
+  }
+  g_allocations.store(0);
+  g_counting.store(true);
+  bool ok = true;
+  for (int i = 0; i < kCounted && ok; ++i) ok = step();
+  g_counting.store(false);
+  return ok ? g_allocations.load() : -1;
+}
+
+TEST(DecodeAlloc, BatchedStepsAllocateNothing) {
+  for (const char* name : {"models/stories260K.gguf", "models/TinyLLama-v0-5M-Q4_K_M.gguf"}) {
+    Result<gguf::File> f = gguf::File::open(test::data_path(name).string());
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16, 5});
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    for (kernels::Isa isa : kernels::host_isas()) {
+      kernels::CpuBackend backend(2, isa);
+      EXPECT_EQ(count_batched_allocations(**m, backend), 0)
+          << name << " " << kernels::isa_name(isa);
+    }
+  }
+}
+
+// The engine's steps: three running sequences sampling (top-k, top-p, temperature) and
+// decoding together, callbacks that keep nothing.
+TEST(DecodeAlloc, SchedulerStepsAllocateNothing) {
+  Result<gguf::File> f = gguf::File::open(test::data_path("models/stories260K.gguf").string());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16, 3});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  kernels::CpuBackend backend(2);
+  std::vector<KvCache> caches;
+  for (int i = 0; i < 3; ++i) {
+    Result<KvCache> kv = make_kv_cache(**m, 128);
+    ASSERT_TRUE(kv.ok());
+    caches.push_back(std::move(*kv));
+  }
+  std::atomic<bool> shutdown{false};
+  BatchScheduler sched(**m, backend, std::move(caches), 16, 4, &shutdown);
+  for (int i = 0; i < 3; ++i) {
+    SeqRequest r;
+    r.prompt = {1, static_cast<int32_t>(13 + i), 25, 7, 99};
+    r.n_predict = 100;
+    r.sampler = make_sampler(SamplingParams{0.8f, static_cast<uint32_t>(42 + i)});
+    r.on_token = [](int32_t) { return TokenAction::kContinue; };
+    ASSERT_EQ(sched.submit(std::move(r)), BatchScheduler::Submitted::kQueued);
+  }
+  for (int i = 0; i < kWarmup; ++i) ASSERT_TRUE(sched.step());
+  ASSERT_EQ(sched.n_running(), 3);
+  g_allocations.store(0);
+  g_counting.store(true);
+  for (int i = 0; i < kCounted; ++i) sched.step();
+  g_counting.store(false);
+  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(sched.n_running(), 3);
+  shutdown = true;
+  sched.run();
 }
 
 // phi3 picks its LongRoPE factors per forward call and reads fused weights through views:

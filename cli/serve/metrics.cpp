@@ -126,6 +126,12 @@ std::string Metrics::render(const MetricsGauges& g) const {
   gauge(out, "qrun_kv_tokens_used", "Tokens in the KV caches of running requests",
         g.kv_tokens_used);
   gauge(out, "qrun_kv_tokens_total", "KV cache capacity in tokens, all slots", g.kv_tokens_total);
+  header(out, "qrun_engine_steps_total", "counter",
+         "Batched forward passes the engine ran (one decode token per running sequence each)");
+  sample(out, "qrun_engine_steps_total", static_cast<uint64_t>(g.steps));
+  header(out, "qrun_engine_mixed_steps_total", "counter",
+         "Engine steps that held prompt chunks and decode tokens together (chunked prefill)");
+  sample(out, "qrun_engine_mixed_steps_total", static_cast<uint64_t>(g.mixed_steps));
   return out;
 }
 

@@ -1,7 +1,8 @@
 // The counters and histograms `qrun serve` exposes on GET /metrics, in Prometheus' text
 // format (version 0.0.4). Only what the server measures: responses by route and status,
 // prompt and generated tokens, requests ended by the time limit, time to first token and
-// the time between tokens; the gauges (slots, queue, KV tokens) are read when rendering.
+// the time between tokens; the gauges (slots, queue, KV tokens) and the engine's step
+// counters are read when rendering.
 // Thread-safe: HTTP threads record, any thread renders.
 #pragma once
 
@@ -37,6 +38,8 @@ struct MetricsGauges {
   int64_t queued = 0;           // requests waiting for a slot
   int64_t kv_tokens_used = 0;   // tokens in the KV caches of running requests
   int64_t kv_tokens_total = 0;  // all slots' capacity
+  int64_t steps = 0;            // engine steps so far (a counter, kept by the engine)
+  int64_t mixed_steps = 0;      // of them, those with prompt chunks beside decode tokens
 };
 
 class Metrics {

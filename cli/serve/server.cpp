@@ -1,12 +1,16 @@
-// The routes of `qrun serve` and one completion request from body to last byte. Streaming
-// runs the whole generation inside httplib's chunked content provider, so each token's chunk
-// is written as it is sampled, and a failed write (the client is gone) interrupts generation
-// and gives the slot back.
+// The routes of `qrun serve` and one completion request from body to last byte. The engine
+// thread generates; each request's HTTP thread waits on its Generation's channel for the
+// text pieces (already past the stop-string filter) and the end. Streaming writes each
+// piece as one chunk from httplib's chunked content provider, and a failed write (the
+// client is gone) cancels the sequence, which the engine ends at its next step, freeing
+// the slot.
 #include "cli/serve/server.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <random>
 
 #include "cli/serve/openai_api.h"
@@ -85,17 +89,22 @@ std::string sse(const Json& j) {
 Server::Server(Session& session, std::vector<KvCache> slots, int64_t max_queued,
                Result<ChatTemplate> chat_template, ServerConfig config)
     : s_(session),
-      model_(*session.model),
       slot_ctx_(slots.front().n_ctx()),
-      pool_(std::move(slots), max_queued),
-      config_(std::move(config)),
-      kv_used_(std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(pool_.n_slots()))) {
+      scheduler_(*session.model, *session.backend, std::move(slots), config.n_batch, max_queued,
+                 &shutting_down_),
+      config_(std::move(config)) {
   if (chat_template.ok()) {
     template_.emplace(std::move(*chat_template));
     end_of_turn_ = end_of_turn_tokens(*s_.tokenizer, *template_);
   } else {
     template_error_ = chat_template.error().message;
   }
+  engine_ = std::thread([this] { scheduler_.run(); });
+}
+
+Server::~Server() {
+  shut_down();
+  engine_.join();
 }
 
 void Server::install(httplib::Server& http, size_t max_body_bytes) {
@@ -140,11 +149,13 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     MetricsGauges g;
-    g.slots = pool_.n_slots();
-    g.running = pool_.n_busy();
-    g.queued = pool_.n_queued();
-    for (int i = 0; i < pool_.n_slots(); ++i) g.kv_tokens_used += kv_used_[static_cast<size_t>(i)];
-    g.kv_tokens_total = slot_ctx_ * pool_.n_slots();
+    g.slots = scheduler_.n_slots();
+    g.running = scheduler_.n_running();
+    g.queued = scheduler_.n_queued();
+    g.kv_tokens_used = scheduler_.kv_tokens_used();
+    g.kv_tokens_total = slot_ctx_ * scheduler_.n_slots();
+    g.steps = scheduler_.n_steps();
+    g.mixed_steps = scheduler_.n_mixed_steps();
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
@@ -182,13 +193,50 @@ Result<void> Server::attach(std::shared_ptr<const Grammar> grammar, bool chat, S
   return {};
 }
 
-// The state of one generation, shared between the handler and the streaming provider.
+// One request in flight, shared by its HTTP thread and the engine's callbacks. The engine
+// side (filter, clocks) is touched only on the engine thread; the channel under its mutex.
 struct Generation {
   CompletionRequest request;
   std::vector<int32_t> prompt;
-  SlotLease lease;
   ResponseIds ids;
   std::chrono::steady_clock::time_point arrival;
+  std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+
+  // Engine thread only.
+  std::optional<StopStringFilter> filter;
+  std::chrono::steady_clock::time_point last_token;
+  bool first_token = true;
+
+  // The channel: text pieces not yet taken, then the end.
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::string> pieces;
+  std::optional<Result<GenerateResult>> result;
+
+  void push(std::string piece) {
+    if (piece.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      pieces.push_back(std::move(piece));
+    }
+    changed.notify_all();
+  }
+  void end(Result<GenerateResult> r) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      result.emplace(std::move(r));
+    }
+    changed.notify_all();
+  }
+  // Waits for pieces or the end; moves the pieces into *out. True once the end is there
+  // and every piece was taken.
+  bool take(std::deque<std::string>* out) {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return !pieces.empty() || result.has_value(); });
+    out->swap(pieces);
+    pieces.clear();
+    return result.has_value();
+  }
 };
 
 void Server::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -237,109 +285,98 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     return send_error(res, e);
   }
 
-  AcquireResult acquired = pool_.acquire(&shutting_down_);
-  if (acquired.status == AcquireStatus::kQueueFull) {
-    res.set_header("Retry-After", "1");
-    return send_error(res, server_error(503,
-                                        format("all %d sequence slots are busy and the queue "
-                                               "is full; retry later",
-                                               pool_.n_slots()),
-                                        "server_error", "overloaded"));
+  // The sampler: the server's defaults, the request's fields, its response_format (else the
+  // server's grammar flag).
+  const CompletionRequest& r = g->request;
+  Result<SamplingParams> defaults = resolve_sampling_params(config_.sampling, tokenizer);
+  if (!defaults.ok())
+    return send_error(res, server_error(500, defaults.error().message, "server_error"));
+  SamplingParams sp = request_sampling(r, *defaults);
+  if (!r.seed && config_.sampling.seed < 0) sp.seed = std::random_device{}();
+  SeqRequest seq;
+  seq.sampler = make_sampler(sp);
+  if (Result<void> a = attach(r.grammar ? r.grammar : config_.sampling.grammar, chat, seq.sampler);
+      !a.ok()) {
+    return send_error(res, server_error(500, a.error().message, "server_error"));
   }
-  if (acquired.status == AcquireStatus::kCancelled) {
-    return send_error(res, server_error(503, "the server is shutting down", "server_error"));
+  g->filter.emplace(tokenizer, r.stop ? *r.stop : config_.sampling.stops);
+  seq.prompt = g->prompt;
+  seq.n_predict = r.max_tokens;
+  seq.timeout_s = config_.timeout_s;
+  seq.cancel = g->cancel;
+  if (!config_.sampling.ignore_eos) {
+    if (chat) {
+      seq.is_eog = [this](int32_t t) {
+        return t >= 0 && static_cast<size_t>(t) < end_of_turn_.size() &&
+               end_of_turn_[static_cast<size_t>(t)];
+      };
+    } else {
+      seq.is_eog = [this](int32_t t) { return s_.tokenizer->is_eog(t); };
+    }
   }
-  g->lease = std::move(acquired.lease);
+  // The engine's callbacks hold the generation (never the response), so whatever the HTTP
+  // thread does, they write to live memory.
+  seq.on_start = [this, gen = g] {
+    metrics_.add_prompt_tokens(static_cast<int64_t>(gen->prompt.size()));
+    gen->last_token = gen->arrival;
+  };
+  seq.on_token = [this, gen = g](int32_t token) {
+    const Clock::time_point now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - gen->last_token).count();
+    if (gen->first_token)
+      metrics_.observe_ttft(seconds);
+    else
+      metrics_.observe_inter_token(seconds);
+    gen->first_token = false;
+    gen->last_token = now;
+    const StopChunk chunk = gen->filter->push(token);
+    gen->push(chunk.text);
+    if (gen->cancel->load()) return TokenAction::kInterrupt;
+    return chunk.stopped ? TokenAction::kStop : TokenAction::kContinue;
+  };
+  seq.on_done = [this, g](Result<GenerateResult> result, bool timed_out) {
+    if (result.ok()) {
+      metrics_.add_generated_tokens(static_cast<int64_t>(result->tokens.size()));
+      // The time limit ends a request as "length" with the text so far (as llama-server's
+      // t_max_predict_ms).
+      if (timed_out) {
+        metrics_.count_timeout();
+        result->stop_reason = StopReason::kLength;
+      }
+      if (result->stop_reason != StopReason::kStop &&
+          result->stop_reason != StopReason::kInterrupted && g->filter) {
+        g->push(g->filter->flush());
+      }
+    }
+    g->end(std::move(result));
+  };
+
   g->ids.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1));
   g->ids.created = static_cast<int64_t>(std::time(nullptr));
   g->ids.model = config_.model_id;
-
-  // Runs the generation; `write` gets each piece of text (false: the client is gone).
-  auto run = [this, g, chat](const std::function<bool(const std::string&)>& write,
-                             std::string* text_out) -> Result<GenerateResult> {
-    const CompletionRequest& r = g->request;
-    // The time limit starts now that the request holds a slot.
-    Clock::time_point deadline = Clock::time_point::max();
-    if (config_.timeout_s > 0) {
-      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(config_.timeout_s));
-    }
-    Result<SamplingParams> defaults = resolve_sampling_params(config_.sampling, *s_.tokenizer);
-    if (!defaults.ok()) return defaults.error();
-    SamplingParams sp = request_sampling(r, *defaults);
-    if (!r.seed && config_.sampling.seed < 0) sp.seed = std::random_device{}();
-    Sampler sampler = make_sampler(sp);
-    // The request's response_format, else the server's grammar flag.
-    QRUN_TRY(attach(r.grammar ? r.grammar : config_.sampling.grammar, chat, sampler));
-
-    StopStringFilter filter(*s_.tokenizer, r.stop ? *r.stop : config_.sampling.stops);
-    KvCache& kv = g->lease.kv();
-    std::atomic<int64_t>& kv_used = kv_used_[static_cast<size_t>(g->lease.slot())];
-    kv.clear();
-    metrics_.add_prompt_tokens(static_cast<int64_t>(g->prompt.size()));
-    Clock::time_point last_token = g->arrival;
-    bool first_token = true;
-    bool client_gone = false;
-    auto emit = [&](const std::string& piece) {
-      if (piece.empty() || client_gone) return;
-      *text_out += piece;
-      client_gone = !write(piece);
-    };
-    OnToken on_token = [&](int32_t token) {
-      const Clock::time_point now = Clock::now();
-      const double seconds = std::chrono::duration<double>(now - last_token).count();
-      if (first_token)
-        metrics_.observe_ttft(seconds);
-      else
-        metrics_.observe_inter_token(seconds);
-      first_token = false;
-      last_token = now;
-      kv_used = kv.n_tokens();  // the prompt and the tokens fed so far (not yet this one)
-      const StopChunk chunk = filter.push(token);
-      emit(chunk.text);
-      if (client_gone) return TokenAction::kInterrupt;
-      return chunk.stopped ? TokenAction::kStop : TokenAction::kContinue;
-    };
-    IsEog is_eog;
-    if (!config_.sampling.ignore_eos) {
-      if (chat) {
-        is_eog = [this](int32_t t) {
-          return t >= 0 && static_cast<size_t>(t) < end_of_turn_.size() &&
-                 end_of_turn_[static_cast<size_t>(t)];
-        };
-      } else {
-        is_eog = [this](int32_t t) { return s_.tokenizer->is_eog(t); };
-      }
-    }
-    GenerateParams gp;
-    gp.n_predict = r.max_tokens;
-    gp.n_batch = config_.n_batch;
-    gp.interrupt = &shutting_down_;
-    gp.deadline = deadline;
-    Result<GenerateResult> result =
-        generate(model_, *s_.backend, kv, g->prompt, gp, sampler, on_token, is_eog);
-    kv_used = 0;
-    if (!result.ok()) return result;
-    metrics_.add_generated_tokens(static_cast<int64_t>(result->tokens.size()));
-    // Interrupted with the client there and no shutdown: the time limit ended it, which the
-    // client sees as "length" with the text so far (as llama-server's t_max_predict_ms).
-    if (result->stop_reason == StopReason::kInterrupted && !client_gone && !shutting_down_.load() &&
-        Clock::now() >= deadline) {
-      metrics_.count_timeout();
-      result->stop_reason = StopReason::kLength;
-    }
-    if (result->stop_reason != StopReason::kStop &&
-        result->stop_reason != StopReason::kInterrupted) {
-      emit(filter.flush());
-    }
-    return result;
-  };
+  switch (scheduler_.submit(std::move(seq))) {
+    case BatchScheduler::Submitted::kQueued:
+      break;
+    case BatchScheduler::Submitted::kQueueFull:
+      res.set_header("Retry-After", "1");
+      return send_error(res, server_error(503,
+                                          format("all %d sequence slots are busy and the queue "
+                                                 "is full; retry later",
+                                                 scheduler_.n_slots()),
+                                          "server_error", "overloaded"));
+    case BatchScheduler::Submitted::kShuttingDown:
+      return send_error(res, server_error(503, "the server is shutting down", "server_error"));
+  }
 
   const int64_t n_prompt = static_cast<int64_t>(g->prompt.size());
   if (!g->request.stream) {
     std::string text;
-    Result<GenerateResult> result = run([](const std::string&) { return true; }, &text);
-    g->lease.release();
+    std::deque<std::string> pieces;
+    for (bool ended = false; !ended;) {
+      ended = g->take(&pieces);
+      for (const std::string& p : pieces) text += p;
+    }
+    const Result<GenerateResult>& result = *g->result;
     if (!result.ok()) {
       return send_error(res, server_error(500, result.error().message, "server_error"));
     }
@@ -354,24 +391,26 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", [g, run, n_prompt](size_t, httplib::DataSink& sink) {
+      "text/event-stream", [g, n_prompt](size_t, httplib::DataSink& sink) {
         const Endpoint endpoint = g->request.endpoint;
         const bool usage = g->request.include_usage;
         auto send = [&](const std::string& s) {
           return sink.is_writable() && sink.write(s.data(), s.size());
         };
-        std::string text;
         // The opening chunk (for chat, the one with the role), then one per piece of text.
         bool alive = send(sse(chunk_json(endpoint, g->ids, "", true, std::nullopt, usage)));
-        Result<GenerateResult> result = run(
-            [&](const std::string& piece) {
-              alive = alive &&
-                      send(sse(chunk_json(endpoint, g->ids, piece, false, std::nullopt, usage)));
-              return alive;
-            },
-            &text);
-        g->lease.release();  // the slot is free before the last bytes go out
-        if (!alive) return false;
+        std::deque<std::string> pieces;
+        for (bool ended = false; alive && !ended;) {
+          ended = g->take(&pieces);
+          for (const std::string& p : pieces) {
+            alive = alive && send(sse(chunk_json(endpoint, g->ids, p, false, std::nullopt, usage)));
+          }
+        }
+        if (!alive) {
+          g->cancel->store(true);  // the engine ends it at its next step
+          return false;
+        }
+        const Result<GenerateResult>& result = *g->result;
         if (!result.ok()) {
           ApiError e = server_error(500, result.error().message, "server_error");
           send(sse(error_json(e)));

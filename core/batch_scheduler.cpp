@@ -1,0 +1,269 @@
+// BatchScheduler: the queue under a mutex, everything else on the stepping thread. A step
+// builds its forward parts in vectors reserved for every slot and samples into each slot's
+// logits row, so a step allocates nothing beyond what sampling and the callbacks do;
+// admitting a request makes its sequence state once.
+#include "core/batch_scheduler.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "core/generate_emit.h"
+
+namespace qrun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+bool is_set(const std::shared_ptr<const std::atomic<bool>>& flag) {
+  return flag != nullptr && flag->load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+// A request that holds a slot: its prompt goes in chunks (n_fed so far), then it decodes
+// `next` each step. The emitter holds references into this object, which never moves.
+struct BatchScheduler::Seq {
+  Seq(SeqRequest r, int slot_index, KvCache& cache, const std::atomic<bool>* shutdown)
+      : request(std::move(r)),
+        slot(slot_index),
+        kv(cache),
+        t_start(Clock::now()),
+        emitter(params, request.sampler, request.on_token, request.is_eog, result, t_start) {
+    params.n_predict = request.n_predict;
+    params.interrupt = shutdown;
+    if (request.timeout_s > 0) {
+      params.deadline = t_start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(request.timeout_s));
+    }
+    result.timings.n_prompt = static_cast<int64_t>(request.prompt.size());
+    // Room for every token it can emit, as generate() makes, so emitting never allocates.
+    const int64_t room = kv.n_ctx() - result.timings.n_prompt + 1;
+    result.tokens.reserve(
+        static_cast<size_t>(request.n_predict >= 0 ? std::min(request.n_predict, room) : room));
+  }
+
+  SeqRequest request;
+  int slot;
+  KvCache& kv;
+  GenerateParams params;
+  GenerateResult result;
+  Clock::time_point t_start;
+  TokenEmitter emitter;
+  int64_t n_fed = 0;      // prompt tokens in the cache
+  bool decoding = false;  // the whole prompt is in; `next` is fed each step
+  int32_t next = 0;
+  std::vector<float> logits;  // [n_vocab], the row its last part asked for
+};
+
+BatchScheduler::BatchScheduler(Model& model, Backend& backend, std::vector<KvCache> slots,
+                               int64_t n_batch, int64_t max_queued,
+                               const std::atomic<bool>* shutdown)
+    : model_(model),
+      backend_(backend),
+      slots_(std::move(slots)),
+      n_batch_(std::max<int64_t>(1, n_batch)),
+      max_queued_(max_queued),
+      shutdown_(shutdown) {
+  QRUN_CHECK(!slots_.empty(), "a batch scheduler needs at least one slot");
+  QRUN_CHECK(shutdown_ != nullptr, "a batch scheduler needs a shutdown flag");
+  running_.resize(slots_.size());
+  parts_.reserve(slots_.size());
+  part_seqs_.reserve(slots_.size());
+}
+
+BatchScheduler::~BatchScheduler() = default;
+
+BatchScheduler::Submitted BatchScheduler::submit(SeqRequest request) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutdown_->load()) return Submitted::kShuttingDown;
+    // A request may wait only behind others or for a busy slot: the queue counts those
+    // that no free slot will take at the next step.
+    const int64_t free = static_cast<int64_t>(slots_.size()) - n_running_.load();
+    if (static_cast<int64_t>(queue_.size()) - free >= max_queued_) return Submitted::kQueueFull;
+    queue_.push_back(std::move(request));
+  }
+  wake_.notify_all();
+  return Submitted::kQueued;
+}
+
+int64_t BatchScheduler::n_queued() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+void BatchScheduler::wake() {
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  wake_.notify_all();
+}
+
+void BatchScheduler::finish(Seq& seq, Result<GenerateResult> result, bool timed_out) {
+  const int slot = seq.slot;
+  std::function<void(Result<GenerateResult>, bool)> on_done = std::move(seq.request.on_done);
+  running_[static_cast<size_t>(slot)].reset();  // the slot is free before the callback runs
+  n_running_.fetch_sub(1);
+  store_kv_used();  // and the gauges say so before anyone hears of the end
+  if (on_done) on_done(std::move(result), timed_out);
+}
+
+void BatchScheduler::store_kv_used() {
+  int64_t used = 0;
+  for (const std::unique_ptr<Seq>& s : running_) {
+    if (s != nullptr) used += s->kv.n_tokens();
+  }
+  kv_used_.store(used);
+}
+
+bool BatchScheduler::step() {
+  const bool stopping = shutdown_->load();
+  // Queued requests that will not run: all at shutdown, else the cancelled ones.
+  std::vector<SeqRequest> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (stopping || is_set(it->cancel)) {
+        dropped.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (SeqRequest& r : dropped) {
+    GenerateResult none;
+    none.stop_reason = StopReason::kInterrupted;
+    none.timings.n_prompt = static_cast<int64_t>(r.prompt.size());
+    if (r.on_done) r.on_done(std::move(none), false);
+  }
+
+  // Running sequences that end before this step: cancelled, past their time, shutdown.
+  const Clock::time_point now = Clock::now();
+  for (std::unique_ptr<Seq>& s : running_) {
+    if (s == nullptr) continue;
+    const bool timed_out = now >= s->params.deadline;
+    if (stopping || timed_out || is_set(s->request.cancel)) {
+      s->result.stop_reason = StopReason::kInterrupted;
+      finish(*s, std::move(s->result), timed_out && !stopping);
+    }
+  }
+
+  // Free slots take queued requests, oldest first.
+  for (size_t slot = 0; slot < running_.size() && !stopping; ++slot) {
+    if (running_[slot] != nullptr) continue;
+    std::optional<SeqRequest> r;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.empty()) break;
+      r.emplace(std::move(queue_.front()));
+      queue_.pop_front();
+      n_running_.fetch_add(1);  // with the pop, so submit() never counts a free slot twice
+    }
+    KvCache& kv = slots_[slot];
+    kv.clear();
+    if (r->prompt.empty() || static_cast<int64_t>(r->prompt.size()) >= kv.n_ctx()) {
+      n_running_.fetch_sub(1);
+      if (r->on_done) {
+        r->on_done(make_error(ErrorCode::kContextOverflow,
+                              format("a prompt of %zu tokens does not fit a sequence's context of "
+                                     "%lld with room to generate",
+                                     r->prompt.size(), static_cast<long long>(kv.n_ctx()))),
+                   false);
+      }
+      continue;
+    }
+    if (r->on_start) r->on_start();
+    running_[slot] = std::make_unique<Seq>(std::move(*r), static_cast<int>(slot), kv, shutdown_);
+    running_[slot]->logits.resize(static_cast<size_t>(model_.hparams().n_vocab));
+  }
+
+  // The parts: one token of every decoding sequence, then prompt chunks, oldest first,
+  // within what the budget leaves (at least one token, so prompts always move).
+  parts_.clear();
+  part_seqs_.clear();
+  int64_t n_decode = 0;
+  for (std::unique_ptr<Seq>& s : running_) {
+    if (s == nullptr || !s->decoding) continue;
+    parts_.push_back(SeqForward{std::span<const int32_t>(&s->next, 1), s->kv.n_tokens(), &s->kv,
+                                false, s->logits.data()});
+    part_seqs_.push_back(s.get());
+    ++n_decode;
+  }
+  int64_t budget = std::max<int64_t>(1, n_batch_ - n_decode);
+  int64_t n_prefill = 0;
+  for (std::unique_ptr<Seq>& s : running_) {
+    if (s == nullptr || s->decoding || budget == 0) continue;
+    const auto n_prompt = static_cast<int64_t>(s->request.prompt.size());
+    const int64_t n = std::min(budget, n_prompt - s->n_fed);
+    const bool last = s->n_fed + n == n_prompt;
+    parts_.push_back(SeqForward{std::span<const int32_t>(s->request.prompt)
+                                    .subspan(static_cast<size_t>(s->n_fed), static_cast<size_t>(n)),
+                                s->n_fed, &s->kv, false, last ? s->logits.data() : nullptr});
+    part_seqs_.push_back(s.get());
+    budget -= n;
+    n_prefill += n;
+  }
+  if (parts_.empty()) {
+    kv_used_.store(0);
+    return false;
+  }
+  n_steps_.fetch_add(1);
+  if (n_decode > 0 && n_prefill > 0) n_mixed_steps_.fetch_add(1);
+
+  const Result<void> ran = model_.forward_batch(backend_, parts_);
+  const Clock::time_point after = Clock::now();
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    Seq& s = *part_seqs_[i];
+    if (!ran.ok()) {
+      finish(s, ran.error(), false);
+      continue;
+    }
+    if (!s.decoding) {
+      s.n_fed += static_cast<int64_t>(parts_[i].tokens.size());
+      if (parts_[i].logits == nullptr) continue;
+      // The whole prompt is in: the sampler sees it, and the first token comes from its
+      // last row, as in generate().
+      s.result.timings.prompt_ms = ms_between(s.t_start, after);
+      s.result.timings.n_passes = 1;
+      for (const int32_t t : s.request.prompt) s.request.sampler.accept_prompt(t);
+      s.decoding = true;
+      if (s.emitter.budget_spent()) {
+        s.result.stop_reason = StopReason::kLength;
+        finish(s, std::move(s.result), false);
+        continue;
+      }
+    } else {
+      ++s.result.timings.n_passes;
+    }
+    const int32_t token = s.request.sampler.sample(s.logits);
+    if (const std::optional<StopReason> stop = s.emitter.emit(token, s.kv.n_free())) {
+      s.result.stop_reason = *stop;
+      s.result.timings.gen_ms = ms_between(s.t_start, Clock::now()) - s.result.timings.prompt_ms;
+      const bool timed_out = *stop == StopReason::kInterrupted && !shutdown_->load() &&
+                             !is_set(s.request.cancel) && Clock::now() >= s.params.deadline;
+      finish(s, std::move(s.result), timed_out);
+      continue;
+    }
+    s.next = token;
+  }
+  store_kv_used();
+  return true;
+}
+
+void BatchScheduler::run() {
+  for (;;) {
+    if (step()) continue;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (shutdown_->load() && queue_.empty() && n_running_.load() == 0) return;
+    // Idle: wait for a request (or shutdown); a short timeout also ends queued requests
+    // whose client left, as a step would.
+    wake_.wait_for(lock, std::chrono::milliseconds(50),
+                   [&] { return !queue_.empty() || shutdown_->load(); });
+  }
+}
+
+}  // namespace qrun

@@ -1,0 +1,115 @@
+// Iteration-level continuous batching over one model: a fixed set of sequence slots, each
+// with its own KV cache, and a bounded first-come-first-served queue of requests waiting
+// for one. Each step() decodes one token for every sequence that is generating and gives
+// what is left of a per-step token budget (n_batch) to prompts, in chunks, oldest first
+// (chunked prefill), all in one Model::forward_batch call, so the weights are read once
+// per step for every sequence and a long prompt never stops the others: it takes the
+// budget the decoding sequences leave, a chunk per step, while they go on.
+// Each sequence samples with its own Sampler and stops as generate() would (the same
+// TokenEmitter): an end-of-generation token, its token budget, a full context, a stop its
+// on_token asks for, a complete grammar; or when cancelled, past its time limit, or at
+// shutdown (StopReason::kInterrupted). Requests are handed in from any thread (submit());
+// steps run on one thread (run(), or step() called directly, as the tests do), and every
+// callback of a request runs on that thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/generate.h"
+#include "core/kv_cache.h"
+#include "core/model.h"
+#include "core/sampling/sampling.h"
+#include "ggml-like/backend.h"
+#include "ggml-like/result.h"
+
+namespace qrun {
+
+struct SeqRequest {
+  std::vector<int32_t> prompt;  // non-empty, and shorter than a slot's context
+  int64_t n_predict = -1;       // tokens to generate; < 0: until EOG or the context is full
+  double timeout_s = 0;         // seconds from taking a slot; then kInterrupted. 0: no limit
+  Sampler sampler;
+  IsEog is_eog;      // null: never
+  OnToken on_token;  // each generated (non-EOG) token, as generate()'s
+  std::shared_ptr<const std::atomic<bool>> cancel;  // set: ends with kInterrupted; may be null
+  // When the sequence takes a slot (before its prompt runs); may be null.
+  std::function<void()> on_start;
+  // Exactly once, when it ends: the result as generate() gives it (kInterrupted for a
+  // cancel, a time limit or shutdown, also while queued), or the error of its forward pass;
+  // timed_out says the time limit ended it.
+  std::function<void(Result<GenerateResult> result, bool timed_out)> on_done;
+};
+
+class BatchScheduler {
+ public:
+  // One slot per cache (each shaped for `model`); at most max_queued requests wait when all
+  // are busy; n_batch tokens per step at most, as far as decoding allows (every generating
+  // sequence decodes its token each step, and a waiting prompt gets at least one token).
+  // Once *shutdown is set, every request ends (kInterrupted) at the next step and submit()
+  // refuses new ones. `model`, `backend` and *shutdown must outlive the scheduler.
+  BatchScheduler(Model& model, Backend& backend, std::vector<KvCache> slots, int64_t n_batch,
+                 int64_t max_queued, const std::atomic<bool>* shutdown);
+  BatchScheduler(const BatchScheduler&) = delete;
+  BatchScheduler& operator=(const BatchScheduler&) = delete;
+  ~BatchScheduler();
+
+  enum class Submitted { kQueued, kQueueFull, kShuttingDown };
+  // Thread-safe. kQueued: on_done will be called (from the stepping thread); otherwise the
+  // request is dropped and no callback runs.
+  Submitted submit(SeqRequest request);
+
+  // One iteration: ends cancelled, timed-out (and at shutdown, all) sequences, admits queued
+  // requests to free slots, runs one batched forward pass and samples for every sequence
+  // that got logits. Returns false when there was nothing to run.
+  bool step();
+  // Steps until *shutdown is set and every request has ended, sleeping while idle.
+  void run();
+  // Wakes run() (after setting *shutdown).
+  void wake();
+
+  int n_slots() const { return static_cast<int>(slots_.size()); }
+  int64_t n_running() const { return n_running_.load(); }
+  int64_t n_queued() const;
+  // Tokens in the caches of the running sequences, after the last step.
+  int64_t kv_tokens_used() const { return kv_used_.load(); }
+  // Steps run so far, and of them the ones that held prompt tokens and decode tokens at once.
+  int64_t n_steps() const { return n_steps_.load(); }
+  int64_t n_mixed_steps() const { return n_mixed_steps_.load(); }
+
+ private:
+  struct Seq;
+  void finish(Seq& seq, Result<GenerateResult> result, bool timed_out);
+  void store_kv_used();
+
+  Model& model_;
+  Backend& backend_;
+  std::vector<KvCache> slots_;
+  const int64_t n_batch_;
+  const int64_t max_queued_;
+  const std::atomic<bool>* shutdown_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<SeqRequest> queue_;  // guarded by mutex_
+
+  // Stepping thread only: the sequence in each slot (null: free), in admission order, and
+  // the forward parts of a step, reserved for every slot.
+  std::vector<std::unique_ptr<Seq>> running_;
+  std::vector<SeqForward> parts_;
+  std::vector<Seq*> part_seqs_;
+
+  std::atomic<int64_t> n_running_{0};
+  std::atomic<int64_t> kv_used_{0};
+  std::atomic<int64_t> n_steps_{0};
+  std::atomic<int64_t> n_mixed_steps_{0};
+};
+
+}  // namespace qrun

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Aggregate generated tokens/s of `qrun serve` with 1, 2 and 4 concurrent clients, each
+# asking for N tokens (greedy, --ignore-eos) after a short distinct prompt: the batched
+# engine with -np 4, and as the baseline in the same run -np 1 (one sequence at a time: the
+# others wait in the queue). A synthetic TinyLlama-1.1B Q4_0 (random weights, the shared
+# TinyLLama-v0 vocab) unless a model is given; 2 threads. Prints each configuration's tok/s
+# and the ratios (other work on the machine makes absolute figures noisy; compare ratios).
+# Not a test: the load generator is bounded (clients x N tokens, REPS rounds), loopback only.
+# What the gain rests on: a batched decode step is one matmul of -np rows per weight, whose
+# cost the CPU kernels decide (kernels/cpu/ops_matmul.cpp: gemm tiles from
+# GemmKernels::min_tokens rows on, else the repacked gemv, which reads each weight once for
+# every row). `qrun bench -p 1,2,4,8 -n 0` shows the per-row cost of those sizes.
+# Usage: scripts/bench-serve.sh [MODEL.gguf|-] [QRUN] [N] [REPS]
+# QRUN_SERVE_ARGS adds flags to both servers (e.g. "-ngl all" for the CUDA backend).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+model=${1:--}
+qrun=${2:-$here/build/cli/qrun}
+n_gen=${3:-32}
+reps=${4:-2}
+data=${QRUN_TEST_DATA:-$here/../shared}
+tmp=$(mktemp -d)
+pid=
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+if [ "$model" = "-" ]; then
+  model=/tmp/bench-tinyllama-1.1b-q4_0.gguf
+  if [ ! -f "$model" ]; then
+    model=$tmp/tinyllama-1.1b-q4_0.gguf
+    "$qrun" synth -o "$model" --like tinyllama-1.1b --type q4_0 \
+      --vocab "$data/models/TinyLLama-v0-5M-Q4_0.gguf" >/dev/null 2>&1
+  fi
+fi
+
+# Starts `qrun serve` with the given -np on a free port; sets pid and port.
+start() {
+  # shellcheck disable=SC2086 # QRUN_SERVE_ARGS is a list of flags
+  "$qrun" serve -m "$model" -t 2 -c 2048 -np "$1" --ignore-eos --port 0 -q ${QRUN_SERVE_ARGS:-} \
+    2>"$tmp/serve.log" &
+  pid=$!
+  for _ in $(seq 600); do
+    port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$tmp/serve.log")
+    [ -n "$port" ] && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$tmp/serve.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "qrun serve did not start" >&2
+  exit 1
+}
+stop() {
+  kill "$pid"
+  wait "$pid" || true
+  pid=
+}
+
+# CLIENTS concurrent completions of N tokens, REPS rounds (after one warm-up round);
+# prints the aggregate generated tokens/s of the best round.
+load() {
+  python3 - "$port" "$1" "$n_gen" "$reps" <<'PY'
+import json, sys, threading, time, urllib.request
+port, clients, n, reps = (int(a) for a in sys.argv[1:])
+def ask(i, out):
+    body = json.dumps({"prompt": f"Once upon a time, story {i} began with", "max_tokens": n,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        out[i] = json.load(r)["usage"]["completion_tokens"]
+def round_():
+    out = [0] * clients
+    threads = [threading.Thread(target=ask, args=(i, out)) for i in range(clients)]
+    t0 = time.monotonic()
+    for t in threads: t.start()
+    for t in threads: t.join()
+    return sum(out) / (time.monotonic() - t0)
+round_()  # warm-up: pages the weights in, makes the repacked copies
+print(f"{max(round_() for _ in range(reps)):.3f}")
+PY
+}
+
+declare -A tps
+for np in 4 1; do
+  start "$np"
+  for c in 1 2 4; do
+    tps[$np,$c]=$(load "$c")
+    echo "-np $np, $c client(s): ${tps[$np,$c]} generated tok/s"
+  done
+  stop
+done
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+echo "ratios (same run, same machine):"
+for c in 2 4; do
+  echo "  -np 4, $c clients / 1 client:        $(ratio "${tps[4,$c]}" "${tps[4,1]}")x"
+done
+for c in 1 2 4; do
+  echo "  $c client(s), -np 4 / -np 1 (queued): $(ratio "${tps[4,$c]}" "${tps[1,$c]}")x"
+done

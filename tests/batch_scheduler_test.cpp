@@ -1,0 +1,253 @@
+// BatchScheduler, stepped by the test itself so that every check is about steps, not time:
+// requests that run together (more than the slots, so some queue; prompts longer than a
+// step's budget, so they go in chunks) give exactly the tokens generate() gives each alone,
+// greedy and seeded; a long prompt admitted while another sequence streams takes several
+// steps, and the streaming sequence gets one token in every one of them; cancelling,
+// the time limit, a full queue and shutdown end or refuse requests as documented.
+#include "core/batch_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/gguf/gguf.h"
+#include "core/kv_cache.h"
+#include "core/model.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "models/registry.h"
+#include "tests/support/test_data.h"
+
+namespace qrun {
+namespace {
+
+struct Fixture {
+  explicit Fixture(const std::string& model_file, int64_t n_batch, int64_t n_seq) {
+    Result<gguf::File> f = gguf::File::open(test::data_path("models/" + model_file).string());
+    EXPECT_TRUE(f.ok()) << f.error().message;
+    file.emplace(std::move(*f));
+    Result<std::unique_ptr<Model>> m = models::load_model(*file, ModelOptions{n_batch, n_seq});
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    model = std::move(*m);
+  }
+  std::vector<KvCache> caches(int n, int64_t n_ctx) {
+    std::vector<KvCache> out;
+    for (int i = 0; i < n; ++i) {
+      Result<KvCache> kv = make_kv_cache(*model, n_ctx);
+      EXPECT_TRUE(kv.ok());
+      out.push_back(std::move(*kv));
+    }
+    return out;
+  }
+  std::optional<gguf::File> file;
+  std::unique_ptr<Model> model;
+  kernels::CpuBackend backend{2};
+};
+
+std::vector<int32_t> prompt_of(int64_t n, int salt, int64_t n_vocab) {
+  std::vector<int32_t> p;
+  for (int64_t i = 0; i < n; ++i)
+    p.push_back(static_cast<int32_t>((i * 7919 + salt * 104729 + 3) % (n_vocab - 3) + 3));
+  return p;
+}
+
+SamplingParams sampling(bool greedy, uint32_t seed) {
+  SamplingParams sp;
+  if (greedy) sp.temperature = 0.0f;
+  sp.seed = seed;
+  return sp;
+}
+
+// What one request ended with, filled by its callbacks.
+struct Outcome {
+  std::vector<int32_t> tokens;       // as on_token saw them
+  std::vector<int64_t> token_steps;  // the scheduler's n_steps() at each token
+  std::optional<Result<GenerateResult>> result;
+  bool timed_out = false;
+  int64_t start_step = -1;
+  int64_t running_at_done = -1;  // the scheduler's gauges when on_done ran
+  int64_t kv_used_at_done = -1;
+};
+
+SeqRequest request(BatchScheduler& sched, Outcome& out, std::vector<int32_t> prompt,
+                   int64_t n_predict, const SamplingParams& sp) {
+  SeqRequest r;
+  r.prompt = std::move(prompt);
+  r.n_predict = n_predict;
+  r.sampler = make_sampler(sp);
+  r.on_start = [&sched, &out] { out.start_step = sched.n_steps(); };
+  r.on_token = [&sched, &out](int32_t t) {
+    out.tokens.push_back(t);
+    out.token_steps.push_back(sched.n_steps());
+    return TokenAction::kContinue;
+  };
+  r.on_done = [&sched, &out](Result<GenerateResult> result, bool timed_out) {
+    out.running_at_done = sched.n_running();
+    out.kv_used_at_done = sched.kv_tokens_used();
+    out.result.emplace(std::move(result));
+    out.timed_out = timed_out;
+  };
+  return r;
+}
+
+// The tokens generate() gives `prompt` alone, in a fresh cache.
+std::vector<int32_t> alone(Fixture& f, const std::vector<int32_t>& prompt, int64_t n_predict,
+                           const SamplingParams& sp, int64_t n_ctx) {
+  Result<KvCache> kv = make_kv_cache(*f.model, n_ctx);
+  EXPECT_TRUE(kv.ok());
+  Sampler sampler = make_sampler(sp);
+  GenerateParams gp;
+  gp.n_predict = n_predict;
+  gp.n_batch = f.model->n_batch();
+  Result<GenerateResult> r =
+      generate(*f.model, f.backend, *kv, prompt, gp, sampler, nullptr, nullptr);
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? r->tokens : std::vector<int32_t>();
+}
+
+TEST(BatchScheduler, RequestsRunTogetherGiveWhatEachGivesAlone) {
+  for (const char* model : {"stories260K.gguf", "TinyLLama-v0-5M-Q4_0.gguf"}) {
+    constexpr int64_t kCtx = 96;
+    Fixture f(model, /*n_batch=*/8, /*n_seq=*/3);
+    const int64_t n_vocab = f.model->hparams().n_vocab;
+    std::atomic<bool> shutdown{false};
+    BatchScheduler sched(*f.model, f.backend, f.caches(3, kCtx), 8, 16, &shutdown);
+    // Five requests for three slots; prompts of 1 to 30 tokens; the last two sample with a
+    // seed rather than greedily.
+    const int64_t lengths[] = {5, 30, 1, 17, 9};
+    const int64_t predict[] = {20, 12, 25, 8, 30};
+    std::vector<Outcome> out(5);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 5; ++i) {
+      prompts.push_back(prompt_of(lengths[i], i, n_vocab));
+      const SamplingParams sp = sampling(i < 3, 100 + i);
+      ASSERT_EQ(sched.submit(request(sched, out[i], prompts[i], predict[i], sp)),
+                BatchScheduler::Submitted::kQueued);
+    }
+    for (int guard = 0; guard < 1000 && sched.step(); ++guard) {
+    }
+    EXPECT_EQ(sched.n_running(), 0);
+    EXPECT_GT(sched.n_mixed_steps(), 0) << "no step held prompt chunks and decode tokens";
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(out[i].result.has_value()) << i;
+      ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
+      EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << i;
+      EXPECT_EQ(out[i].tokens, alone(f, prompts[i], predict[i], sampling(i < 3, 100 + i), kCtx))
+          << model << ", request " << i;
+    }
+  }
+}
+
+TEST(BatchScheduler, ALongPromptDoesNotStopAStreamingSequence) {
+  // A budget of 8 tokens per step: while B's 60-token prompt goes in (8 - 1 tokens a step,
+  // beside A's decode token), A gets a token in every step.
+  constexpr int64_t kBatch = 8;
+  Fixture f("stories260K.gguf", kBatch, 2);
+  const int64_t n_vocab = f.model->hparams().n_vocab;
+  std::atomic<bool> shutdown{false};
+  BatchScheduler sched(*f.model, f.backend, f.caches(2, 256), kBatch, 4, &shutdown);
+  Outcome a, b;
+  const SamplingParams greedy = sampling(true, 0);
+  ASSERT_EQ(sched.submit(request(sched, a, prompt_of(3, 1, n_vocab), 100, greedy)),
+            BatchScheduler::Submitted::kQueued);
+  while (a.tokens.size() < 3) ASSERT_TRUE(sched.step());
+  ASSERT_EQ(sched.submit(request(sched, b, prompt_of(60, 2, n_vocab), 5, greedy)),
+            BatchScheduler::Submitted::kQueued);
+  while (b.tokens.empty()) ASSERT_TRUE(sched.step());
+  // B started at step s0 (its first chunk ran in step s0 + 1) and had its first token at
+  // step s1, after ceil(60 / 7) = 9 chunks.
+  const int64_t s0 = b.start_step;
+  const int64_t s1 = b.token_steps.front();
+  EXPECT_EQ(s1 - s0, 9);
+  for (int64_t step = s0 + 1; step <= s1; ++step) {
+    EXPECT_EQ(std::count(a.token_steps.begin(), a.token_steps.end(), step), 1)
+        << "A got no token in step " << step << " while B's prompt went in";
+  }
+  EXPECT_GE(sched.n_mixed_steps(), 9);
+  shutdown = true;
+  sched.run();  // ends both
+  ASSERT_TRUE(a.result && a.result->ok());
+  EXPECT_EQ((*a.result)->stop_reason, StopReason::kInterrupted);
+}
+
+TEST(BatchScheduler, CancelTimeLimitQueueAndShutdown) {
+  Fixture f("stories260K.gguf", 8, 1);
+  const int64_t n_vocab = f.model->hparams().n_vocab;
+  std::atomic<bool> shutdown{false};
+  BatchScheduler sched(*f.model, f.backend, f.caches(1, 128), 8, 1, &shutdown);
+  const SamplingParams greedy = sampling(true, 0);
+
+  // One slot and a queue of one: a third request is refused at once.
+  Outcome a, b, c;
+  SeqRequest ra = request(sched, a, prompt_of(4, 1, n_vocab), 100, greedy);
+  auto cancel_a = std::make_shared<std::atomic<bool>>(false);
+  ra.cancel = cancel_a;
+  ASSERT_EQ(sched.submit(std::move(ra)), BatchScheduler::Submitted::kQueued);
+  ASSERT_TRUE(sched.step());  // a takes the slot
+  SeqRequest rb = request(sched, b, prompt_of(4, 2, n_vocab), 100, greedy);
+  rb.timeout_s = 1e-9;  // over as soon as it has the slot
+  ASSERT_EQ(sched.submit(std::move(rb)), BatchScheduler::Submitted::kQueued);
+  EXPECT_EQ(sched.submit(request(sched, c, prompt_of(4, 3, n_vocab), 5, greedy)),
+            BatchScheduler::Submitted::kQueueFull);
+  EXPECT_EQ(sched.n_queued(), 1);
+
+  // Cancelled: a ends at the next step, interrupted, and b takes the slot.
+  ASSERT_TRUE(sched.step());
+  const size_t a_tokens = a.tokens.size();
+  cancel_a->store(true);
+  sched.step();
+  ASSERT_TRUE(a.result && a.result->ok());
+  EXPECT_EQ((*a.result)->stop_reason, StopReason::kInterrupted);
+  EXPECT_FALSE(a.timed_out);
+  EXPECT_EQ(a.tokens.size(), a_tokens);
+  // The gauges no longer count it when its caller hears of the end (a server's /metrics
+  // scraped right after the reply must not see its slot and tokens).
+  EXPECT_EQ(a.running_at_done, 0);
+  EXPECT_EQ(a.kv_used_at_done, 0);
+  // b's time is up before its first step ends: interrupted, with timed_out.
+  for (int i = 0; i < 3 && !b.result; ++i) sched.step();
+  ASSERT_TRUE(b.result && b.result->ok());
+  EXPECT_EQ((*b.result)->stop_reason, StopReason::kInterrupted);
+  EXPECT_TRUE(b.timed_out);
+  EXPECT_EQ(sched.n_running(), 0);
+  EXPECT_EQ(sched.kv_tokens_used(), 0);
+
+  // Shutdown: running and queued requests end, new ones are refused.
+  Outcome d, e;
+  ASSERT_EQ(sched.submit(request(sched, d, prompt_of(4, 4, n_vocab), 100, greedy)),
+            BatchScheduler::Submitted::kQueued);
+  sched.step();
+  ASSERT_EQ(sched.submit(request(sched, e, prompt_of(4, 5, n_vocab), 100, greedy)),
+            BatchScheduler::Submitted::kQueued);
+  shutdown = true;
+  sched.run();
+  for (Outcome* o : {&d, &e}) {
+    ASSERT_TRUE(o->result && o->result->ok());
+    EXPECT_EQ((*o->result)->stop_reason, StopReason::kInterrupted);
+    EXPECT_FALSE(o->timed_out);
+  }
+  EXPECT_TRUE(e.tokens.empty());
+  Outcome late;
+  EXPECT_EQ(sched.submit(request(sched, late, prompt_of(4, 6, n_vocab), 5, greedy)),
+            BatchScheduler::Submitted::kShuttingDown);
+}
+
+TEST(BatchScheduler, APromptThatDoesNotFitEndsWithAnError) {
+  Fixture f("stories260K.gguf", 8, 1);
+  std::atomic<bool> shutdown{false};
+  BatchScheduler sched(*f.model, f.backend, f.caches(1, 16), 8, 1, &shutdown);
+  Outcome a;
+  ASSERT_EQ(sched.submit(request(sched, a, prompt_of(16, 1, f.model->hparams().n_vocab), 4,
+                                 sampling(true, 0))),
+            BatchScheduler::Submitted::kQueued);
+  sched.step();
+  ASSERT_TRUE(a.result.has_value());
+  ASSERT_FALSE(a.result->ok());
+  EXPECT_EQ(a.result->error().code, ErrorCode::kContextOverflow);
+}
+
+}  // namespace
+}  // namespace qrun
