@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# llvm-mca estimates of the NEON gemv (decode) and gemm (prefill) inner loops: compiles the
+# kernel files (kernels/cpu/neon) to AArch64 assembly with clang, finds each kernel's hottest
+# innermost loop (scripts/arm64_mca_loops.py: the one with the most int8 multiplies; where
+# the compiler left the loop body in a helper called once per iteration, that helper's body),
+# and prints a Markdown table of llvm-mca's cycles per iteration on two CPU models, with the
+# int8 products (MACs) and the quantized weight bytes one iteration covers.
+# A proxy, not a measurement: llvm-mca assumes every load hits L1 and knows only the
+# scheduling model it was built with (see docs/PERFORMANCE_ARM64.md for what LLVM 14 uses).
+# Usage: scripts/arm64-mca.sh [OUT_DIR]   (env: CLANG=clang++, MCA=llvm-mca,
+#        MCPUS="neoverse-n1 apple-m1", ITERATIONS=200)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-build/arm64-mca}
+clang=${CLANG:-clang++}
+mca=${MCA:-llvm-mca}
+mcpus=${MCPUS:-neoverse-n1 apple-m1}
+iterations=${ITERATIONS:-200}
+mkdir -p "$out"
+
+# level name, -march, file suffix
+levels=("neon armv8-a" "dotprod armv8.2-a+dotprod")
+for lv in "${levels[@]}"; do
+  read -r level march <<<"$lv"
+  for f in dot gemm; do
+    if [[ $level == neon ]]; then src=${f}_quants; else src=${f}_dotprod; fi
+    "$clang" --target=aarch64-linux-gnu -O2 -std=c++20 -march="$march" -I. -S \
+      -o "$out/$f-$level.s" "kernels/cpu/neon/$src.cpp"
+  done
+done
+
+# kernel, type, quantized bytes per weight (block bytes / block elements), function regex
+# (the kernel's own function, or the helper that holds its loop body).
+kernels=(
+  "gemv Q4_0 18/32 legacy_group<qrun::BlockQ4_0, .*, 4, true>|gemv_q4_0_q8_0(_dotprod)?\\("
+  "gemv Q5_0 22/32 legacy_group<qrun::BlockQ5_0, .*, 4, true>|gemv_q5_0_q8_0(_dotprod)?\\("
+  "gemv Q8_0 34/32 legacy_group<qrun::BlockQ8_0, .*, 4, true>|gemv_q8_0_q8_0(_dotprod)?\\("
+  "gemv Q4_K 144/256 ^qrun::kernels::neon::vec_dot_q4_k_q8_k(_dotprod)?\\("
+  "gemv Q5_K 176/256 ^qrun::kernels::neon::vec_dot_q5_k_q8_k(_dotprod)?\\("
+  "gemv Q6_K 210/256 ^qrun::kernels::neon::vec_dot_q6_k_q8_k(_dotprod)?\\("
+  "gemm Q4_0 18/32 Legacy<qrun::BlockQ4_0,.*>::gemm\\("
+  "gemm Q5_0 22/32 Legacy<qrun::BlockQ5_0,.*>::gemm\\("
+  "gemm Q8_0 34/32 Legacy<qrun::BlockQ8_0,.*>::gemm\\("
+  "gemm Q4_K 144/256 ScaleMin<qrun::BlockQ4_K> >::gemm\\("
+  "gemm Q5_K 176/256 ScaleMin<qrun::BlockQ5_K> >::gemm\\("
+  "gemm Q6_K 210/256 ::Q6_K>::gemm\\("
+)
+
+header="| kernel | type | level | loop | insns | MACs/iter | weight B/iter"
+rule="|---|---|---|---|---:|---:|---:"
+for cpu in $mcpus; do
+  header+=" | $cpu cycles/iter | $cpu MACs/cycle | $cpu weight B/cycle"
+  rule+="|---:|---:|---:"
+done
+echo "$header |"
+echo "$rule|"
+for k in "${kernels[@]}"; do
+  read -r kind type bpw regex <<<"$k"
+  for lv in "${levels[@]}"; do
+    read -r level march <<<"$lv"
+    loop="$out/$kind-$type-$level.loop.s"
+    if [[ $kind == gemv ]]; then asm="$out/dot-$level.s"; else asm="$out/gemm-$level.s"; fi
+    read -r work n_insns where < <(python3 scripts/arm64_mca_loops.py "$asm" \
+      "$regex" 2>&1 >"$loop")
+    # gemv streams each quantized weight once; the gemm tile reads its weights unpacked
+    # (int8, from L1) and reuses each for 8 tokens, so its quantized bytes per iteration
+    # are those of MACs / 8 weights.
+    if [[ $kind == gemv ]]; then weights=$work; else weights=$((work / 8)); fi
+    bytes=$(python3 -c "print(f'{$weights * $bpw:.1f}')")
+    row="| $kind | $type | $level | $where | $n_insns | $work | $bytes"
+    for cpu in $mcpus; do
+      cycles=$("$mca" -mtriple=aarch64-linux-gnu -mcpu="$cpu" -mattr=+dotprod \
+        -iterations="$iterations" "$loop" 2>/dev/null | awk '/^Total Cycles:/ {print $3}')
+      row+=$(python3 -c "c = $cycles / $iterations; \
+print(f' | {c:.2f} | {$work / c:.1f} | {$bytes / c:.2f}')")
+    done
+    echo "$row |"
+  done
+done
