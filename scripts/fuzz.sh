@@ -35,41 +35,27 @@ for f in "$data"/models/*.gguf "$data"/models/invalid/*.gguf "$data"/vocab/*.ggu
 done
 shopt -u nullglob
 
-echo "fuzz.sh: running gguf_fuzz for ${seconds}s (corpus $corpus, seeds $seeds)"
-# The first directory collects new inputs; the seeds are only read. libFuzzer exits
-# non-zero on a crash, a timeout (-timeout seconds for one input) or an out-of-memory.
-if ! "$build/gguf_fuzz" "$corpus" "$seeds" \
-    -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
-    -dict="$root/tests/fuzz/gguf.dict" -artifact_prefix="$artifacts/" -print_final_stats=1; then
-  echo "fuzz.sh: the fuzzer found a problem; reproduce with: $build/gguf_fuzz $artifacts/<file>" >&2
-  exit 1
-fi
-echo "fuzz.sh: no crash in ${seconds}s"
+# run_fuzzer TARGET SECONDS CORPUS SEEDS MAX_LEN DICT: the first directory collects new
+# inputs; the seeds are only read. libFuzzer exits non-zero on a crash, a timeout (-timeout
+# seconds for one input) or an out-of-memory, and leaves the input in $artifacts.
+run_fuzzer() {
+  local target=$1 secs=$2 corpus_dir=$3 seed_dir=$4 len=$5 dict=$6
+  mkdir -p "$corpus_dir"
+  echo "fuzz.sh: running $target for ${secs}s (corpus $corpus_dir, seeds $seed_dir)"
+  if ! "$build/$target" "$corpus_dir" "$seed_dir" -max_total_time="$secs" -max_len="$len" \
+      -timeout=10 -rss_limit_mb=2048 -dict="$dict" -artifact_prefix="$artifacts/" \
+      -print_final_stats=1; then
+    echo "fuzz.sh: the fuzzer found a problem; reproduce with: $build/$target $artifacts/<file>" >&2
+    exit 1
+  fi
+  echo "fuzz.sh: $target: no crash in ${secs}s"
+}
 
-# The GBNF parser, matcher and JSON Schema converter, for a shorter time (their inputs are
-# small): QRUN_FUZZ_GRAMMAR_SECONDS, default 20.
-grammar_seconds=${QRUN_FUZZ_GRAMMAR_SECONDS:-20}
-mkdir -p "$build/grammar_corpus"
-echo "fuzz.sh: running grammar_fuzz for ${grammar_seconds}s"
-if ! "$build/grammar_fuzz" "$build/grammar_corpus" "$root/tests/fuzz/grammar_seeds" \
-    -max_total_time="$grammar_seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-    -dict="$root/tests/fuzz/grammar.dict" \
-    -artifact_prefix="$artifacts/" -print_final_stats=1; then
-  echo "fuzz.sh: the fuzzer found a problem; reproduce with: $build/grammar_fuzz $artifacts/<file>" >&2
-  exit 1
-fi
-echo "fuzz.sh: grammar_fuzz: no crash in ${grammar_seconds}s"
-
-# qrun serve's request parsing (the OpenAI bodies), for a shorter time too:
-# QRUN_FUZZ_SERVE_SECONDS, default 20.
-serve_seconds=${QRUN_FUZZ_SERVE_SECONDS:-20}
-mkdir -p "$build/serve_corpus"
-echo "fuzz.sh: running serve_request_fuzz for ${serve_seconds}s"
-if ! "$build/serve_request_fuzz" "$build/serve_corpus" "$root/tests/fuzz/serve_seeds" \
-    -max_total_time="$serve_seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-    -dict="$root/tests/fuzz/serve.dict" \
-    -artifact_prefix="$artifacts/" -print_final_stats=1; then
-  echo "fuzz.sh: the fuzzer found a problem; reproduce with: $build/serve_request_fuzz $artifacts/<file>" >&2
-  exit 1
-fi
-echo "fuzz.sh: serve_request_fuzz: no crash in ${serve_seconds}s"
+run_fuzzer gguf_fuzz "$seconds" "$corpus" "$seeds" "$max_len" "$root/tests/fuzz/gguf.dict"
+# The GBNF parser, matcher and JSON Schema converter, and qrun serve's request parsing (the
+# OpenAI bodies), for shorter times (their inputs are small): QRUN_FUZZ_GRAMMAR_SECONDS and
+# QRUN_FUZZ_SERVE_SECONDS, default 20 each.
+run_fuzzer grammar_fuzz "${QRUN_FUZZ_GRAMMAR_SECONDS:-20}" "$build/grammar_corpus" \
+  "$root/tests/fuzz/grammar_seeds" 4096 "$root/tests/fuzz/grammar.dict"
+run_fuzzer serve_request_fuzz "${QRUN_FUZZ_SERVE_SECONDS:-20}" "$build/serve_corpus" \
+  "$root/tests/fuzz/serve_seeds" 4096 "$root/tests/fuzz/serve.dict"
