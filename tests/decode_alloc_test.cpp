@@ -107,6 +107,21 @@ namespace {
 constexpr int kWarmup = 4;
 constexpr int kCounted = 16;
 
+// Allocations during kCounted calls of step() after kWarmup of them; -1 when one failed.
+// (A template, so that the step is not wrapped in an allocating std::function.)
+template <typename Step>
+int64_t allocations_after_warmup(Step& step) {
+  for (int i = 0; i < kWarmup; ++i) {
+    if (!step()) return -1;
+  }
+  g_allocations.store(0);
+  g_counting.store(true);
+  bool ok = true;
+  for (int i = 0; i < kCounted && ok; ++i) ok = step();
+  g_counting.store(false);
+  return ok ? g_allocations.load() : -1;
+}
+
 // Allocations during kCounted decode steps (forward of one token + sample + accept) after
 // a 9-token prompt and kWarmup steps; -1 when a step failed.
 int64_t count_decode_allocations(Model& model, kernels::CpuBackend& backend, KvTypes cache_type) {
@@ -128,15 +143,7 @@ int64_t count_decode_allocations(Model& model, kernels::CpuBackend& backend, KvT
     token = sampler.sample(logits);
     return true;
   };
-  for (int i = 0; i < kWarmup; ++i) {
-    if (!step()) return -1;
-  }
-  g_allocations.store(0);
-  g_counting.store(true);
-  bool ok = true;
-  for (int i = 0; i < kCounted && ok; ++i) ok = step();
-  g_counting.store(false);
-  return ok ? g_allocations.load() : -1;
+  return allocations_after_warmup(step);
 }
 
 TEST(DecodeAlloc, CountingNewSeesAllocations) {
@@ -198,15 +205,7 @@ int64_t count_batched_allocations(Model& model, kernels::CpuBackend& backend) {
       tokens[i] = static_cast<int32_t>((tokens[i] * 31 + 7) % n_vocab);
     return true;
   };
-  for (int i = 0; i < kWarmup; ++i) {
-    if (!step()) return -1;
-  }
-  g_allocations.store(0);
-  g_counting.store(true);
-  bool ok = true;
-  for (int i = 0; i < kCounted && ok; ++i) ok = step();
-  g_counting.store(false);
-  return ok ? g_allocations.load() : -1;
+  return allocations_after_warmup(step);
 }
 
 TEST(DecodeAlloc, BatchedStepsAllocateNothing) {
