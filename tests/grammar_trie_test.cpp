@@ -95,8 +95,9 @@ std::vector<std::shared_ptr<const Grammar>> test_grammars() {
   };
 }
 
-// Random walks: at each state, apply() on every token (a few at -inf) against allows() on
-// each, on two stages that were fed the same tokens. Returns the states compared.
+// Random walks: at each state, apply() and allows_all() on every token (a few at -inf) and
+// allows_each() on a few hundred, against allows() on each, on two stages that were fed the
+// same tokens. Returns the states compared.
 int walk_and_compare(const Vocab& v, std::shared_ptr<const Grammar> grammar, int steps,
                      uint32_t seed) {
   Result<std::unique_ptr<ConstraintStage>> a = make_grammar_stage(grammar, v.vocab, v.is_eog);
@@ -136,6 +137,36 @@ int walk_and_compare(const Vocab& v, std::shared_ptr<const Grammar> grammar, int
     EXPECT_EQ(trie.error().has_value(), plain.error().has_value()) << v.name << " step " << step;
     ++compared;
     if (trie.error() || plain.error()) return compared;
+    // allows_each (the sampler's probe of its best few hundred) on random ids, repeats and
+    // the ends among them.
+    std::vector<int32_t> some;
+    for (int k = 0; k < 300; ++k) some.push_back(static_cast<int32_t>(rng() % n));
+    for (int32_t id = 0; id < n; ++id) {
+      if (v.is_eog[static_cast<size_t>(id)] != 0) some.push_back(id);
+    }
+    std::vector<uint8_t> each(some.size(), 7);
+    trie.allows_each(some, each);
+    for (size_t k = 0; k < some.size(); ++k) {
+      if ((each[k] != 0) != plain.allows(some[k])) {
+        ADD_FAILURE() << v.name << " step " << step << ": allows_each on token " << some[k]
+                      << " piece '" << v.vocab->pieces[static_cast<size_t>(some[k])] << "' says "
+                      << int{each[k]};
+        return compared;
+      }
+    }
+    // allows_all (the sampler's mask when its chain starts with top-k) on the same logits:
+    // allows() on every token that is not -inf.
+    std::vector<uint8_t> mask(static_cast<size_t>(n), 7);
+    trie.allows_all(before, mask);
+    for (int32_t id = 0; id < n; ++id) {
+      const auto t = static_cast<size_t>(id);
+      if (before[t] == kNegInf) continue;
+      if ((mask[t] != 0) != plain.allows(id)) {
+        ADD_FAILURE() << v.name << " step " << step << ": allows_all on token " << id << " piece '"
+                      << v.vocab->pieces[t] << "' says " << int{mask[t]};
+        return compared;
+      }
+    }
     // Next token: any allowed one, or a one-byte piece (a partial character, often) half the
     // time; restart when nothing but the end may come.
     std::vector<int32_t> next;

@@ -71,6 +71,12 @@ class GrammarMatcher {
   // on some token that wanted[id] marks (the others' errors are not reported).
   std::optional<Error> can_accept_all(const VocabTrie& trie, std::span<const uint8_t> wanted,
                                       std::span<uint8_t> allowed) const;
+  // can_accept_all for the tokens `ids` alone: allowed[id] = can_accept(its piece) for each
+  // (0 for a token not in the trie); other entries are left as they are. Only the subtrees
+  // holding one of them are walked, so a few hundred ids cost a few hundred short paths.
+  // Returns the error can_accept would meet on one of them.
+  std::optional<Error> can_accept_some(const VocabTrie& trie, std::span<const int32_t> ids,
+                                       std::span<uint8_t> allowed) const;
   // Whether the text so far is a whole sentence of the grammar (EOS may come now).
   bool can_end() const;
   // Whether the text is complete and nothing more can follow.
@@ -83,6 +89,11 @@ class GrammarMatcher {
   // Advances `stacks` by bytes; false when no position survives.
   Result<bool> advance(std::vector<Stack>& stacks, std::string& partial,
                        std::string_view bytes) const;
+  // The walk behind can_accept_all and can_accept_some: Scope says which subtrees to enter
+  // and whether an error below a node concerns a wanted token.
+  template <class Scope>
+  std::optional<Error> walk_trie(const VocabTrie& trie, Scope scope,
+                                 std::span<uint8_t> allowed) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::vector<Stack> stacks_;

@@ -274,11 +274,41 @@ struct WalkLevel {
   std::vector<uint64_t> own_mask;
 };
 
+// What can_accept_all asks about: the whole trie, reporting errors under tokens `wanted`
+// marks (by id).
+struct WholeTrie {
+  const VocabTrie& trie;
+  std::span<const uint8_t> wanted;
+  bool enter(size_t) { return true; }
+  bool wanted_under(size_t node) const {
+    const std::span<const int32_t> under = trie.tokens_under(node);
+    return std::any_of(under.begin(), under.end(), [&](int32_t id) {
+      return static_cast<size_t>(id) < wanted.size() && wanted[static_cast<size_t>(id)] != 0;
+    });
+  }
+};
+
+// What can_accept_some asks about: the subtrees that hold one of `positions` (trie
+// positions, ascending). The walk visits nodes in preorder, so their token ranges ascend
+// too and one cursor finds each node's first position in amortized O(1).
+struct SomeTokens {
+  const VocabTrie& trie;
+  std::span<const int32_t> positions;
+  size_t next = 0;
+  bool enter(size_t node) {
+    const auto begin = static_cast<int32_t>(trie.node(node).tok_begin);
+    const auto end = static_cast<int32_t>(trie.node(trie.node(node).subtree_end).tok_begin);
+    while (next < positions.size() && positions[next] < begin) ++next;
+    return next < positions.size() && positions[next] < end;
+  }
+  bool wanted_under(size_t) const { return true; }  // entered: a wanted token is below
+};
+
 }  // namespace
 
-std::optional<Error> GrammarMatcher::can_accept_all(const VocabTrie& trie,
-                                                    std::span<const uint8_t> wanted,
-                                                    std::span<uint8_t> allowed) const {
+template <class Scope>
+std::optional<Error> GrammarMatcher::walk_trie(const VocabTrie& trie, Scope scope,
+                                               std::span<uint8_t> allowed) const {
   const Grammar& g = *grammar_;
   std::vector<WalkLevel> levels(trie.max_depth() + 1);
   uint64_t next_version = 1;
@@ -297,12 +327,13 @@ std::optional<Error> GrammarMatcher::can_accept_all(const VocabTrie& trie,
   }
   std::optional<Error> error;
   std::vector<uint64_t> mask;
-  const auto is_wanted = [&](int32_t id) {
-    return static_cast<size_t>(id) < wanted.size() && wanted[static_cast<size_t>(id)] != 0;
-  };
   size_t i = 0;
   while (i < trie.n_nodes()) {
     const VocabTrie::Node& node = trie.node(i);
+    if (!scope.enter(i)) {
+      i = node.subtree_end;
+      continue;
+    }
     const WalkLevel& parent = levels[node.depth - 1];
     WalkLevel& cur = levels[node.depth];
     const auto b = node.byte;
@@ -349,8 +380,7 @@ std::optional<Error> GrammarMatcher::can_accept_all(const VocabTrie& trie,
         cur.own_version = 0;
         Result<bool> ok = step_code_point(g, from, cp, cur.own);
         if (!ok.ok()) {
-          const std::span<const int32_t> under = trie.tokens_under(i);
-          if (!error && std::any_of(under.begin(), under.end(), is_wanted)) error = ok.error();
+          if (!error && scope.wanted_under(i)) error = ok.error();
           alive = false;
         } else if (!*ok) {
           alive = false;  // (not reached: a matched stack always leaves a position)
@@ -365,8 +395,7 @@ std::optional<Error> GrammarMatcher::can_accept_all(const VocabTrie& trie,
         cur.version = cur.own_version;
       }
     }
-    if (!alive) {
-      for (int32_t id : trie.tokens_under(i)) allowed[static_cast<size_t>(id)] = 0;
+    if (!alive) {  // its tokens stay 0
       i = node.subtree_end;
       continue;
     }
@@ -374,6 +403,26 @@ std::optional<Error> GrammarMatcher::can_accept_all(const VocabTrie& trie,
     ++i;
   }
   return error;
+}
+
+std::optional<Error> GrammarMatcher::can_accept_all(const VocabTrie& trie,
+                                                    std::span<const uint8_t> wanted,
+                                                    std::span<uint8_t> allowed) const {
+  std::fill(allowed.begin(), allowed.end(), uint8_t{0});
+  return walk_trie(trie, WholeTrie{trie, wanted}, allowed);
+}
+
+std::optional<Error> GrammarMatcher::can_accept_some(const VocabTrie& trie,
+                                                     std::span<const int32_t> ids,
+                                                     std::span<uint8_t> allowed) const {
+  std::vector<int32_t> positions;
+  positions.reserve(ids.size());
+  for (int32_t id : ids) {
+    allowed[static_cast<size_t>(id)] = 0;
+    if (const int32_t pos = trie.position(id); pos >= 0) positions.push_back(pos);
+  }
+  std::sort(positions.begin(), positions.end());
+  return walk_trie(trie, SomeTokens{trie, positions}, allowed);
 }
 
 bool GrammarMatcher::can_end() const {

@@ -16,14 +16,17 @@ class GrammarStage final : public ConstraintStage {
       : matcher_(std::move(matcher)),
         vocab_(std::move(vocab)),
         pieces_(vocab_->pieces),
-        is_eog_(std::move(is_eog)) {}
+        is_eog_(std::move(is_eog)) {
+    // One flag for every token, so that the loops over the vocabulary test no bounds.
+    if (is_eog_.size() < pieces_.size()) is_eog_.resize(pieces_.size(), 0);
+  }
 
   std::string_view name() const override { return "grammar"; }
 
   bool allows(int32_t token) override {
     if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return false;
     const auto t = static_cast<size_t>(token);
-    if (t < is_eog_.size() && is_eog_[t] != 0) return matcher_.can_end();
+    if (is_end(t)) return matcher_.can_end();
     if (pieces_[t].empty()) return false;
     Result<bool> ok = matcher_.can_accept(pieces_[t]);
     if (!ok.ok()) {
@@ -33,6 +36,37 @@ class GrammarStage final : public ConstraintStage {
     return *ok;
   }
 
+  void allows_each(std::span<const int32_t> ids, std::span<uint8_t> allowed) override {
+    // The ends answer can_end(); the rest go through one walk of their trie paths.
+    some_.clear();
+    for (const int32_t id : ids) {
+      if (id >= 0 && static_cast<size_t>(id) < pieces_.size() && !is_end(id)) some_.push_back(id);
+    }
+    allowed_.resize(pieces_.size());
+    std::optional<Error> err = matcher_.can_accept_some(vocab_->trie, some_, allowed_);
+    if (err && !error_) error_ = std::move(err);
+    const bool can_end = matcher_.can_end();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto t = static_cast<size_t>(ids[i]);
+      const bool ok = ids[i] >= 0 && t < pieces_.size() && (is_end(t) ? can_end : allowed_[t] != 0);
+      allowed[i] = ok ? 1 : 0;
+    }
+  }
+
+  void allows_all(std::span<const float> logits, std::span<uint8_t> mask) override {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    // The tokens allows() would be asked about: in the vocabulary, not -inf, not an end.
+    const size_t n = std::min(logits.size(), pieces_.size());
+    wanted_.assign(pieces_.size(), 0);
+    for (size_t t = 0; t < n; ++t) wanted_[t] = (logits[t] != kNegInf) & (is_eog_[t] == 0);
+    allowed_.resize(pieces_.size());
+    std::optional<Error> err = matcher_.can_accept_all(vocab_->trie, wanted_, allowed_);
+    if (err && !error_) error_ = std::move(err);
+    const uint8_t can_end = matcher_.can_end() ? 1 : 0;
+    for (size_t t = 0; t < n; ++t) mask[t] = is_eog_[t] != 0 ? can_end : allowed_[t];
+    std::fill(mask.begin() + static_cast<ptrdiff_t>(n), mask.end(), uint8_t{0});
+  }
+
   void apply(CandidateList& c, std::mt19937& /*rng*/) override {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     // The tokens allows() would be asked about: in the vocabulary, not -inf, not an end.
@@ -40,7 +74,7 @@ class GrammarStage final : public ConstraintStage {
     for (const TokenCandidate& item : c.items) {
       const auto t = static_cast<size_t>(item.id);
       if (item.logit == kNegInf || item.id < 0 || t >= pieces_.size()) continue;
-      if (t < is_eog_.size() && is_eog_[t] != 0) continue;
+      if (is_end(t)) continue;
       wanted_[t] = 1;
     }
     allowed_.assign(pieces_.size(), 0);
@@ -53,7 +87,7 @@ class GrammarStage final : public ConstraintStage {
       const auto t = static_cast<size_t>(item.id);
       bool ok = false;
       if (item.id >= 0 && t < pieces_.size()) {
-        ok = t < is_eog_.size() && is_eog_[t] != 0 ? can_end : allowed_[t] != 0;
+        ok = is_end(t) ? can_end : allowed_[t] != 0;
       }
       if (ok) {
         any = true;
@@ -65,7 +99,7 @@ class GrammarStage final : public ConstraintStage {
       // Nothing can continue the text: let the end-of-generation tokens end it.
       for (TokenCandidate& item : c.items) {
         const auto t = static_cast<size_t>(item.id);
-        if (t < is_eog_.size() && is_eog_[t] != 0) item.logit = 0.0f;
+        if (is_end(t)) item.logit = 0.0f;
       }
     }
     c.n_sorted = 0;
@@ -74,7 +108,7 @@ class GrammarStage final : public ConstraintStage {
   void accept(int32_t token) override {
     if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return;
     const auto t = static_cast<size_t>(token);
-    if (t < is_eog_.size() && is_eog_[t] != 0) return;
+    if (is_end(t)) return;
     Result<bool> ok = matcher_.accept(pieces_[t]);
     if (!ok.ok() && !error_) error_ = ok.error();
   }
@@ -86,12 +120,15 @@ class GrammarStage final : public ConstraintStage {
   std::optional<Error> error() const override { return error_; }
 
  private:
+  bool is_end(size_t t) const { return t < is_eog_.size() && is_eog_[t] != 0; }
+
   GrammarMatcher matcher_;
   std::shared_ptr<const GrammarVocab> vocab_;
   const std::vector<std::string>& pieces_;  // vocab_->pieces
-  std::vector<uint8_t> is_eog_;
-  std::vector<uint8_t> wanted_;   // apply()'s scratch, by token id
-  std::vector<uint8_t> allowed_;  // apply()'s scratch, by token id
+  std::vector<uint8_t> is_eog_;             // at least one flag per piece
+  std::vector<uint8_t> wanted_;             // apply()'s and allows_all()'s scratch, by token id
+  std::vector<uint8_t> allowed_;  // the scratch of apply(), allows_all(), allows_each(), by id
+  std::vector<int32_t> some_;     // allows_each()'s scratch: the ids the trie answers
   std::optional<Error> error_;
 };
 

@@ -19,6 +19,10 @@ VocabTrie::VocabTrie(std::span<const std::string> pieces, std::span<const uint8_
   std::stable_sort(tokens_.begin(), tokens_.end(), [&](int32_t a, int32_t b) {
     return pieces[static_cast<size_t>(a)] < pieces[static_cast<size_t>(b)];
   });
+  position_.assign(pieces.size(), -1);
+  for (size_t t = 0; t < tokens_.size(); ++t) {
+    position_[static_cast<size_t>(tokens_[t])] = static_cast<int32_t>(t);
+  }
   nodes_.clear();
   std::string_view prev;
   for (size_t t = 0; t < tokens_.size(); ++t) {

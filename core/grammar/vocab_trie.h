@@ -34,6 +34,13 @@ class VocabTrie {
     return std::span<const int32_t>(tokens_).subspan(nodes_[i].tok_begin,
                                                      nodes_[i + 1].tok_begin - nodes_[i].tok_begin);
   }
+  // Where token `id` sits in the preorder token list (the positions of node i's subtree are
+  // [node(i).tok_begin, node(node(i).subtree_end).tok_begin)); -1 when it is not in the trie.
+  int32_t position(int32_t id) const {
+    return id >= 0 && static_cast<size_t>(id) < position_.size()
+               ? position_[static_cast<size_t>(id)]
+               : -1;
+  }
   // The tokens anywhere in node i's subtree.
   std::span<const int32_t> tokens_under(size_t i) const {
     const uint32_t end = nodes_[nodes_[i].subtree_end].tok_begin;
@@ -44,6 +51,7 @@ class VocabTrie {
  private:
   std::vector<Node> nodes_{Node{0, 0, 0, 0}};  // preorder, then a sentinel
   std::vector<int32_t> tokens_;                // token ids in the pieces' byte order
+  std::vector<int32_t> position_;              // by token id: its index in tokens_, or -1
   uint32_t max_depth_ = 0;
 };
 

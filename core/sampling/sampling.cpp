@@ -35,6 +35,7 @@ class GreedyStage final : public SamplerStage {
  public:
   std::string_view name() const override { return "greedy"; }
   Kind kind() const override { return Kind::kGreedy; }
+  int64_t top_only() const override { return 1; }
   void apply(CandidateList& c, std::mt19937&) override {
     QRUN_CHECK(!c.items.empty(), "greedy: no candidates");
     const TokenCandidate* best = &c.items[0];
@@ -75,6 +76,74 @@ void sort_prefix(CandidateList& c, int64_t k) {
     std::sort(first, kth, higher);
   }
   c.n_sorted = k;
+}
+
+namespace {
+
+// select_top's pass, with value(i) the logit token i counts with.
+template <class Value>
+void select_top_of(int64_t n, int64_t k, Value value, std::vector<TokenCandidate>& out) {
+  out.clear();
+  if (k <= 0) return;
+  // Keeps every logit not below the k-th best of those kept so far; whenever the buffer
+  // fills, it is cut back to its k best. A tie with that k-th is kept (its id decides).
+  const size_t cap = static_cast<size_t>(2 * k + 64);
+  out.reserve(cap);
+  const auto cut = [&] {
+    std::nth_element(out.begin(), out.begin() + (k - 1), out.end(), higher);
+    out.resize(static_cast<size_t>(k));
+  };
+  // -inf ones are left for last: when fewer than k are finite, the lowest ids among them
+  // follow, as a sort would put them (a constraint's mask makes that common).
+  float floor = -INFINITY;
+  const auto visit = [&](int64_t i) {
+    const float v = value(i);
+    if (!(v >= floor) || v == -INFINITY) return;
+    out.push_back(TokenCandidate{static_cast<int32_t>(i), v, 0.0f});
+    if (out.size() == cap) {
+      cut();
+      floor = out.back().logit;  // the k-th best: nth_element put it last
+    }
+  };
+  // Blocks of 16 with nothing at or above the floor (nearly all, once it has risen) are
+  // passed over with one count the compiler vectorizes.
+  constexpr int64_t kBlock = 16;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    int hits = 0;
+    for (int64_t j = 0; j < kBlock; ++j) hits += value(i + j) >= floor ? 1 : 0;
+    if (hits == 0) continue;
+    for (int64_t j = 0; j < kBlock; ++j) visit(i + j);
+  }
+  for (; i < n; ++i) visit(i);
+  if (out.size() > static_cast<size_t>(k)) cut();
+  std::sort(out.begin(), out.end(), higher);
+  for (i = 0; i < n && static_cast<int64_t>(out.size()) < k; ++i) {
+    if (value(i) == -INFINITY)
+      out.push_back(TokenCandidate{static_cast<int32_t>(i), -INFINITY, 0.0f});
+  }
+}
+
+}  // namespace
+
+void select_top(std::span<const float> logits, int64_t k, std::vector<TokenCandidate>& out,
+                std::span<const uint8_t> keep) {
+  const auto n = static_cast<int64_t>(logits.size());
+  k = std::min(k, n);
+  if (keep.empty()) {
+    select_top_of(
+        n, k, [&](int64_t i) { return logits[static_cast<size_t>(i)]; }, out);
+  } else {
+    QRUN_CHECK(keep.size() == logits.size(), "select_top: %zu keep flags for %zu logits",
+               keep.size(), logits.size());
+    select_top_of(
+        n, k,
+        [&](int64_t i) {
+          const auto t = static_cast<size_t>(i);
+          return keep[t] != 0 ? logits[t] : -INFINITY;
+        },
+        out);
+  }
 }
 
 void softmax(CandidateList& c) {
@@ -156,13 +225,60 @@ void Sampler::run_chain() {
              stages_.size());
 }
 
+int64_t Sampler::leading_top_k(size_t n_vocab) const {
+  if (stages_.empty()) return 0;
+  const int64_t k = stages_.front()->top_only();
+  return k > 0 && k < static_cast<int64_t>(n_vocab) ? k : 0;
+}
+
+bool Sampler::probe_top_allowed(std::span<const float> logits, int64_t k) {
+  const int64_t m = std::max<int64_t>(256, 8 * k);
+  if (m > static_cast<int64_t>(logits.size()) / 8) return false;  // the full mask is cheap
+  select_top(logits, m, probe_);
+  probe_ids_.clear();
+  for (const TokenCandidate& tc : probe_) {
+    if (tc.logit == -INFINITY) return false;  // past the finite ones: let the mask decide
+    probe_ids_.push_back(tc.id);
+  }
+  probe_ok_.resize(probe_ids_.size());
+  constraint_->allows_each(probe_ids_, probe_ok_);
+  candidates_.items.clear();
+  for (size_t i = 0; i < probe_.size(); ++i) {
+    if (probe_ok_[i] == 0) continue;
+    candidates_.items.push_back(probe_[i]);
+    if (static_cast<int64_t>(candidates_.items.size()) == k) return true;
+  }
+  return false;
+}
+
+bool Sampler::fill_top_allowed(std::span<const float> logits, int64_t k) {
+  candidates_.selected = -1;
+  candidates_.n_sorted = k;
+  if (probe_top_allowed(logits, k)) return true;
+  allowed_.resize(logits.size());
+  constraint_->allows_all(logits, allowed_);
+  select_top(logits, k, candidates_.items, allowed_);
+  // The best is -inf only when nothing is allowed.
+  return candidates_.items.front().logit != -INFINITY;
+}
+
 int32_t Sampler::sample(std::span<const float> logits) {
-  fill(logits);
+  const int64_t k = leading_top_k(logits.size());
+  if (k > 0) {
+    select_top(logits, k, candidates_.items);
+    candidates_.n_sorted = k;
+    candidates_.selected = -1;
+  } else {
+    fill(logits);
+  }
   run_chain();
   if (constraint_ != nullptr && !constraint_->allows(candidates_.selected)) {
     // Slow path: the pick breaks the constraint; mask every candidate and sample again.
-    fill(logits);
-    constraint_->apply(candidates_, rng_);
+    // (A top-only first stage needs only the k best of the masked ones.)
+    if (k == 0 || !fill_top_allowed(logits, k)) {
+      fill(logits);
+      constraint_->apply(candidates_, rng_);
+    }
     run_chain();
   }
   return candidates_.selected;

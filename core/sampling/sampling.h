@@ -38,6 +38,12 @@ struct CandidateList {
 // Makes items[0, min(k, size)) the top k in descending order: a heap for small k,
 // nth_element then a sort of the k otherwise.
 void sort_prefix(CandidateList& c, int64_t k);
+// Sets `out` to the min(k, size) highest of `logits` as candidates in descending order
+// (ties: lower id first), exactly the prefix sort_prefix would give on the whole row, in
+// one pass that keeps a few times k of them: far less than filling every token's candidate.
+// With `keep` (one byte per logit), a token it marks 0 counts as -inf.
+void select_top(std::span<const float> logits, int64_t k, std::vector<TokenCandidate>& out,
+                std::span<const uint8_t> keep = {});
 // Sets every item's p to the softmax of the logits (order unchanged). All -inf: uniform.
 void softmax(CandidateList& c);
 // Draws an index into items from their p values with 53 bits of the rng (never an item
@@ -57,6 +63,10 @@ class SamplerStage {
   virtual std::string_view name() const = 0;
   // kOther unless a stage says otherwise, so a new stage is never assumed history-free.
   virtual Kind kind() const { return Kind::kOther; }
+  // k > 0 when the stage keeps at most the k highest candidates (ties: lower id first) and
+  // what it does depends on them alone (top-k: k, greedy: 1). The Sampler then gives a
+  // first such stage just those k, in order, instead of every token's candidate. 0: not so.
+  virtual int64_t top_only() const { return 0; }
   virtual void apply(CandidateList& candidates, std::mt19937& rng) = 0;
   // Sees every token that joins the sequence (for repetition penalties).
   virtual void accept(int32_t token) {}
@@ -72,6 +82,18 @@ class ConstraintStage : public SamplerStage {
  public:
   // Whether `token` may come next. Must agree with apply().
   virtual bool allows(int32_t token) = 0;
+  // allowed[i] = allows(ids[i]) for every i: one call for a few hundred tokens, which a
+  // grammar answers with shared work.
+  virtual void allows_each(std::span<const int32_t> ids, std::span<uint8_t> allowed) {
+    for (size_t i = 0; i < ids.size(); ++i) allowed[i] = allows(ids[i]) ? 1 : 0;
+  }
+  // mask[id] = allows(id) for every token id whose logit is not -inf (for the others,
+  // anything): one call for the whole vocabulary, which a grammar answers with one walk.
+  virtual void allows_all(std::span<const float> logits, std::span<uint8_t> mask) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      mask[i] = logits[i] != -INFINITY && allows(static_cast<int32_t>(i)) ? 1 : 0;
+    }
+  }
   // Whether the text is complete and nothing but the end may follow (generation stops).
   virtual bool complete() const { return false; }
   // The first failure the stage met (e.g. a grammar too ambiguous to follow); generation
@@ -126,6 +148,9 @@ class Sampler {
   // Runs the chain over one row of logits (n_vocab floats) and returns the chosen id.
   // With a constraint: when it rejects the pick, the candidates are refilled, masked by
   // the constraint and the chain runs once more. QRUN_CHECKs that the chain picked a token.
+  // When the chain starts with a top-only stage (top-k, greedy), only the top k are filled,
+  // also after a rejection (the k best of what the constraint allows): the same pick as
+  // over every candidate, without building one per token.
   int32_t sample(std::span<const float> logits);
   // Tells every stage and the constraint that the sampled `token` joined the sequence.
   void accept(int32_t token);
@@ -147,11 +172,25 @@ class Sampler {
 
  private:
   void fill(std::span<const float> logits);
+  // The k of the chain's first stage when it is top-only and k < n_vocab, else 0.
+  int64_t leading_top_k(size_t n_vocab) const;
+  // Fills the candidates with what top-k keeps of the candidates the constraint masked:
+  // the k highest it allows, in order (then -inf ones). First it asks about the 8k highest
+  // alone, which is enough when it allows much of what the model wants (inside a string,
+  // where a walk of every token costs the most); then about every token. False when it
+  // allows none, for the constraint's apply() to decide.
+  bool fill_top_allowed(std::span<const float> logits, int64_t k);
+  // The first step: true when the k are among the 8k highest.
+  bool probe_top_allowed(std::span<const float> logits, int64_t k);
   void run_chain();
 
   std::vector<std::unique_ptr<SamplerStage>> stages_;
   std::unique_ptr<ConstraintStage> constraint_;
   CandidateList candidates_;
+  std::vector<uint8_t> allowed_;  // fill_top_allowed's scratch, by token id
+  std::vector<TokenCandidate> probe_;
+  std::vector<int32_t> probe_ids_;
+  std::vector<uint8_t> probe_ok_;
   std::mt19937 rng_;
 };
 

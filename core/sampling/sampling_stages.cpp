@@ -112,6 +112,7 @@ class TopKStage final : public SamplerStage {
   explicit TopKStage(int32_t k) : k_(k) {}
   std::string_view name() const override { return "top-k"; }
   Kind kind() const override { return Kind::kFilter; }
+  int64_t top_only() const override { return std::max(k_, 0); }
   void apply(CandidateList& c, std::mt19937&) override {
     const int64_t n = static_cast<int64_t>(c.items.size());
     if (k_ <= 0 || k_ >= n) return;
