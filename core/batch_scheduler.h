@@ -11,6 +11,13 @@
 // shutdown (StopReason::kInterrupted). Requests are handed in from any thread (submit());
 // steps run on one thread (run(), or step() called directly, as the tests do), and every
 // callback of a request runs on that thread.
+// Paged slots (KvCache::create_paged over one KvBlockPool, core/kv_block_pool.h): a slot
+// holds no memory of its own; a sequence takes the blocks of its whole prompt when it is
+// admitted (and waits, first in line, while the pool has too few) and one more block each
+// time its decoding crosses a block edge (ending with a kRuntime error when the pool has
+// none left); its blocks go back to the pool when it ends.
+// Contiguous slots (KvCache::create, for a backend that cannot read paged views) each
+// hold a whole context.
 #pragma once
 
 #include <atomic>
@@ -55,6 +62,7 @@ class BatchScheduler {
   // sequence decodes its token each step, and a waiting prompt gets at least one token).
   // Once *shutdown is set, every request ends (kInterrupted) at the next step and submit()
   // refuses new ones. `model`, `backend` and *shutdown must outlive the scheduler.
+  // Slots are all contiguous or all paged over one pool that holds a whole slot's context.
   BatchScheduler(Model& model, Backend& backend, std::vector<KvCache> slots, int64_t n_batch,
                  int64_t max_queued, const std::atomic<bool>* shutdown);
   BatchScheduler(const BatchScheduler&) = delete;
@@ -77,9 +85,17 @@ class BatchScheduler {
 
   int n_slots() const { return static_cast<int>(slots_.size()); }
   int64_t n_running() const { return n_running_.load(); }
+  // Requests waiting: in the queue, and taken from it but waiting for KV blocks.
   int64_t n_queued() const;
   // Tokens in the caches of the running sequences, after the last step.
   int64_t kv_tokens_used() const { return kv_used_.load(); }
+  // Paged slots: the pool's blocks, and of them those referenced by a sequence, after the
+  // last step (0 and 0 with contiguous slots).
+  bool paged() const { return slots_.front().paged(); }
+  int64_t kv_blocks_total() const { return blocks_total_; }
+  // The tokens all the slots' caches can hold together (paged: the pool's).
+  int64_t kv_tokens_capacity() const { return kv_capacity_; }
+  int64_t kv_blocks_used() const { return blocks_used_.load(); }
   // Steps run so far, and of them the ones that held prompt tokens and decode tokens at once.
   int64_t n_steps() const { return n_steps_.load(); }
   int64_t n_mixed_steps() const { return n_mixed_steps_.load(); }
@@ -87,7 +103,12 @@ class BatchScheduler {
  private:
   struct Seq;
   void finish(Seq& seq, Result<GenerateResult> result, bool timed_out);
-  void store_kv_used();
+  // Gives `seq` slot `slot`: with paged slots, the blocks of its prompt (false, and nothing
+  // held, when the pool has too few).
+  bool place(Seq& seq, size_t slot);
+  // Paged slots: each decoding sequence's block for its next token, oldest first.
+  void reserve_decode_blocks();
+  void store_gauges();
 
   Model& model_;
   Backend& backend_;
@@ -98,16 +119,25 @@ class BatchScheduler {
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<SeqRequest> queue_;  // guarded by mutex_
+  std::deque<SeqRequest> queue_;      // guarded by mutex_
+  std::atomic<int64_t> n_parked_{0};  // parked_.size(), for submit()
 
   // Stepping thread only: the sequence in each slot (null: free), in admission order, and
   // the forward parts of a step, reserved for every slot.
   std::vector<std::unique_ptr<Seq>> running_;
   std::vector<SeqForward> parts_;
   std::vector<Seq*> part_seqs_;
+  // Sequences taken from the queue that wait for KV blocks, oldest first; they take free
+  // slots before the queue does.
+  std::deque<std::unique_ptr<Seq>> parked_;
+  std::vector<Seq*> by_age_;  // the running sequences, oldest first (a step's scratch)
+  uint64_t n_admitted_ = 0;   // sequences taken from the queue so far: each one's age
 
   std::atomic<int64_t> n_running_{0};
   std::atomic<int64_t> kv_used_{0};
+  int64_t blocks_total_ = 0;
+  int64_t kv_capacity_ = 0;
+  std::atomic<int64_t> blocks_used_{0};
   std::atomic<int64_t> n_steps_{0};
   std::atomic<int64_t> n_mixed_steps_{0};
 };

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/gguf/gguf.h"
+#include "core/kv_block_pool.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -42,8 +44,22 @@ struct Fixture {
     }
     return out;
   }
+  // n paged slots of n_ctx positions over one pool of n_blocks blocks of `rows` rows.
+  std::vector<KvCache> paged(int n, int64_t n_ctx, int64_t n_blocks, int64_t rows = 16) {
+    Result<std::shared_ptr<KvBlockPool>> p = make_kv_block_pool(*model, n_blocks, rows);
+    EXPECT_TRUE(p.ok());
+    pool = *p;
+    std::vector<KvCache> out;
+    for (int i = 0; i < n; ++i) {
+      Result<KvCache> kv = make_paged_kv_cache(*model, pool, n_ctx);
+      EXPECT_TRUE(kv.ok());
+      out.push_back(std::move(*kv));
+    }
+    return out;
+  }
   std::optional<gguf::File> file;
   std::unique_ptr<Model> model;
+  std::shared_ptr<KvBlockPool> pool;
   kernels::CpuBackend backend{2};
 };
 
@@ -70,6 +86,7 @@ struct Outcome {
   int64_t start_step = -1;
   int64_t running_at_done = -1;  // the scheduler's gauges when on_done ran
   int64_t kv_used_at_done = -1;
+  int64_t done_step = -1;
 };
 
 SeqRequest request(BatchScheduler& sched, Outcome& out, std::vector<int32_t> prompt,
@@ -87,6 +104,7 @@ SeqRequest request(BatchScheduler& sched, Outcome& out, std::vector<int32_t> pro
   r.on_done = [&sched, &out](Result<GenerateResult> result, bool timed_out) {
     out.running_at_done = sched.n_running();
     out.kv_used_at_done = sched.kv_tokens_used();
+    out.done_step = sched.n_steps();
     out.result.emplace(std::move(result));
     out.timed_out = timed_out;
   };
@@ -139,6 +157,73 @@ TEST(BatchScheduler, RequestsRunTogetherGiveWhatEachGivesAlone) {
           << model << ", request " << i;
     }
   }
+}
+
+// Paged slots: four sequences of up to 320 positions over a pool of 320 tokens (20 blocks
+// of 16). A contiguous split of those 320 tokens gives 80 a slot, too few for request 0
+// (60 prompt tokens and 40 generated); paged, each takes the blocks it fills, the greedy
+// and seeded tokens are those of each request alone, and every block goes back.
+TEST(BatchScheduler, PagedSlotsTakeBlocksOnDemandAndGiveWhatEachGivesAlone) {
+  for (const char* model : {"stories260K.gguf", "TinyLLama-v0-5M-Q4_0.gguf"}) {
+    constexpr int64_t kCtx = 320;
+    Fixture f(model, /*n_batch=*/16, /*n_seq=*/4);
+    const int64_t n_vocab = f.model->hparams().n_vocab;
+    std::atomic<bool> shutdown{false};
+    BatchScheduler sched(*f.model, f.backend, f.paged(4, kCtx, kCtx / 16), 16, 16, &shutdown);
+    ASSERT_TRUE(sched.paged());
+    EXPECT_EQ(sched.kv_blocks_total(), 20);
+    const int64_t lengths[] = {60, 5, 1, 17, 9};
+    const int64_t predict[] = {40, 12, 25, 8, 30};
+    std::vector<Outcome> out(5);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 5; ++i) {
+      prompts.push_back(prompt_of(lengths[i], i, n_vocab));
+      ASSERT_EQ(
+          sched.submit(request(sched, out[i], prompts[i], predict[i], sampling(i < 3, 100 + i))),
+          BatchScheduler::Submitted::kQueued);
+    }
+    int64_t most_blocks = 0;
+    for (int guard = 0; guard < 1000 && sched.step(); ++guard) {
+      most_blocks = std::max(most_blocks, sched.kv_blocks_used());
+      EXPECT_EQ(sched.kv_blocks_used(), f.pool->n_used());
+    }
+    EXPECT_GT(most_blocks, 0);
+    EXPECT_EQ(f.pool->n_used(), 0);
+    EXPECT_EQ(sched.kv_blocks_used(), 0);
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(out[i].result.has_value()) << i;
+      ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
+      EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << i;
+      EXPECT_EQ(out[i].tokens, alone(f, prompts[i], predict[i], sampling(i < 3, 100 + i), kCtx))
+          << model << ", request " << i;
+    }
+  }
+}
+
+// A prompt that finds too few free blocks waits, first in line, until a sequence ends and
+// gives its blocks back; it is not refused, and the queue counts it as waiting.
+TEST(BatchScheduler, APromptWaitsForBlocks) {
+  Fixture f("stories260K.gguf", 16, 2);
+  const int64_t n_vocab = f.model->hparams().n_vocab;
+  std::atomic<bool> shutdown{false};
+  // 4 blocks of 16: A's 40 prompt tokens and 5 generated take 3, B's prompt needs 3 more.
+  BatchScheduler sched(*f.model, f.backend, f.paged(2, 64, 4), 16, 4, &shutdown);
+  const SamplingParams greedy = sampling(true, 0);
+  const std::vector<int32_t> pa = prompt_of(40, 1, n_vocab), pb = prompt_of(40, 2, n_vocab);
+  Outcome a, b;
+  ASSERT_EQ(sched.submit(request(sched, a, pa, 5, greedy)), BatchScheduler::Submitted::kQueued);
+  ASSERT_EQ(sched.submit(request(sched, b, pb, 5, greedy)), BatchScheduler::Submitted::kQueued);
+  ASSERT_TRUE(sched.step());
+  EXPECT_EQ(sched.n_running(), 1);
+  EXPECT_EQ(sched.n_queued(), 1);  // b, parked
+  EXPECT_EQ(b.start_step, -1);
+  for (int guard = 0; guard < 100 && sched.step(); ++guard) {
+  }
+  ASSERT_TRUE(a.result && a.result->ok() && b.result && b.result->ok());
+  EXPECT_GE(b.start_step, a.done_step);
+  EXPECT_EQ(a.tokens, alone(f, pa, 5, greedy, 64));
+  EXPECT_EQ(b.tokens, alone(f, pb, 5, greedy, 64));
+  EXPECT_EQ(f.pool->n_used(), 0);
 }
 
 TEST(BatchScheduler, ALongPromptDoesNotStopAStreamingSequence) {

@@ -314,6 +314,37 @@ TEST(CliServe, EightConcurrentRequests) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
+// -c is one paged KV cache that the sequences share (--kv-unified, the default on the
+// CPU): with -np 4 -c 256 a prompt of more than 256 / 4 tokens is answered, as `qrun run`
+// answers it; --no-kv-unified splits -c into four slots of 64 and refuses it.
+TEST(CliServe, SequencesShareOnePagedKvCache) {
+  const std::string path = shared_model("TinyLLama-v0-5M-Q4_0.gguf");
+  std::string prompt = kPrompt;
+  for (int i = 0; i < 10; ++i) prompt += " The little dog ran to the park.";
+  const Json expected = greedy_run(path, prompt, 16);
+  ASSERT_GT(expected["n_prompt_tokens"].get<int>(), 64) << expected.dump();
+  const Json body = {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}};
+  {
+    ServeProcess s({"-m", path, "-np", "4", "-c", "256"});
+    ASSERT_SERVING(s);
+    EXPECT_NE(s.log().find("4 sequences of up to 256 tokens sharing a paged KV cache of 8 "
+                           "blocks of 32 tokens"),
+              std::string::npos)
+        << s.log();
+    httplib::Client c = s.client();
+    const Json r = post(c, "/v1/completions", body, 200);
+    EXPECT_EQ(r["choices"][0]["text"], expected["text"]);
+    EXPECT_EQ(r["usage"]["prompt_tokens"], expected["n_prompt_tokens"]);
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  }
+  ServeProcess split({"-m", path, "-np", "4", "-c", "256", "--no-kv-unified"});
+  ASSERT_SERVING(split);
+  httplib::Client c = split.client();
+  expect_error(c.Post("/v1/completions", body.dump(), "application/json"), 400, "prompt",
+               "holds 64");
+  EXPECT_EQ(split.stop(), 0) << split.log();
+}
+
 // -np 1 and no queue: while one long request runs, the others are refused at once with 503,
 // Retry-After and code "overloaded"; the server serves again afterwards.
 TEST(CliServe, OverloadIs503WithRetryAfter) {

@@ -153,7 +153,7 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
     g.running = scheduler_.n_running();
     g.queued = scheduler_.n_queued();
     g.kv_tokens_used = scheduler_.kv_tokens_used();
-    g.kv_tokens_total = slot_ctx_ * scheduler_.n_slots();
+    g.kv_tokens_total = scheduler_.kv_tokens_capacity();
     g.steps = scheduler_.n_steps();
     g.mixed_steps = scheduler_.n_mixed_steps();
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
@@ -278,8 +278,9 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     ApiError e = server_error(
         400,
         format("the prompt is %zu tokens but a sequence's context holds %lld (the prompt "
-               "must leave room for at least one generated token; raise -c or lower -np)",
-               g->prompt.size(), static_cast<long long>(slot_ctx_)),
+               "must leave room for at least one generated token; raise -c%s)",
+               g->prompt.size(), static_cast<long long>(slot_ctx_),
+               scheduler_.paged() ? "" : " or lower -np"),
         "invalid_request_error", "context_length_exceeded");
     e.param = chat ? "messages" : "prompt";
     return send_error(res, e);
