@@ -37,6 +37,7 @@ struct ServeOptions {
   bool kv_unified = true;  // paged KV shared by every sequence (when the backend reads it)
   bool kv_unified_given = false;
   int64_t block_size = 32;  // tokens per KV block
+  bool prefix_caching = true;
   int64_t max_queue = 64;
   size_t max_body = size_t{8} << 20;
   std::string api_key;       // --api-key, or QRUN_API_KEY from the environment
@@ -142,6 +143,7 @@ Result<void> run_serve(ServeOptions o) {
   config.api_key = *key;
   config.timeout_s = o.timeout_s;
   config.n_batch = o.model.batch_size;
+  config.prefix_caching = o.prefix_caching;
   config.model_id = o.model.model.empty()
                         ? s.model_name
                         : std::filesystem::path(o.model.model).filename().string();
@@ -250,6 +252,9 @@ void register_serve(CLI::App& app, Action* selected) {
                   "Tokens per KV cache block with --kv-unified (a power of two, at least 16)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{16}, int64_t{4096}));
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching,
+                "With --kv-unified: a request whose prompt starts with whole blocks an earlier "
+                "one computed shares them and skips their prefill (on by default)");
   cmd->add_option("--max-queue", o->max_queue,
                   "Requests that may wait for a sequence slot; more get 503")
       ->capture_default_str()

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "core/generate_emit.h"
@@ -65,13 +66,14 @@ struct BatchScheduler::Seq {
 
 BatchScheduler::BatchScheduler(Model& model, Backend& backend, std::vector<KvCache> slots,
                                int64_t n_batch, int64_t max_queued,
-                               const std::atomic<bool>* shutdown)
+                               const std::atomic<bool>* shutdown, bool prefix_cache)
     : model_(model),
       backend_(backend),
       slots_(std::move(slots)),
       n_batch_(std::max<int64_t>(1, n_batch)),
       max_queued_(max_queued),
-      shutdown_(shutdown) {
+      shutdown_(shutdown),
+      prefix_cache_(prefix_cache && slots_.front().paged()) {
   QRUN_CHECK(!slots_.empty(), "a batch scheduler needs at least one slot");
   QRUN_CHECK(shutdown_ != nullptr, "a batch scheduler needs a shutdown flag");
   if (paged()) {
@@ -131,12 +133,22 @@ void BatchScheduler::finish(Seq& seq, Result<GenerateResult> result, bool timed_
     n_parked_.fetch_sub(1);
   } else {
     const auto slot = static_cast<size_t>(seq.slot);
-    if (seq.kv->paged()) seq.kv->clear();  // its blocks go back to the pool
-    running_[slot].reset();                // the slot is free before the callback runs
+    if (result.ok()) publish(seq, result->tokens);  // (seq.result was moved into it)
+    if (seq.kv->paged()) seq.kv->clear();           // its blocks go back to the pool
+    running_[slot].reset();                         // the slot is free before the callback runs
     n_running_.fetch_sub(1);
   }
   store_gauges();  // and the gauges say so before anyone hears of the end
   if (on_done) on_done(std::move(result), timed_out);
+}
+
+void BatchScheduler::publish(Seq& seq, std::span<const int32_t> generated) {
+  if (!prefix_cache_) return;
+  if (generated.empty()) return seq.kv->publish(seq.request.prompt);
+  // The cache holds the prompt, then the reply but its last token (never fed).
+  std::vector<int32_t> tokens = seq.request.prompt;
+  tokens.insert(tokens.end(), generated.begin(), generated.end());
+  seq.kv->publish(tokens);
 }
 
 bool BatchScheduler::place(Seq& seq, size_t slot) {
@@ -144,10 +156,27 @@ bool BatchScheduler::place(Seq& seq, size_t slot) {
   kv.clear();
   seq.n_fed = 0;
   if (kv.paged()) {
-    const auto n = static_cast<int64_t>(seq.request.prompt.size());
-    if (kv.blocks_needed(0, n) > kv.pool()->n_available()) return false;
-    const Result<void> reserved = kv.reserve(0, n);
+    const std::span<const int32_t> feed = seq.request.prompt;
+    const auto n = static_cast<int64_t>(feed.size());
+    int64_t cached = prefix_cache_ ? kv.attach_prefix(feed) : 0;
+    if (cached > 0 && n - cached < 2) {  // feed two tokens at least (see the header)
+      cached -= kv.pool()->block_rows();
+      kv.truncate(cached);
+    }
+    if (kv.blocks_needed(cached, n - cached) > kv.pool()->n_available()) {
+      kv.clear();
+      return false;
+    }
+    const Result<void> reserved = kv.reserve(cached, n - cached);
     QRUN_CHECK(reserved.ok(), "batch scheduler: %s", reserved.error().message.c_str());
+    seq.n_fed = cached;
+    if (!seq.started) {
+      seq.result.timings.n_prompt_cached = cached;
+      if (cached > 0) {
+        prefix_hits_.fetch_add(1);
+        prefix_tokens_.fetch_add(cached);
+      }
+    }
   }
   seq.slot = static_cast<int>(slot);
   seq.kv = &kv;
@@ -304,6 +333,7 @@ bool BatchScheduler::step() {
     }
     if (!s.decoding) {
       s.n_fed += static_cast<int64_t>(parts_[i].tokens.size());
+      publish(s, {});
       if (parts_[i].logits == nullptr) continue;
       // The whole prompt is in: the sampler sees it, and the first token comes from its
       // last row, as in generate().

@@ -16,6 +16,12 @@
 // admitted (and waits, first in line, while the pool has too few) and one more block each
 // time its decoding crosses a block edge (ending with a kRuntime error when the pool has
 // none left); its blocks go back to the pool when it ends.
+// Prefix caching (paged slots, prefix_cache): a sequence publishes the full blocks of its
+// prompt as they fill, and of its reply when it ends (KvCache::publish); a later sequence
+// whose prompt starts with the same whole blocks shares them (KvCache::attach_prefix) and
+// feeds only the rest (at least two tokens, so that its last chunk takes the same gemm path
+// as a cold prompt's rather than the one-token decode kernels, which round differently);
+// GenerateTimings::n_prompt_cached says how many.
 // Contiguous slots (KvCache::create, for a backend that cannot read paged views) each
 // hold a whole context.
 #pragma once
@@ -28,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "core/generate.h"
@@ -64,7 +71,7 @@ class BatchScheduler {
   // refuses new ones. `model`, `backend` and *shutdown must outlive the scheduler.
   // Slots are all contiguous or all paged over one pool that holds a whole slot's context.
   BatchScheduler(Model& model, Backend& backend, std::vector<KvCache> slots, int64_t n_batch,
-                 int64_t max_queued, const std::atomic<bool>* shutdown);
+                 int64_t max_queued, const std::atomic<bool>* shutdown, bool prefix_cache = false);
   BatchScheduler(const BatchScheduler&) = delete;
   BatchScheduler& operator=(const BatchScheduler&) = delete;
   ~BatchScheduler();
@@ -93,6 +100,10 @@ class BatchScheduler {
   // last step (0 and 0 with contiguous slots).
   bool paged() const { return slots_.front().paged(); }
   int64_t kv_blocks_total() const { return blocks_total_; }
+  // Prefix caching: sequences that found cached blocks, and the prompt tokens those held.
+  bool prefix_cache() const { return prefix_cache_; }
+  int64_t n_prefix_hits() const { return prefix_hits_.load(); }
+  int64_t n_prefix_tokens() const { return prefix_tokens_.load(); }
   // The tokens all the slots' caches can hold together (paged: the pool's).
   int64_t kv_tokens_capacity() const { return kv_capacity_; }
   int64_t kv_blocks_used() const { return blocks_used_.load(); }
@@ -103,6 +114,8 @@ class BatchScheduler {
  private:
   struct Seq;
   void finish(Seq& seq, Result<GenerateResult> result, bool timed_out);
+  // Prefix caching: publishes the full blocks `seq` holds: its prompt, then `generated`.
+  void publish(Seq& seq, std::span<const int32_t> generated);
   // Gives `seq` slot `slot`: with paged slots, the blocks of its prompt (false, and nothing
   // held, when the pool has too few).
   bool place(Seq& seq, size_t slot);
@@ -116,6 +129,7 @@ class BatchScheduler {
   const int64_t n_batch_;
   const int64_t max_queued_;
   const std::atomic<bool>* shutdown_;
+  const bool prefix_cache_;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
@@ -138,6 +152,8 @@ class BatchScheduler {
   int64_t blocks_total_ = 0;
   int64_t kv_capacity_ = 0;
   std::atomic<int64_t> blocks_used_{0};
+  std::atomic<int64_t> prefix_hits_{0};
+  std::atomic<int64_t> prefix_tokens_{0};
   std::atomic<int64_t> n_steps_{0};
   std::atomic<int64_t> n_mixed_steps_{0};
 };

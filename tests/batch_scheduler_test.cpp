@@ -200,6 +200,60 @@ TEST(BatchScheduler, PagedSlotsTakeBlocksOnDemandAndGiveWhatEachGivesAlone) {
   }
 }
 
+// Prefix caching: after A (50 prompt tokens, 20 generated) ends, its full blocks of 16 are
+// cached, prompt and reply. B shares A's first 40 prompt tokens: it reuses 2 blocks (32
+// tokens) and feeds only 23 tokens, in 2 steps instead of 4; C is A's first 49 tokens, whose
+// 3 cached blocks would leave one token to feed, so it reuses 2 (two tokens at least go in,
+// see the header); D continues A's conversation (its prompt, its reply, more) and reuses 4
+// blocks, the last of them holding A's reply. Each gives the tokens it gives alone, and
+// without prefix caching nothing is reused.
+TEST(BatchScheduler, PrefixCachingReusesWholeBlocksAndSkipsTheirPrefill) {
+  for (const char* model : {"stories260K.gguf", "TinyLLama-v0-5M-Q4_0.gguf"}) {
+    for (const bool prefix_cache : {true, false}) {
+      Fixture f(model, 16, 2);
+      const int64_t n_vocab = f.model->hparams().n_vocab;
+      std::atomic<bool> shutdown{false};
+      BatchScheduler sched(*f.model, f.backend, f.paged(2, 320, 20), 16, 4, &shutdown,
+                           prefix_cache);
+      const SamplingParams greedy = sampling(true, 0);
+      auto run = [&](const std::vector<int32_t>& prompt, int64_t n_predict) {
+        Outcome o;
+        EXPECT_EQ(sched.submit(request(sched, o, prompt, n_predict, greedy)),
+                  BatchScheduler::Submitted::kQueued);
+        for (int guard = 0; guard < 200 && sched.step(); ++guard) {
+        }
+        EXPECT_TRUE(o.result && o.result->ok());
+        EXPECT_EQ(o.tokens, alone(f, prompt, n_predict, greedy, 320)) << model;
+        return o;
+      };
+      const std::vector<int32_t> pa = prompt_of(50, 1, n_vocab);
+      const Outcome a = run(pa, 20);
+      EXPECT_EQ((*a.result)->timings.n_prompt_cached, 0);
+      EXPECT_EQ(a.token_steps.front() - a.start_step, 4);  // ceil(50 / 16) chunks
+
+      std::vector<int32_t> pb(pa.begin(), pa.begin() + 40);
+      const std::vector<int32_t> tail = prompt_of(15, 2, n_vocab);
+      pb.insert(pb.end(), tail.begin(), tail.end());
+      const Outcome b = run(pb, 5);
+      const std::vector<int32_t> pc(pa.begin(), pa.begin() + 49);
+      const Outcome c = run(pc, 5);
+      std::vector<int32_t> pd = pa;
+      pd.insert(pd.end(), a.tokens.begin(), a.tokens.end());
+      pd.insert(pd.end(), tail.begin(), tail.begin() + 5);
+      const Outcome d = run(pd, 5);
+      const int64_t want_b = prefix_cache ? 32 : 0, want_c = prefix_cache ? 32 : 0,
+                    want_d = prefix_cache ? 64 : 0;
+      EXPECT_EQ((*b.result)->timings.n_prompt_cached, want_b) << model;
+      EXPECT_EQ(b.token_steps.front() - b.start_step, prefix_cache ? 2 : 4);
+      EXPECT_EQ((*c.result)->timings.n_prompt_cached, want_c) << model;
+      EXPECT_EQ((*d.result)->timings.n_prompt_cached, want_d) << model;
+      EXPECT_EQ(sched.n_prefix_hits(), prefix_cache ? 3 : 0);
+      EXPECT_EQ(sched.n_prefix_tokens(), want_b + want_c + want_d);
+      EXPECT_EQ(f.pool->n_used(), 0);
+    }
+  }
+}
+
 // A prompt that finds too few free blocks waits, first in line, until a sequence ends and
 // gives its blocks back; it is not refused, and the queue counts it as waiting.
 TEST(BatchScheduler, APromptWaitsForBlocks) {

@@ -292,7 +292,8 @@ TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
 // Chunked prefill over HTTP: a long prompt that arrives while another request streams goes
 // in chunks of -b minus the stream's decode token, each beside one of the stream's tokens,
 // so qrun_engine_mixed_steps_total grows by exactly its number of chunks (none of the other
-// steps here mix: a prompt alone, or a stream alone). That count holds as long as the stream
+// steps here mix: a prompt alone, or a stream alone); the second time, B's prompt reuses the
+// blocks its first run cached and only the rest goes in. That count holds as long as the stream
 // outlives the prompt, which its 1800 tokens do by far (it is hung up on afterwards). Both
 // replies are what they are alone.
 TEST(CliServeApi, LongPromptJoinsARunningStreamInChunks) {
@@ -331,7 +332,12 @@ TEST(CliServeApi, LongPromptJoinsARunningStreamInChunks) {
   hang_up = true;
   ASSERT_EQ(a.wait_for(60s), std::future_status::ready);
   EXPECT_EQ(together["choices"][0]["text"], alone["choices"][0]["text"]);
-  const int chunks = (n_prompt + 14) / 15;  // 16 tokens a step, one of them A's
+  // 16 tokens a step, one of them A's, for the tokens that the blocks cached from B's first
+  // run do not hold.
+  const int cached = together["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_EQ(alone["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_GT(cached, 0);
+  const int chunks = (n_prompt - cached + 14) / 15;
   EXPECT_EQ(metric(scrape(s), "qrun_engine_mixed_steps_total"), chunks);
   EXPECT_EQ(s.stop(), 0) << s.log();
 }

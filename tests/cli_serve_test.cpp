@@ -345,6 +345,48 @@ TEST(CliServe, SequencesShareOnePagedKvCache) {
   EXPECT_EQ(split.stop(), 0) << split.log();
 }
 
+// Prefix caching over HTTP: the same long prompt twice; the second reply reuses whole blocks
+// of the first's prompt (usage.prompt_tokens_details.cached_tokens, a multiple of the block
+// size, at least two tokens left to feed), gives the same text, and /metrics counts the
+// tokens. --no-enable-prefix-caching reuses nothing.
+TEST(CliServe, APromptSharingWholeBlocksReusesThem) {
+  const std::string path = shared_model("TinyLLama-v0-5M-Q4_0.gguf");
+  std::string prompt = kPrompt;
+  for (int i = 0; i < 10; ++i) prompt += " The little dog ran to the park.";
+  const Json body = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
+  for (const bool caching : {true, false}) {
+    std::vector<std::string> args = {"-m", path, "-np", "2", "-c", "512"};
+    if (!caching) args.push_back("--no-enable-prefix-caching");
+    ServeProcess s(args);
+    ASSERT_SERVING(s);
+    httplib::Client c = s.client();
+    const Json cold = post(c, "/v1/completions", body, 200);
+    const Json warm = post(c, "/v1/completions", body, 200);
+    const int n_prompt = cold["usage"]["prompt_tokens"];
+    ASSERT_GT(n_prompt, 66);
+    EXPECT_EQ(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    const int cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"];
+    if (caching) {
+      EXPECT_EQ(cached % 32, 0);
+      EXPECT_GE(cached, 64);
+      EXPECT_LE(cached, n_prompt - 2);
+    } else {
+      EXPECT_EQ(cached, 0);
+    }
+    EXPECT_EQ(warm["choices"][0]["text"], cold["choices"][0]["text"]);
+    const httplib::Result m = c.Get("/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_NE(m->body.find("\nqrun_prompt_tokens_cached_total " + std::to_string(cached) + "\n"),
+              std::string::npos)
+        << m->body;
+    EXPECT_NE(
+        m->body.find("\nqrun_prefix_cache_hits_total " + std::to_string(caching ? 1 : 0) + "\n"),
+        std::string::npos)
+        << m->body;
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  }
+}
+
 // -np 1 and no queue: while one long request runs, the others are refused at once with 503,
 // Retry-After and code "overloaded"; the server serves again afterwards.
 TEST(CliServe, OverloadIs503WithRetryAfter) {

@@ -92,6 +92,13 @@ void Metrics::add_generated_tokens(int64_t n) {
   generated_tokens_ += static_cast<uint64_t>(n);
 }
 
+void Metrics::add_cached_prompt_tokens(int64_t n) {
+  if (n <= 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  cached_prompt_tokens_ += static_cast<uint64_t>(n);
+  ++prefix_hits_;
+}
+
 void Metrics::count_timeout() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++timeouts_;
@@ -109,6 +116,12 @@ std::string Metrics::render(const MetricsGauges& g) const {
     }
     header(out, "qrun_prompt_tokens_total", "counter", "Prompt tokens of completion requests");
     sample(out, "qrun_prompt_tokens_total", prompt_tokens_);
+    header(out, "qrun_prompt_tokens_cached_total", "counter",
+           "Prompt tokens whose KV came from the prefix cache (not computed)");
+    sample(out, "qrun_prompt_tokens_cached_total", cached_prompt_tokens_);
+    header(out, "qrun_prefix_cache_hits_total", "counter",
+           "Completion requests that reused cached prompt blocks");
+    sample(out, "qrun_prefix_cache_hits_total", prefix_hits_);
     header(out, "qrun_generated_tokens_total", "counter",
            "Tokens generated (returned to clients) by completion requests");
     sample(out, "qrun_generated_tokens_total", generated_tokens_);

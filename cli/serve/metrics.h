@@ -49,6 +49,8 @@ class Metrics {
   void count_response(const std::string& path, int status);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
+  // Prompt tokens of one request whose K/V came from the prefix cache (0: none).
+  void add_cached_prompt_tokens(int64_t n);
   void count_timeout();
   // Seconds from a request's arrival to its first generated token (queue wait included).
   void observe_ttft(double seconds) { ttft_.observe(seconds); }
@@ -62,6 +64,8 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> responses_;  // (route, status)
   uint64_t prompt_tokens_ = 0;
   uint64_t generated_tokens_ = 0;
+  uint64_t cached_prompt_tokens_ = 0;
+  uint64_t prefix_hits_ = 0;  // requests with cached prompt tokens
   uint64_t timeouts_ = 0;
   Histogram ttft_;
   Histogram inter_token_;

@@ -91,7 +91,7 @@ Server::Server(Session& session, std::vector<KvCache> slots, int64_t max_queued,
     : s_(session),
       slot_ctx_(slots.front().n_ctx()),
       scheduler_(*session.model, *session.backend, std::move(slots), config.n_batch, max_queued,
-                 &shutting_down_),
+                 &shutting_down_, config.prefix_caching),
       config_(std::move(config)) {
   if (chat_template.ok()) {
     template_.emplace(std::move(*chat_template));
@@ -338,6 +338,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
   seq.on_done = [this, g](Result<GenerateResult> result, bool timed_out) {
     if (result.ok()) {
       metrics_.add_generated_tokens(static_cast<int64_t>(result->tokens.size()));
+      metrics_.add_cached_prompt_tokens(result->timings.n_prompt_cached);
       // The time limit ends a request as "length" with the text so far (as llama-server's
       // t_max_predict_ms).
       if (timed_out) {
@@ -384,8 +385,9 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     if (result->stop_reason == StopReason::kInterrupted) {
       return send_error(res, server_error(503, "the server is shutting down", "server_error"));
     }
-    const Json j = response_json(g->request.endpoint, g->ids, text, result->stop_reason, n_prompt,
-                                 static_cast<int64_t>(result->tokens.size()));
+    const Json j =
+        response_json(g->request.endpoint, g->ids, text, result->stop_reason, n_prompt,
+                      static_cast<int64_t>(result->tokens.size()), result->timings.n_prompt_cached);
     res.set_content(dump(j), "application/json");
     return;
   }
@@ -418,7 +420,10 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
         } else {
           const int64_t n_gen = static_cast<int64_t>(result->tokens.size());
           send(sse(chunk_json(endpoint, g->ids, "", false, result->stop_reason, usage)));
-          if (usage) send(sse(usage_chunk_json(endpoint, g->ids, n_prompt, n_gen)));
+          if (usage) {
+            send(sse(usage_chunk_json(endpoint, g->ids, n_prompt, n_gen,
+                                      result->timings.n_prompt_cached)));
+          }
         }
         send("data: [DONE]\n\n");
         sink.done();
