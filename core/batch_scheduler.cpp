@@ -57,7 +57,13 @@ struct BatchScheduler::Seq {
   GenerateResult result;
   Clock::time_point t_start;
   TokenEmitter emitter;
-  bool started = false;   // on_start ran
+  bool started = false;      // on_start ran
+  bool prompt_done = false;  // its prompt went in and its first token was sampled
+  // After a preemption: the prompt and the reply but its pending token, to feed again.
+  std::vector<int32_t> recompute;
+  std::span<const int32_t> feed() const {
+    return prompt_done ? std::span<const int32_t>(recompute) : request.prompt;
+  }
   int64_t n_fed = 0;      // prompt tokens in the cache
   bool decoding = false;  // the whole prompt is in; `next` is fed each step
   int32_t next = 0;
@@ -144,7 +150,7 @@ void BatchScheduler::finish(Seq& seq, Result<GenerateResult> result, bool timed_
 
 void BatchScheduler::publish(Seq& seq, std::span<const int32_t> generated) {
   if (!prefix_cache_) return;
-  if (generated.empty()) return seq.kv->publish(seq.request.prompt);
+  if (generated.empty()) return seq.kv->publish(seq.feed());
   // The cache holds the prompt, then the reply but its last token (never fed).
   std::vector<int32_t> tokens = seq.request.prompt;
   tokens.insert(tokens.end(), generated.begin(), generated.end());
@@ -156,7 +162,7 @@ bool BatchScheduler::place(Seq& seq, size_t slot) {
   kv.clear();
   seq.n_fed = 0;
   if (kv.paged()) {
-    const std::span<const int32_t> feed = seq.request.prompt;
+    const std::span<const int32_t> feed = seq.feed();
     const auto n = static_cast<int64_t>(feed.size());
     int64_t cached = prefix_cache_ ? kv.attach_prefix(feed) : 0;
     if (cached > 0 && n - cached < 2) {  // feed two tokens at least (see the header)
@@ -190,10 +196,42 @@ void BatchScheduler::reserve_decode_blocks() {
   }
   std::sort(by_age_.begin(), by_age_.end(),
             [](const Seq* a, const Seq* b) { return a->age < b->age; });
+  const KvBlockPool& pool = *slots_.front().pool();
   for (Seq* s : by_age_) {
+    // Out of blocks: the newest running sequence gives its blocks back (this one last).
+    while (s->slot >= 0 && s->kv->blocks_needed(s->kv->n_tokens(), 1) > pool.n_available()) {
+      Seq* newest = nullptr;
+      for (const std::unique_ptr<Seq>& r : running_) {
+        if (r != nullptr && (newest == nullptr || r->age > newest->age)) newest = r.get();
+      }
+      preempt(*newest);
+    }
+    if (s->slot < 0) continue;
     const Result<void> reserved = s->kv->reserve(s->kv->n_tokens(), 1);
-    if (!reserved.ok()) finish(*s, reserved.error(), false);
+    QRUN_CHECK(reserved.ok(), "batch scheduler: %s", reserved.error().message.c_str());
   }
+}
+
+void BatchScheduler::preempt(Seq& seq) {
+  n_preemptions_.fetch_add(1);
+  if (seq.prompt_done) {
+    const std::span<const int32_t> fed(seq.result.tokens.data(), seq.result.tokens.size() - 1);
+    seq.recompute = seq.request.prompt;
+    seq.recompute.insert(seq.recompute.end(), fed.begin(), fed.end());
+  }
+  publish(seq, seq.result.tokens);
+  seq.kv->clear();
+  seq.decoding = false;
+  seq.n_fed = 0;
+  const auto slot = static_cast<size_t>(seq.slot);
+  seq.slot = -1;
+  seq.kv = nullptr;
+  // Back in line by age, so the oldest waiting sequence runs first.
+  const auto at = std::find_if(parked_.begin(), parked_.end(),
+                               [&](const std::unique_ptr<Seq>& p) { return p->age > seq.age; });
+  parked_.insert(at, std::move(running_[slot]));
+  n_parked_.fetch_add(1);  // before it leaves the running count: submit() never misses it
+  n_running_.fetch_sub(1);
 }
 
 void BatchScheduler::store_gauges() {
@@ -306,11 +344,12 @@ bool BatchScheduler::step() {
   int64_t n_prefill = 0;
   for (std::unique_ptr<Seq>& s : running_) {
     if (s == nullptr || s->decoding || budget == 0) continue;
-    const auto n_prompt = static_cast<int64_t>(s->request.prompt.size());
-    const int64_t n = std::min(budget, n_prompt - s->n_fed);
-    const bool last = s->n_fed + n == n_prompt;
-    parts_.push_back(SeqForward{std::span<const int32_t>(s->request.prompt)
-                                    .subspan(static_cast<size_t>(s->n_fed), static_cast<size_t>(n)),
+    // Its prompt, or after a preemption what it recomputes (no logits: `next` is known).
+    const std::span<const int32_t> feed = s->feed();
+    const auto n_feed = static_cast<int64_t>(feed.size());
+    const int64_t n = std::min(budget, n_feed - s->n_fed);
+    const bool last = s->n_fed + n == n_feed && !s->prompt_done;
+    parts_.push_back(SeqForward{feed.subspan(static_cast<size_t>(s->n_fed), static_cast<size_t>(n)),
                                 s->n_fed, s->kv, false, last ? s->logits.data() : nullptr});
     part_seqs_.push_back(s.get());
     budget -= n;
@@ -334,13 +373,18 @@ bool BatchScheduler::step() {
     if (!s.decoding) {
       s.n_fed += static_cast<int64_t>(parts_[i].tokens.size());
       publish(s, {});
-      if (parts_[i].logits == nullptr) continue;
+      if (parts_[i].logits == nullptr) {
+        // A recomputed sequence decodes its pending token from the next step.
+        if (s.prompt_done && s.n_fed == static_cast<int64_t>(s.feed().size())) s.decoding = true;
+        continue;
+      }
       // The whole prompt is in: the sampler sees it, and the first token comes from its
       // last row, as in generate().
       s.result.timings.prompt_ms = ms_between(s.t_start, after);
       s.result.timings.n_passes = 1;
       for (const int32_t t : s.request.prompt) s.request.sampler.accept_prompt(t);
       s.decoding = true;
+      s.prompt_done = true;
       if (s.emitter.budget_spent()) {
         s.result.stop_reason = StopReason::kLength;
         finish(s, std::move(s.result), false);

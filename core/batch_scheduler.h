@@ -14,8 +14,13 @@
 // Paged slots (KvCache::create_paged over one KvBlockPool, core/kv_block_pool.h): a slot
 // holds no memory of its own; a sequence takes the blocks of its whole prompt when it is
 // admitted (and waits, first in line, while the pool has too few) and one more block each
-// time its decoding crosses a block edge (ending with a kRuntime error when the pool has
-// none left); its blocks go back to the pool when it ends.
+// time its decoding crosses a block edge; its blocks go back to the pool when it ends. When
+// a decoding sequence finds no free block, the newest running sequence (by admission; the
+// one itself when it is the newest) is preempted: its blocks go back (published first, with
+// prefix caching, so it may find them again) and it waits, first in line by age, to
+// recompute its prompt and its reply so far, then decodes on with the same sampler state.
+// The oldest sequence always progresses (a slot's context fits the pool), so nothing
+// deadlocks and no request is lost.
 // Prefix caching (paged slots, prefix_cache): a sequence publishes the full blocks of its
 // prompt as they fill, and of its reply when it ends (KvCache::publish); a later sequence
 // whose prompt starts with the same whole blocks shares them (KvCache::attach_prefix) and
@@ -104,6 +109,8 @@ class BatchScheduler {
   bool prefix_cache() const { return prefix_cache_; }
   int64_t n_prefix_hits() const { return prefix_hits_.load(); }
   int64_t n_prefix_tokens() const { return prefix_tokens_.load(); }
+  // Paged slots: sequences preempted for want of blocks so far.
+  int64_t n_preemptions() const { return n_preemptions_.load(); }
   // The tokens all the slots' caches can hold together (paged: the pool's).
   int64_t kv_tokens_capacity() const { return kv_capacity_; }
   int64_t kv_blocks_used() const { return blocks_used_.load(); }
@@ -119,8 +126,11 @@ class BatchScheduler {
   // Gives `seq` slot `slot`: with paged slots, the blocks of its prompt (false, and nothing
   // held, when the pool has too few).
   bool place(Seq& seq, size_t slot);
-  // Paged slots: each decoding sequence's block for its next token, oldest first.
+  // Paged slots: each decoding sequence's block for its next token, oldest first,
+  // preempting the newest running sequences while the pool has none.
   void reserve_decode_blocks();
+  // Frees the blocks of running `seq` and parks it to recompute what it had.
+  void preempt(Seq& seq);
   void store_gauges();
 
   Model& model_;
@@ -154,6 +164,7 @@ class BatchScheduler {
   std::atomic<int64_t> blocks_used_{0};
   std::atomic<int64_t> prefix_hits_{0};
   std::atomic<int64_t> prefix_tokens_{0};
+  std::atomic<int64_t> n_preemptions_{0};
   std::atomic<int64_t> n_steps_{0};
   std::atomic<int64_t> n_mixed_steps_{0};
 };

@@ -280,6 +280,42 @@ TEST(BatchScheduler, APromptWaitsForBlocks) {
   EXPECT_EQ(f.pool->n_used(), 0);
 }
 
+// Out of blocks: three sequences of 20 prompt tokens and 50 generated (70 positions, 5
+// blocks of 16 each) over a pool of 6 blocks. All three start (2 blocks each); when the pool
+// runs dry the newest running sequence gives its blocks back and waits to recompute its
+// prompt and reply so far. All finish with the tokens each gives alone (greedy, and seeded:
+// the sampler goes on where it was), no request fails, and no block stays held.
+TEST(BatchScheduler, OutOfBlocksPreemptsTheNewestAndRecomputesIt) {
+  for (const char* model : {"stories260K.gguf", "TinyLLama-v0-5M-Q4_0.gguf"}) {
+    for (const bool prefix_cache : {false, true}) {
+      Fixture f(model, 16, 3);
+      const int64_t n_vocab = f.model->hparams().n_vocab;
+      std::atomic<bool> shutdown{false};
+      BatchScheduler sched(*f.model, f.backend, f.paged(3, 96, 6), 16, 8, &shutdown, prefix_cache);
+      std::vector<Outcome> out(3);
+      std::vector<std::vector<int32_t>> prompts;
+      for (int i = 0; i < 3; ++i) {
+        prompts.push_back(prompt_of(20, i, n_vocab));
+        ASSERT_EQ(sched.submit(request(sched, out[i], prompts[i], 50, sampling(i < 2, 7 + i))),
+                  BatchScheduler::Submitted::kQueued);
+      }
+      for (int guard = 0; guard < 2000 && sched.step(); ++guard) {
+        EXPECT_LE(sched.n_running() + sched.n_queued(), 3);
+      }
+      EXPECT_GT(sched.n_preemptions(), 0) << model;
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(out[i].result.has_value()) << i;
+        ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
+        EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << i;
+        EXPECT_EQ(out[i].tokens, alone(f, prompts[i], 50, sampling(i < 2, 7 + i), 96))
+            << model << ", request " << i << (prefix_cache ? ", prefix caching" : "");
+      }
+      EXPECT_EQ(f.pool->n_used(), 0);
+      EXPECT_EQ(sched.n_running() + sched.n_queued(), 0);
+    }
+  }
+}
+
 TEST(BatchScheduler, ALongPromptDoesNotStopAStreamingSequence) {
   // A budget of 8 tokens per step: while B's 60-token prompt goes in (8 - 1 tokens a step,
   // beside A's decode token), A gets a token in every step.
