@@ -240,7 +240,10 @@ void BatchScheduler::store_gauges() {
     if (s != nullptr) used += s->kv->n_tokens();
   }
   kv_used_.store(used);
-  if (paged()) blocks_used_.store(slots_.front().pool()->n_used());
+  if (paged()) {
+    blocks_used_.store(slots_.front().pool()->n_used());
+    blocks_cached_.store(slots_.front().pool()->n_cached());
+  }
 }
 
 bool BatchScheduler::step() {

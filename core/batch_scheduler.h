@@ -114,6 +114,8 @@ class BatchScheduler {
   // The tokens all the slots' caches can hold together (paged: the pool's).
   int64_t kv_tokens_capacity() const { return kv_capacity_; }
   int64_t kv_blocks_used() const { return blocks_used_.load(); }
+  // Paged slots: blocks in the prefix cache (referenced or not), after the last step.
+  int64_t kv_blocks_cached() const { return blocks_cached_.load(); }
   // Steps run so far, and of them the ones that held prompt tokens and decode tokens at once.
   int64_t n_steps() const { return n_steps_.load(); }
   int64_t n_mixed_steps() const { return n_mixed_steps_.load(); }
@@ -162,6 +164,7 @@ class BatchScheduler {
   int64_t blocks_total_ = 0;
   int64_t kv_capacity_ = 0;
   std::atomic<int64_t> blocks_used_{0};
+  std::atomic<int64_t> blocks_cached_{0};
   std::atomic<int64_t> prefix_hits_{0};
   std::atomic<int64_t> prefix_tokens_{0};
   std::atomic<int64_t> n_preemptions_{0};

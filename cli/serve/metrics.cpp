@@ -139,6 +139,17 @@ std::string Metrics::render(const MetricsGauges& g) const {
   gauge(out, "qrun_kv_tokens_used", "Tokens in the KV caches of running requests",
         g.kv_tokens_used);
   gauge(out, "qrun_kv_tokens_total", "KV cache capacity in tokens, all slots", g.kv_tokens_total);
+  gauge(out, "qrun_kv_blocks_total", "Blocks of the paged KV cache (0: per-slot caches)",
+        g.kv_blocks_total);
+  gauge(out, "qrun_kv_blocks_used", "KV blocks held by running requests", g.kv_blocks_used);
+  gauge(out, "qrun_kv_blocks_free",
+        "KV blocks a request can take: unused, or cached and held by no request",
+        g.kv_blocks_total - g.kv_blocks_used);
+  gauge(out, "qrun_kv_blocks_cached", "KV blocks in the prefix cache, held by a request or not",
+        g.kv_blocks_cached);
+  header(out, "qrun_preemptions_total", "counter",
+         "Running requests preempted for want of KV blocks (recomputed later)");
+  sample(out, "qrun_preemptions_total", static_cast<uint64_t>(g.preemptions));
   header(out, "qrun_engine_steps_total", "counter",
          "Batched forward passes the engine ran (one decode token per running sequence each)");
   sample(out, "qrun_engine_steps_total", static_cast<uint64_t>(g.steps));

@@ -38,8 +38,14 @@ struct MetricsGauges {
   int64_t queued = 0;           // requests waiting for a slot
   int64_t kv_tokens_used = 0;   // tokens in the KV caches of running requests
   int64_t kv_tokens_total = 0;  // all slots' capacity
-  int64_t steps = 0;            // engine steps so far (a counter, kept by the engine)
-  int64_t mixed_steps = 0;      // of them, those with prompt chunks beside decode tokens
+  // A paged KV cache (--kv-unified; all 0 without): its blocks, those running requests
+  // hold, and those in the prefix cache; preemptions so far (a counter).
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_cached = 0;
+  int64_t preemptions = 0;
+  int64_t steps = 0;        // engine steps so far (a counter, kept by the engine)
+  int64_t mixed_steps = 0;  // of them, those with prompt chunks beside decode tokens
 };
 
 class Metrics {

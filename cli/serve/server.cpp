@@ -154,6 +154,10 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
     g.queued = scheduler_.n_queued();
     g.kv_tokens_used = scheduler_.kv_tokens_used();
     g.kv_tokens_total = scheduler_.kv_tokens_capacity();
+    g.kv_blocks_total = scheduler_.kv_blocks_total();
+    g.kv_blocks_used = scheduler_.kv_blocks_used();
+    g.kv_blocks_cached = scheduler_.kv_blocks_cached();
+    g.preemptions = scheduler_.n_preemptions();
     g.steps = scheduler_.n_steps();
     g.mixed_steps = scheduler_.n_mixed_steps();
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
