@@ -1,7 +1,9 @@
 // BatchScheduler: the queue under a mutex, everything else on the stepping thread. A step
 // builds its forward parts in vectors reserved for every slot and samples into each slot's
-// logits row, so a step allocates nothing beyond what sampling and the callbacks do;
-// admitting a request makes its sequence state once.
+// logits row, so a decode step allocates nothing beyond what sampling and the callbacks do
+// (paged slots too: a block table has room for a whole context); admitting a request makes
+// its sequence state once. Prefix caching allocates when a prompt chunk fills a block (its
+// key and tokens) and when a sequence ends or is preempted (its token list).
 #include "core/batch_scheduler.h"
 
 #include <algorithm>

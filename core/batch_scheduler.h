@@ -54,12 +54,12 @@ namespace qrun {
 struct SeqRequest {
   std::vector<int32_t> prompt;  // non-empty, and shorter than a slot's context
   int64_t n_predict = -1;       // tokens to generate; < 0: until EOG or the context is full
-  double timeout_s = 0;         // seconds from taking a slot; then kInterrupted. 0: no limit
+  double timeout_s = 0;         // seconds from leaving the queue; then kInterrupted. 0: no limit
   Sampler sampler;
   IsEog is_eog;      // null: never
   OnToken on_token;  // each generated (non-EOG) token, as generate()'s
   std::shared_ptr<const std::atomic<bool>> cancel;  // set: ends with kInterrupted; may be null
-  // When the sequence takes a slot (before its prompt runs); may be null.
+  // When the sequence first takes a slot (before its prompt runs); may be null.
   std::function<void()> on_start;
   // Exactly once, when it ends: the result as generate() gives it (kInterrupted for a
   // cancel, a time limit or shutdown, also while queued), or the error of its forward pass;
