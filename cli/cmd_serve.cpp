@@ -71,7 +71,11 @@ Result<std::string> api_key(const ServeOptions& o) {
 
 Result<void> run_serve(ServeOptions o) {
   if (o.sampling.error) return *o.sampling.error;
-  o.model.n_seq = o.n_parallel;  // one batched step holds every sequence
+  o.model.n_seq = o.n_parallel;                    // one batched step holds every sequence
+  if ((o.block_size & (o.block_size - 1)) != 0) {  // before the model loads: a typo fails fast
+    return make_error(ErrorCode::kUsage, format("--block-size %lld: not a power of two",
+                                                static_cast<long long>(o.block_size)));
+  }
   Result<std::string> key = api_key(o);
   if (!key.ok()) return key.error();
   // Before any thread exists (the backend's pool, httplib's), so that all inherit the mask.

@@ -63,6 +63,11 @@ TEST(CliServe, BusyPortAndBadFlags) {
       {qrun_binary().string(), "serve", "-m", shared_model("stories260K.gguf"), "-np", "0"},
       StdinKind::kDevNull, "", 30s);
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  const ProcessResult block = run_process({qrun_binary().string(), "serve", "-m",
+                                           shared_model("stories260K.gguf"), "--block-size", "48"},
+                                          StdinKind::kDevNull, "", 30s);
+  EXPECT_EQ(block.exit_code, 2) << block.err;
+  EXPECT_NE(block.err.find("--block-size 48: not a power of two"), std::string::npos) << block.err;
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
