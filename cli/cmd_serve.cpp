@@ -248,7 +248,8 @@ void register_serve(CLI::App& app, Action* selected) {
   cmd->add_flag(
          "--kv-unified,!--no-kv-unified", o->kv_unified,
          "One paged KV cache of -c tokens (also -kvu) for all sequences: each takes blocks as it "
-         "grows, up to -c tokens, and waits for blocks when the cache is full "
+         "grows, up to -c tokens; when the cache is full a new prompt waits, and a decoding "
+         "sequence preempts the newest running one, which is recomputed later "
          "(default, on the CPU backend; -ngl keeps per-sequence slots). "
          "--no-kv-unified: each of the -np sequences gets -c / N tokens of its own")
       ->each([o](const std::string&) { o->kv_unified_given = true; });
@@ -289,7 +290,8 @@ void register_serve(CLI::App& app, Action* selected) {
       "every running sequence and gives the rest of the -b/--batch-size token budget to\n"
       "waiting prompts in chunks (chunked prefill), all in one forward pass, so a long prompt\n"
       "never stalls the running streams. Requests beyond -np wait in the queue, and so do\n"
-      "requests whose prompt finds too few free KV blocks (--kv-unified).\n"
+      "requests whose prompt finds too few free KV blocks (--kv-unified). /metrics shows the\n"
+      "KV blocks used, free and cached, prefix-cache hits and preemptions.\n"
       "Sampling flags are the defaults; a request's temperature, top_p, min_p, top_k, seed,\n"
       "presence_penalty, frequency_penalty, stop and response_format override them, and its\n"
       "logit_bias adds to --logit-bias.\n"
