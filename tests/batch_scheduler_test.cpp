@@ -316,6 +316,49 @@ TEST(BatchScheduler, OutOfBlocksPreemptsTheNewestAndRecomputesIt) {
   }
 }
 
+// A preempted sequence waiting to recompute is still a request: cancelled, it ends at the
+// next step with the tokens it had (a prefix of what it gives alone); at shutdown, the
+// running and the waiting all end, and every block goes back.
+TEST(BatchScheduler, PreemptedSequencesEndOnCancelAndShutdown) {
+  Fixture f("TinyLLama-v0-5M-Q4_0.gguf", 16, 3);
+  const int64_t n_vocab = f.model->hparams().n_vocab;
+  std::atomic<bool> shutdown{false};
+  BatchScheduler sched(*f.model, f.backend, f.paged(3, 96, 6), 16, 8, &shutdown, true);
+  const SamplingParams greedy = sampling(true, 0);
+  std::vector<Outcome> out(3);
+  std::vector<std::vector<int32_t>> prompts;
+  auto cancel_newest = std::make_shared<std::atomic<bool>>(false);
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(prompt_of(20, i, n_vocab));
+    SeqRequest r = request(sched, out[i], prompts[i], 50, greedy);
+    if (i == 2) r.cancel = cancel_newest;
+    ASSERT_EQ(sched.submit(std::move(r)), BatchScheduler::Submitted::kQueued);
+  }
+  for (int guard = 0; guard < 200 && sched.n_preemptions() == 0; ++guard) ASSERT_TRUE(sched.step());
+  ASSERT_EQ(sched.n_preemptions(), 1);
+  EXPECT_EQ(sched.n_running(), 2);
+  EXPECT_EQ(sched.n_queued(), 1);  // the newest, waiting to recompute
+  ASSERT_FALSE(out[2].tokens.empty());
+  cancel_newest->store(true);
+  sched.step();
+  ASSERT_TRUE(out[2].result && out[2].result->ok());
+  EXPECT_EQ((*out[2].result)->stop_reason, StopReason::kInterrupted);
+  const std::vector<int32_t> whole = alone(f, prompts[2], 50, greedy, 96);
+  ASSERT_LE(out[2].tokens.size(), whole.size());
+  EXPECT_TRUE(std::equal(out[2].tokens.begin(), out[2].tokens.end(), whole.begin()));
+  EXPECT_EQ(sched.n_queued(), 0);
+  for (int guard = 0; guard < 200 && sched.n_preemptions() == 1; ++guard) ASSERT_TRUE(sched.step());
+  EXPECT_EQ(sched.n_preemptions(), 2);  // the younger of the two others now waits
+  shutdown = true;
+  sched.run();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(out[i].result && out[i].result->ok()) << i;
+    EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kInterrupted) << i;
+  }
+  EXPECT_EQ(sched.n_running() + sched.n_queued(), 0);
+  EXPECT_EQ(f.pool->n_used(), 0);
+}
+
 TEST(BatchScheduler, ALongPromptDoesNotStopAStreamingSequence) {
   // A budget of 8 tokens per step: while B's 60-token prompt goes in (8 - 1 tokens a step,
   // beside A's decode token), A gets a token in every step.
