@@ -392,6 +392,32 @@ TEST(CliServe, APromptSharingWholeBlocksReusesThem) {
   }
 }
 
+// A chat's second turn starts with its first turn (system prompt, user message): it reuses
+// the blocks the first turn cached, and the chat usage says so.
+TEST(CliServe, AChatsNextTurnReusesTheEarlierTurnsBlocks) {
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file",
+                  roles_template().string()});
+  ASSERT_SERVING(s);
+  httplib::Client c = s.client();
+  std::string system = "Tell stories.";
+  for (int i = 0; i < 10; ++i) system += " The little dog ran to the park.";
+  Json messages = {{{"role", "system"}, {"content", system}},
+                   {{"role", "user"}, {"content", kPrompt}}};
+  const Json first =
+      post(c, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 8}}, 200);
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  messages.push_back(
+      {{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+  messages.push_back({{"role", "user"}, {"content", "And then?"}});
+  const Json second =
+      post(c, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 8}}, 200);
+  const int cached = second["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(cached, 64) << second.dump();
+  EXPECT_EQ(cached % 32, 0);
+  EXPECT_LT(cached, first["usage"]["prompt_tokens"].get<int>() + 8);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
 // -np 1 and no queue: while one long request runs, the others are refused at once with 503,
 // Retry-After and code "overloaded"; the server serves again afterwards.
 TEST(CliServe, OverloadIs503WithRetryAfter) {
