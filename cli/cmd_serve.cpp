@@ -1,10 +1,11 @@
 // `qrun serve -m MODEL`: an OpenAI-compatible HTTP server (cli/serve/). Loads the model once
-// (its scratch sized for -b tokens of -np sequences per step), splits -c into -np sequence
-// slots, starts the engine thread that batches them (core/batch_scheduler.h), binds --host:--port
-// (127.0.0.1:8080 by default; port 0 picks a free one), prints the address on stderr, and serves
-// until SIGINT or SIGTERM, which stop running generations and exit 0. SIGINT and SIGTERM are
-// blocked in every thread and taken by one thread with sigtimedwait, so no handler runs on an HTTP
-// or kernel thread.
+// (its scratch sized for -b tokens of -np sequences per step), makes -c tokens of KV cache
+// (one paged pool all sequences share, or -np equal slots where the backend cannot read
+// paged views), starts the engine thread that batches them (core/batch_scheduler.h), binds
+// --host:--port (127.0.0.1:8080 by default; port 0 picks a free one), prints the address on
+// stderr, and serves until SIGINT or SIGTERM, which stop running generations and exit 0.
+// SIGINT and SIGTERM are blocked in every thread and taken by one thread with sigtimedwait, so
+// no handler runs on an HTTP or kernel thread.
 #include <httplib.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -22,6 +23,7 @@
 #include "cli/session.h"
 #include "cli/text_file.h"
 #include "core/jinja/chat_template.h"
+#include "core/kv_block_pool.h"
 
 namespace qrun::cli {
 namespace {
@@ -32,6 +34,10 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   int n_parallel = 1;
+  bool kv_unified = true;  // paged KV shared by every sequence (when the backend reads it)
+  bool kv_unified_given = false;
+  int64_t block_size = 32;  // tokens per KV block
+  bool prefix_caching = true;
   int64_t max_queue = 64;
   size_t max_body = size_t{8} << 20;
   std::string api_key;       // --api-key, or QRUN_API_KEY from the environment
@@ -65,7 +71,11 @@ Result<std::string> api_key(const ServeOptions& o) {
 
 Result<void> run_serve(ServeOptions o) {
   if (o.sampling.error) return *o.sampling.error;
-  o.model.n_seq = o.n_parallel;  // one batched step holds every sequence
+  o.model.n_seq = o.n_parallel;                    // one batched step holds every sequence
+  if ((o.block_size & (o.block_size - 1)) != 0) {  // before the model loads: a typo fails fast
+    return make_error(ErrorCode::kUsage, format("--block-size %lld: not a power of two",
+                                                static_cast<long long>(o.block_size)));
+  }
   Result<std::string> key = api_key(o);
   if (!key.ok()) return key.error();
   // Before any thread exists (the backend's pool, httplib's), so that all inherit the mask.
@@ -96,26 +106,40 @@ Result<void> run_serve(ServeOptions o) {
   Result<SamplingParams> sp = resolve_sampling_params(o.sampling, *s.tokenizer);
   if (!sp.ok()) return sp.error();  // a bad --logit-bias fails at start, not per request
 
-  // -c is the total: each of the -np slots gets an equal share, as llama-server splits it.
-  const int64_t slot_ctx = s.kv.n_ctx() / o.n_parallel;
+  // -c is the total. Unified (paged): one pool of -c tokens in blocks that any sequence
+  // takes as it grows, each sequence up to -c. Else each of the -np slots gets an equal
+  // share, as llama-server splits it without --kv-unified.
+  const int64_t n_ctx = s.kv.n_ctx();
+  const bool paged = o.kv_unified && s.backend->supports_paged_kv();
+  if (o.kv_unified && o.kv_unified_given && !paged) {
+    return make_error(ErrorCode::kUsage,
+                      "--kv-unified needs a backend that reads paged KV views; the CUDA backend "
+                      "(-ngl) does not: leave it out, or use --no-kv-unified");
+  }
+  const int64_t slot_ctx = paged ? n_ctx : n_ctx / o.n_parallel;
   if (slot_ctx < kMinSlotCtx) {
     return make_error(
         ErrorCode::kUsage,
         format("-c %lld split over -np %d leaves %lld tokens per sequence; give "
                "at least %lld per sequence",
-               static_cast<long long>(s.kv.n_ctx()), o.n_parallel, static_cast<long long>(slot_ctx),
+               static_cast<long long>(n_ctx), o.n_parallel, static_cast<long long>(slot_ctx),
                static_cast<long long>(kMinSlotCtx)));
   }
-  std::vector<KvCache> slots;
-  slots.push_back(std::move(s.kv));  // the session's cache is freed by the first assignment
   const KvTypes cache_types = kv_types(o.model);
+  { KvCache session_kv = std::move(s.kv); }  // freed before the slots take their memory
+  std::vector<KvCache> slots;
+  std::shared_ptr<KvBlockPool> pool;
+  if (paged) {
+    Result<std::shared_ptr<KvBlockPool>> made = make_kv_block_pool(
+        *s.model, (n_ctx + o.block_size - 1) / o.block_size, o.block_size, cache_types);
+    if (!made.ok()) return made.error();
+    pool = std::move(*made);
+  }
   for (int i = 0; i < o.n_parallel; ++i) {
-    Result<KvCache> kv = make_kv_cache(*s.model, slot_ctx, cache_types);
+    Result<KvCache> kv = paged ? make_paged_kv_cache(*s.model, pool, slot_ctx)
+                               : make_kv_cache(*s.model, slot_ctx, cache_types);
     if (!kv.ok()) return kv.error();
-    if (i == 0)
-      slots[0] = std::move(*kv);
-    else
-      slots.push_back(std::move(*kv));
+    slots.push_back(std::move(*kv));
   }
 
   serve::ServerConfig config;
@@ -123,6 +147,7 @@ Result<void> run_serve(ServeOptions o) {
   config.api_key = *key;
   config.timeout_s = o.timeout_s;
   config.n_batch = o.model.batch_size;
+  config.prefix_caching = o.prefix_caching;
   config.model_id = o.model.model.empty()
                         ? s.model_name
                         : std::filesystem::path(o.model.model).filename().string();
@@ -154,10 +179,18 @@ Result<void> run_serve(ServeOptions o) {
                                              "of this host)",
                                              o.host.c_str(), o.port));
   }
-  if (!o.quiet)
+  if (!o.quiet && paged) {
+    std::fprintf(stderr,
+                 "qrun: %d sequences of up to %lld tokens sharing a paged KV cache of %lld blocks "
+                 "of %lld tokens, queue of %lld\n",
+                 server.n_slots(), static_cast<long long>(server.slot_ctx()),
+                 static_cast<long long>(pool->n_blocks()), static_cast<long long>(o.block_size),
+                 static_cast<long long>(o.max_queue));
+  } else if (!o.quiet) {
     std::fprintf(stderr, "qrun: %d sequence slots of %lld tokens, queue of %lld\n",
                  server.n_slots(), static_cast<long long>(server.slot_ctx()),
                  static_cast<long long>(o.max_queue));
+  }
   std::fprintf(stderr, "qrun: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stderr);
 
@@ -207,10 +240,26 @@ void register_serve(CLI::App& app, Action* selected) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--parallel", o->n_parallel,
-                  "Sequences generated at once (also -np), each with its own KV cache of "
-                  "-c / N tokens, all decoded together in one batched forward pass per step")
+                  "Sequences generated at once (also -np), all decoded together in one batched "
+                  "forward pass per step; they share the -c tokens of KV cache (see "
+                  "--kv-unified)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_flag(
+         "--kv-unified,!--no-kv-unified", o->kv_unified,
+         "One paged KV cache of -c tokens (also -kvu) for all sequences: each takes blocks as it "
+         "grows, up to -c tokens; when the cache is full a new prompt waits, and a decoding "
+         "sequence preempts the newest running one, which is recomputed later "
+         "(default, on the CPU backend; -ngl keeps per-sequence slots). "
+         "--no-kv-unified: each of the -np sequences gets -c / N tokens of its own")
+      ->each([o](const std::string&) { o->kv_unified_given = true; });
+  cmd->add_option("--block-size", o->block_size,
+                  "Tokens per KV cache block with --kv-unified (a power of two, at least 16)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{16}, int64_t{4096}));
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching,
+                "With --kv-unified: a request whose prompt starts with whole blocks an earlier "
+                "one computed shares them and skips their prefill (on by default)");
   cmd->add_option("--max-queue", o->max_queue,
                   "Requests that may wait for a sequence slot; more get 503")
       ->capture_default_str()
@@ -240,7 +289,9 @@ void register_serve(CLI::App& app, Action* selected) {
       "Continuous batching: one engine thread runs steps; each step decodes one token for\n"
       "every running sequence and gives the rest of the -b/--batch-size token budget to\n"
       "waiting prompts in chunks (chunked prefill), all in one forward pass, so a long prompt\n"
-      "never stalls the running streams. Requests beyond -np wait in the queue.\n"
+      "never stalls the running streams. Requests beyond -np wait in the queue, and so do\n"
+      "requests whose prompt finds too few free KV blocks (--kv-unified). /metrics shows the\n"
+      "KV blocks used, free and cached, prefix-cache hits and preemptions.\n"
       "Sampling flags are the defaults; a request's temperature, top_p, min_p, top_k, seed,\n"
       "presence_penalty, frequency_penalty, stop and response_format override them, and its\n"
       "logit_bias adds to --logit-bias.\n"

@@ -56,7 +56,7 @@ std::vector<char*> with_aliases(int argc, char** argv) {
   static constexpr Alias kAliases[] = {
       {"-sys", "--system-prompt"},   {"-np", "--parallel"},      {"-md", "--model-draft"},
       {"-jf", "--json-schema-file"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
-      {"-ngl", "--n-gpu-layers"},    {"-to", "--timeout"},
+      {"-ngl", "--n-gpu-layers"},    {"-to", "--timeout"},       {"-kvu", "--kv-unified"},
   };
   std::vector<char*> args(argv, argv + argc);
   for (char*& a : args) {

@@ -78,7 +78,8 @@ struct GenerateTimings {
   double gen_ms = 0.0;     // sampling and decoding after the first token
   double ttft_ms = 0.0;    // start of generate() to the first sampled token
   int64_t n_prompt = 0;
-  int64_t n_gen = 0;  // tokens sampled (emitted ones and a final EOG)
+  int64_t n_prompt_cached = 0;  // of them, those whose K/V came from a prefix cache (serve)
+  int64_t n_gen = 0;            // tokens sampled (emitted ones and a final EOG)
   // Target forward passes that produced sampled tokens (the prompt's last one included):
   // n_gen / n_passes is the tokens per target pass, 1 for plain decoding.
   int64_t n_passes = 0;

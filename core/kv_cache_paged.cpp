@@ -55,6 +55,10 @@ Result<KvCache> KvCache::create_paged(std::shared_ptr<KvBlockPool> pool, int64_t
     c.layers_[il].window = windows.empty() ? 0 : windows[il];
     c.layers_[il].rows = n_ctx;  // every position, never a ring
   }
+  // Room for a whole context's blocks, so that a decode step that crosses a block edge
+  // allocates no memory of its own.
+  c.blocks_.table.reserve(
+      static_cast<size_t>((n_ctx + pool->block_rows() - 1) / pool->block_rows()));
   c.blocks_.pool = std::move(pool);
   return c;
 }
@@ -145,7 +149,8 @@ int64_t KvCache::attach_prefix(std::span<const int32_t> tokens) {
              static_cast<long long>(n_tokens_));
   if (tokens.empty()) return 0;
   const size_t limit = std::min(tokens.size() - 1, static_cast<size_t>(n_ctx_));
-  blocks_.table = blocks_.pool->lookup(tokens.first(limit));
+  const std::vector<int32_t> found = blocks_.pool->lookup(tokens.first(limit));
+  blocks_.table.assign(found.begin(), found.end());  // (keeping the table's room)
   blocks_.n_published = static_cast<int64_t>(blocks_.table.size());
   n_tokens_ = n_written_ = capacity();
   return n_tokens_;

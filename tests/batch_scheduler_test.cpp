@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/gguf/gguf.h"
+#include "core/kv_block_pool.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -42,8 +44,22 @@ struct Fixture {
     }
     return out;
   }
+  // n paged slots of n_ctx positions over one pool of n_blocks blocks of `rows` rows.
+  std::vector<KvCache> paged(int n, int64_t n_ctx, int64_t n_blocks, int64_t rows = 16) {
+    Result<std::shared_ptr<KvBlockPool>> p = make_kv_block_pool(*model, n_blocks, rows);
+    EXPECT_TRUE(p.ok());
+    pool = *p;
+    std::vector<KvCache> out;
+    for (int i = 0; i < n; ++i) {
+      Result<KvCache> kv = make_paged_kv_cache(*model, pool, n_ctx);
+      EXPECT_TRUE(kv.ok());
+      out.push_back(std::move(*kv));
+    }
+    return out;
+  }
   std::optional<gguf::File> file;
   std::unique_ptr<Model> model;
+  std::shared_ptr<KvBlockPool> pool;
   kernels::CpuBackend backend{2};
 };
 
@@ -70,6 +86,7 @@ struct Outcome {
   int64_t start_step = -1;
   int64_t running_at_done = -1;  // the scheduler's gauges when on_done ran
   int64_t kv_used_at_done = -1;
+  int64_t done_step = -1;
 };
 
 SeqRequest request(BatchScheduler& sched, Outcome& out, std::vector<int32_t> prompt,
@@ -87,6 +104,7 @@ SeqRequest request(BatchScheduler& sched, Outcome& out, std::vector<int32_t> pro
   r.on_done = [&sched, &out](Result<GenerateResult> result, bool timed_out) {
     out.running_at_done = sched.n_running();
     out.kv_used_at_done = sched.kv_tokens_used();
+    out.done_step = sched.n_steps();
     out.result.emplace(std::move(result));
     out.timed_out = timed_out;
   };
@@ -139,6 +157,206 @@ TEST(BatchScheduler, RequestsRunTogetherGiveWhatEachGivesAlone) {
           << model << ", request " << i;
     }
   }
+}
+
+// Paged slots: four sequences of up to 320 positions over a pool of 320 tokens (20 blocks
+// of 16). A contiguous split of those 320 tokens gives 80 a slot, too few for request 0
+// (60 prompt tokens and 40 generated); paged, each takes the blocks it fills, the greedy
+// and seeded tokens are those of each request alone, and every block goes back.
+TEST(BatchScheduler, PagedSlotsTakeBlocksOnDemandAndGiveWhatEachGivesAlone) {
+  for (const char* model : {"stories260K.gguf", "TinyLLama-v0-5M-Q4_0.gguf"}) {
+    constexpr int64_t kCtx = 320;
+    Fixture f(model, /*n_batch=*/16, /*n_seq=*/4);
+    const int64_t n_vocab = f.model->hparams().n_vocab;
+    std::atomic<bool> shutdown{false};
+    BatchScheduler sched(*f.model, f.backend, f.paged(4, kCtx, kCtx / 16), 16, 16, &shutdown);
+    ASSERT_TRUE(sched.paged());
+    EXPECT_EQ(sched.kv_blocks_total(), 20);
+    const int64_t lengths[] = {60, 5, 1, 17, 9};
+    const int64_t predict[] = {40, 12, 25, 8, 30};
+    std::vector<Outcome> out(5);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 5; ++i) {
+      prompts.push_back(prompt_of(lengths[i], i, n_vocab));
+      ASSERT_EQ(
+          sched.submit(request(sched, out[i], prompts[i], predict[i], sampling(i < 3, 100 + i))),
+          BatchScheduler::Submitted::kQueued);
+    }
+    int64_t most_blocks = 0;
+    for (int guard = 0; guard < 1000 && sched.step(); ++guard) {
+      most_blocks = std::max(most_blocks, sched.kv_blocks_used());
+      EXPECT_EQ(sched.kv_blocks_used(), f.pool->n_used());
+    }
+    EXPECT_GT(most_blocks, 0);
+    EXPECT_EQ(f.pool->n_used(), 0);
+    EXPECT_EQ(sched.kv_blocks_used(), 0);
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(out[i].result.has_value()) << i;
+      ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
+      EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << i;
+      EXPECT_EQ(out[i].tokens, alone(f, prompts[i], predict[i], sampling(i < 3, 100 + i), kCtx))
+          << model << ", request " << i;
+    }
+  }
+}
+
+// Prefix caching: after A (50 prompt tokens, 20 generated) ends, its full blocks of 16 are
+// cached, prompt and reply. B shares A's first 40 prompt tokens: it reuses 2 blocks (32
+// tokens) and feeds only 23 tokens, in 2 steps instead of 4; C is A's first 49 tokens, whose
+// 3 cached blocks would leave one token to feed, so it reuses 2 (two tokens at least go in,
+// see the header); D continues A's conversation (its prompt, its reply, more) and reuses 4
+// blocks, the last of them holding A's reply. Each gives the tokens it gives alone, and
+// without prefix caching nothing is reused.
+TEST(BatchScheduler, PrefixCachingReusesWholeBlocksAndSkipsTheirPrefill) {
+  for (const char* model : {"stories260K.gguf", "TinyLLama-v0-5M-Q4_0.gguf"}) {
+    for (const bool prefix_cache : {true, false}) {
+      Fixture f(model, 16, 2);
+      const int64_t n_vocab = f.model->hparams().n_vocab;
+      std::atomic<bool> shutdown{false};
+      BatchScheduler sched(*f.model, f.backend, f.paged(2, 320, 20), 16, 4, &shutdown,
+                           prefix_cache);
+      const SamplingParams greedy = sampling(true, 0);
+      auto run = [&](const std::vector<int32_t>& prompt, int64_t n_predict) {
+        Outcome o;
+        EXPECT_EQ(sched.submit(request(sched, o, prompt, n_predict, greedy)),
+                  BatchScheduler::Submitted::kQueued);
+        for (int guard = 0; guard < 200 && sched.step(); ++guard) {
+        }
+        EXPECT_TRUE(o.result && o.result->ok());
+        EXPECT_EQ(o.tokens, alone(f, prompt, n_predict, greedy, 320)) << model;
+        return o;
+      };
+      const std::vector<int32_t> pa = prompt_of(50, 1, n_vocab);
+      const Outcome a = run(pa, 20);
+      EXPECT_EQ((*a.result)->timings.n_prompt_cached, 0);
+      EXPECT_EQ(a.token_steps.front() - a.start_step, 4);  // ceil(50 / 16) chunks
+
+      std::vector<int32_t> pb(pa.begin(), pa.begin() + 40);
+      const std::vector<int32_t> tail = prompt_of(15, 2, n_vocab);
+      pb.insert(pb.end(), tail.begin(), tail.end());
+      const Outcome b = run(pb, 5);
+      const std::vector<int32_t> pc(pa.begin(), pa.begin() + 49);
+      const Outcome c = run(pc, 5);
+      std::vector<int32_t> pd = pa;
+      pd.insert(pd.end(), a.tokens.begin(), a.tokens.end());
+      pd.insert(pd.end(), tail.begin(), tail.begin() + 5);
+      const Outcome d = run(pd, 5);
+      const int64_t want_b = prefix_cache ? 32 : 0, want_c = prefix_cache ? 32 : 0,
+                    want_d = prefix_cache ? 64 : 0;
+      EXPECT_EQ((*b.result)->timings.n_prompt_cached, want_b) << model;
+      EXPECT_EQ(b.token_steps.front() - b.start_step, prefix_cache ? 2 : 4);
+      EXPECT_EQ((*c.result)->timings.n_prompt_cached, want_c) << model;
+      EXPECT_EQ((*d.result)->timings.n_prompt_cached, want_d) << model;
+      EXPECT_EQ(sched.n_prefix_hits(), prefix_cache ? 3 : 0);
+      EXPECT_EQ(sched.n_prefix_tokens(), want_b + want_c + want_d);
+      EXPECT_EQ(f.pool->n_used(), 0);
+    }
+  }
+}
+
+// A prompt that finds too few free blocks waits, first in line, until a sequence ends and
+// gives its blocks back; it is not refused, and the queue counts it as waiting.
+TEST(BatchScheduler, APromptWaitsForBlocks) {
+  Fixture f("stories260K.gguf", 16, 2);
+  const int64_t n_vocab = f.model->hparams().n_vocab;
+  std::atomic<bool> shutdown{false};
+  // 4 blocks of 16: A's 40 prompt tokens and 5 generated take 3, B's prompt needs 3 more.
+  BatchScheduler sched(*f.model, f.backend, f.paged(2, 64, 4), 16, 4, &shutdown);
+  const SamplingParams greedy = sampling(true, 0);
+  const std::vector<int32_t> pa = prompt_of(40, 1, n_vocab), pb = prompt_of(40, 2, n_vocab);
+  Outcome a, b;
+  ASSERT_EQ(sched.submit(request(sched, a, pa, 5, greedy)), BatchScheduler::Submitted::kQueued);
+  ASSERT_EQ(sched.submit(request(sched, b, pb, 5, greedy)), BatchScheduler::Submitted::kQueued);
+  ASSERT_TRUE(sched.step());
+  EXPECT_EQ(sched.n_running(), 1);
+  EXPECT_EQ(sched.n_queued(), 1);  // b, parked
+  EXPECT_EQ(b.start_step, -1);
+  for (int guard = 0; guard < 100 && sched.step(); ++guard) {
+  }
+  ASSERT_TRUE(a.result && a.result->ok() && b.result && b.result->ok());
+  EXPECT_GE(b.start_step, a.done_step);
+  EXPECT_EQ(a.tokens, alone(f, pa, 5, greedy, 64));
+  EXPECT_EQ(b.tokens, alone(f, pb, 5, greedy, 64));
+  EXPECT_EQ(f.pool->n_used(), 0);
+}
+
+// Out of blocks: three sequences of 20 prompt tokens and 50 generated (70 positions, 5
+// blocks of 16 each) over a pool of 6 blocks. All three start (2 blocks each); when the pool
+// runs dry the newest running sequence gives its blocks back and waits to recompute its
+// prompt and reply so far. All finish with the tokens each gives alone (greedy, and seeded:
+// the sampler goes on where it was), no request fails, and no block stays held.
+TEST(BatchScheduler, OutOfBlocksPreemptsTheNewestAndRecomputesIt) {
+  for (const char* model : {"stories260K.gguf", "TinyLLama-v0-5M-Q4_0.gguf"}) {
+    for (const bool prefix_cache : {false, true}) {
+      Fixture f(model, 16, 3);
+      const int64_t n_vocab = f.model->hparams().n_vocab;
+      std::atomic<bool> shutdown{false};
+      BatchScheduler sched(*f.model, f.backend, f.paged(3, 96, 6), 16, 8, &shutdown, prefix_cache);
+      std::vector<Outcome> out(3);
+      std::vector<std::vector<int32_t>> prompts;
+      for (int i = 0; i < 3; ++i) {
+        prompts.push_back(prompt_of(20, i, n_vocab));
+        ASSERT_EQ(sched.submit(request(sched, out[i], prompts[i], 50, sampling(i < 2, 7 + i))),
+                  BatchScheduler::Submitted::kQueued);
+      }
+      for (int guard = 0; guard < 2000 && sched.step(); ++guard) {
+        EXPECT_LE(sched.n_running() + sched.n_queued(), 3);
+      }
+      EXPECT_GT(sched.n_preemptions(), 0) << model;
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(out[i].result.has_value()) << i;
+        ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
+        EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << i;
+        EXPECT_EQ(out[i].tokens, alone(f, prompts[i], 50, sampling(i < 2, 7 + i), 96))
+            << model << ", request " << i << (prefix_cache ? ", prefix caching" : "");
+      }
+      EXPECT_EQ(f.pool->n_used(), 0);
+      EXPECT_EQ(sched.n_running() + sched.n_queued(), 0);
+    }
+  }
+}
+
+// A preempted sequence waiting to recompute is still a request: cancelled, it ends at the
+// next step with the tokens it had (a prefix of what it gives alone); at shutdown, the
+// running and the waiting all end, and every block goes back.
+TEST(BatchScheduler, PreemptedSequencesEndOnCancelAndShutdown) {
+  Fixture f("TinyLLama-v0-5M-Q4_0.gguf", 16, 3);
+  const int64_t n_vocab = f.model->hparams().n_vocab;
+  std::atomic<bool> shutdown{false};
+  BatchScheduler sched(*f.model, f.backend, f.paged(3, 96, 6), 16, 8, &shutdown, true);
+  const SamplingParams greedy = sampling(true, 0);
+  std::vector<Outcome> out(3);
+  std::vector<std::vector<int32_t>> prompts;
+  auto cancel_newest = std::make_shared<std::atomic<bool>>(false);
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(prompt_of(20, i, n_vocab));
+    SeqRequest r = request(sched, out[i], prompts[i], 50, greedy);
+    if (i == 2) r.cancel = cancel_newest;
+    ASSERT_EQ(sched.submit(std::move(r)), BatchScheduler::Submitted::kQueued);
+  }
+  for (int guard = 0; guard < 200 && sched.n_preemptions() == 0; ++guard) ASSERT_TRUE(sched.step());
+  ASSERT_EQ(sched.n_preemptions(), 1);
+  EXPECT_EQ(sched.n_running(), 2);
+  EXPECT_EQ(sched.n_queued(), 1);  // the newest, waiting to recompute
+  ASSERT_FALSE(out[2].tokens.empty());
+  cancel_newest->store(true);
+  sched.step();
+  ASSERT_TRUE(out[2].result && out[2].result->ok());
+  EXPECT_EQ((*out[2].result)->stop_reason, StopReason::kInterrupted);
+  const std::vector<int32_t> whole = alone(f, prompts[2], 50, greedy, 96);
+  ASSERT_LE(out[2].tokens.size(), whole.size());
+  EXPECT_TRUE(std::equal(out[2].tokens.begin(), out[2].tokens.end(), whole.begin()));
+  EXPECT_EQ(sched.n_queued(), 0);
+  for (int guard = 0; guard < 200 && sched.n_preemptions() == 1; ++guard) ASSERT_TRUE(sched.step());
+  EXPECT_EQ(sched.n_preemptions(), 2);  // the younger of the two others now waits
+  shutdown = true;
+  sched.run();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(out[i].result && out[i].result->ok()) << i;
+    EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kInterrupted) << i;
+  }
+  EXPECT_EQ(sched.n_running() + sched.n_queued(), 0);
+  EXPECT_EQ(f.pool->n_used(), 0);
 }
 
 TEST(BatchScheduler, ALongPromptDoesNotStopAStreamingSequence) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/support/process.h"
@@ -292,7 +293,8 @@ TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
 // Chunked prefill over HTTP: a long prompt that arrives while another request streams goes
 // in chunks of -b minus the stream's decode token, each beside one of the stream's tokens,
 // so qrun_engine_mixed_steps_total grows by exactly its number of chunks (none of the other
-// steps here mix: a prompt alone, or a stream alone). That count holds as long as the stream
+// steps here mix: a prompt alone, or a stream alone); the second time, B's prompt reuses the
+// blocks its first run cached and only the rest goes in. That count holds as long as the stream
 // outlives the prompt, which its 1800 tokens do by far (it is hung up on afterwards). Both
 // replies are what they are alone.
 TEST(CliServeApi, LongPromptJoinsARunningStreamInChunks) {
@@ -331,8 +333,105 @@ TEST(CliServeApi, LongPromptJoinsARunningStreamInChunks) {
   hang_up = true;
   ASSERT_EQ(a.wait_for(60s), std::future_status::ready);
   EXPECT_EQ(together["choices"][0]["text"], alone["choices"][0]["text"]);
-  const int chunks = (n_prompt + 14) / 15;  // 16 tokens a step, one of them A's
+  // 16 tokens a step, one of them A's, for the tokens that the blocks cached from B's first
+  // run do not hold.
+  const int cached = together["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_EQ(alone["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_GT(cached, 0);
+  const int chunks = (n_prompt - cached + 14) / 15;
   EXPECT_EQ(metric(scrape(s), "qrun_engine_mixed_steps_total"), chunks);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// The paged KV cache's gauges follow a stream, and a client that hangs up mid-stream gives
+// its blocks back at the engine's next step: qrun_kv_blocks_used returns to 0, every block
+// is free again, and the blocks it filled stay in the prefix cache.
+TEST(CliServeApi, DisconnectMidStreamFreesItsBlocks) {
+  ServeProcess s(
+      {"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "2", "-c", "1024", "--ignore-eos"});
+  ASSERT_SERVING(s);
+  const std::string idle = scrape(s);
+  EXPECT_EQ(metric(idle, "qrun_kv_blocks_total"), 32) << idle;
+  EXPECT_EQ(metric(idle, "qrun_kv_blocks_used"), 0);
+  EXPECT_EQ(metric(idle, "qrun_kv_blocks_free"), 32);
+  EXPECT_EQ(metric(idle, "qrun_kv_blocks_cached"), 0);
+
+  std::promise<void> streaming;
+  std::atomic<int> pieces{0};
+  std::atomic<bool> hang_up{false};
+  auto a = std::async(std::launch::async, [&] {
+    httplib::Client ca = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = Json{{"prompt", kPrompt}, {"max_tokens", 1000}, {"temperature", 0}, {"stream", true}}
+                   .dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (++pieces == 3) streaming.set_value();
+      return !hang_up.load();
+    };
+    return ca.send(req);
+  });
+  ASSERT_EQ(streaming.get_future().wait_for(30s), std::future_status::ready);
+  std::string busy;
+  EXPECT_TRUE(wait_for_metrics(s, [&](const std::string& m) {
+    busy = m;
+    return metric(m, "qrun_requests_running") == 1 && metric(m, "qrun_kv_blocks_used") >= 2;
+  })) << busy;
+  EXPECT_EQ(metric(busy, "qrun_kv_blocks_free"), 32 - metric(busy, "qrun_kv_blocks_used"));
+  hang_up = true;
+  ASSERT_EQ(a.wait_for(60s), std::future_status::ready);
+  EXPECT_FALSE(a.get());  // hung up before the end of the stream
+  std::string after;
+  EXPECT_TRUE(wait_for_metrics(s, [&](const std::string& m) {
+    after = m;
+    return metric(m, "qrun_requests_running") == 0 && metric(m, "qrun_kv_blocks_used") == 0;
+  })) << after;
+  EXPECT_EQ(metric(after, "qrun_kv_blocks_free"), 32);
+  EXPECT_GE(metric(after, "qrun_kv_blocks_cached"), 1);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// A KV cache too small for its load: -np 4 over -c 128 in blocks of 16, and eight requests
+// of about 105 positions each at once. Running sequences that find no free block preempt
+// the newest, which recomputes later: every request is answered, with what it gets alone,
+// and /metrics counts the preemptions.
+TEST(CliServeApi, ATooSmallKvCachePreemptsAndAnswersEveryRequest) {
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "4", "-c", "128",
+                  "--block-size", "16", "--ignore-eos"});
+  ASSERT_SERVING(s);
+  const std::vector<std::string> prompts = {"Once upon a time",  "The dog",     "Lily and Tom",
+                                            "One day, a little", "The sun was", "Mom said",
+                                            "There was a big",   "A bird"};
+  auto body = [&](size_t i) {
+    return Json{{"prompt", prompts[i]}, {"max_tokens", 100}, {"temperature", 0}};
+  };
+  httplib::Client c = s.client();
+  std::vector<std::string> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    alone.push_back(post(c, "/v1/completions", body(i), 200)["choices"][0]["text"]);
+  }
+  EXPECT_EQ(metric(scrape(s), "qrun_preemptions_total"), 0);
+  std::vector<std::future<std::pair<int, std::string>>> futures;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    futures.push_back(std::async(std::launch::async, [&, i] {
+      httplib::Client ci = s.client();
+      const httplib::Result r = ci.Post("/v1/completions", body(i).dump(), "application/json");
+      if (!r) return std::make_pair(-1, std::string());
+      if (r->status != 200) return std::make_pair(r->status, r->body);
+      return std::make_pair(200, Json::parse(r->body)["choices"][0]["text"].get<std::string>());
+    }));
+  }
+  for (size_t i = 0; i < futures.size(); ++i) {
+    ASSERT_EQ(futures[i].wait_for(120s), std::future_status::ready);
+    const auto [status, text] = futures[i].get();
+    EXPECT_EQ(status, 200) << text;
+    EXPECT_EQ(text, alone[i]) << prompts[i];
+  }
+  const std::string after = scrape(s);
+  EXPECT_GT(metric(after, "qrun_preemptions_total"), 0) << after;
+  EXPECT_EQ(metric(after, "qrun_kv_blocks_used"), 0);
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 

@@ -63,6 +63,11 @@ TEST(CliServe, BusyPortAndBadFlags) {
       {qrun_binary().string(), "serve", "-m", shared_model("stories260K.gguf"), "-np", "0"},
       StdinKind::kDevNull, "", 30s);
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  const ProcessResult block = run_process({qrun_binary().string(), "serve", "-m",
+                                           shared_model("stories260K.gguf"), "--block-size", "48"},
+                                          StdinKind::kDevNull, "", 30s);
+  EXPECT_EQ(block.exit_code, 2) << block.err;
+  EXPECT_NE(block.err.find("--block-size 48: not a power of two"), std::string::npos) << block.err;
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
@@ -311,6 +316,105 @@ TEST(CliServe, EightConcurrentRequests) {
     EXPECT_EQ(status, 200) << i;
     EXPECT_EQ(text, alone[i]) << prompts[i];
   }
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// -c is one paged KV cache that the sequences share (--kv-unified, the default on the
+// CPU): with -np 4 -c 256 a prompt of more than 256 / 4 tokens is answered, as `qrun run`
+// answers it; --no-kv-unified splits -c into four slots of 64 and refuses it.
+TEST(CliServe, SequencesShareOnePagedKvCache) {
+  const std::string path = shared_model("TinyLLama-v0-5M-Q4_0.gguf");
+  std::string prompt = kPrompt;
+  for (int i = 0; i < 10; ++i) prompt += " The little dog ran to the park.";
+  const Json expected = greedy_run(path, prompt, 16);
+  ASSERT_GT(expected["n_prompt_tokens"].get<int>(), 64) << expected.dump();
+  const Json body = {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}};
+  {
+    ServeProcess s({"-m", path, "-np", "4", "-c", "256"});
+    ASSERT_SERVING(s);
+    EXPECT_NE(s.log().find("4 sequences of up to 256 tokens sharing a paged KV cache of 8 "
+                           "blocks of 32 tokens"),
+              std::string::npos)
+        << s.log();
+    httplib::Client c = s.client();
+    const Json r = post(c, "/v1/completions", body, 200);
+    EXPECT_EQ(r["choices"][0]["text"], expected["text"]);
+    EXPECT_EQ(r["usage"]["prompt_tokens"], expected["n_prompt_tokens"]);
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  }
+  ServeProcess split({"-m", path, "-np", "4", "-c", "256", "--no-kv-unified"});
+  ASSERT_SERVING(split);
+  httplib::Client c = split.client();
+  expect_error(c.Post("/v1/completions", body.dump(), "application/json"), 400, "prompt",
+               "holds 64");
+  EXPECT_EQ(split.stop(), 0) << split.log();
+}
+
+// Prefix caching over HTTP: the same long prompt twice; the second reply reuses whole blocks
+// of the first's prompt (usage.prompt_tokens_details.cached_tokens, a multiple of the block
+// size, at least two tokens left to feed), gives the same text, and /metrics counts the
+// tokens. --no-enable-prefix-caching reuses nothing.
+TEST(CliServe, APromptSharingWholeBlocksReusesThem) {
+  const std::string path = shared_model("TinyLLama-v0-5M-Q4_0.gguf");
+  std::string prompt = kPrompt;
+  for (int i = 0; i < 10; ++i) prompt += " The little dog ran to the park.";
+  const Json body = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
+  for (const bool caching : {true, false}) {
+    std::vector<std::string> args = {"-m", path, "-np", "2", "-c", "512"};
+    if (!caching) args.push_back("--no-enable-prefix-caching");
+    ServeProcess s(args);
+    ASSERT_SERVING(s);
+    httplib::Client c = s.client();
+    const Json cold = post(c, "/v1/completions", body, 200);
+    const Json warm = post(c, "/v1/completions", body, 200);
+    const int n_prompt = cold["usage"]["prompt_tokens"];
+    ASSERT_GT(n_prompt, 66);
+    EXPECT_EQ(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    const int cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"];
+    if (caching) {
+      EXPECT_EQ(cached % 32, 0);
+      EXPECT_GE(cached, 64);
+      EXPECT_LE(cached, n_prompt - 2);
+    } else {
+      EXPECT_EQ(cached, 0);
+    }
+    EXPECT_EQ(warm["choices"][0]["text"], cold["choices"][0]["text"]);
+    const httplib::Result m = c.Get("/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_NE(m->body.find("\nqrun_prompt_tokens_cached_total " + std::to_string(cached) + "\n"),
+              std::string::npos)
+        << m->body;
+    EXPECT_NE(
+        m->body.find("\nqrun_prefix_cache_hits_total " + std::to_string(caching ? 1 : 0) + "\n"),
+        std::string::npos)
+        << m->body;
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  }
+}
+
+// A chat's second turn starts with its first turn (system prompt, user message): it reuses
+// the blocks the first turn cached, and the chat usage says so.
+TEST(CliServe, AChatsNextTurnReusesTheEarlierTurnsBlocks) {
+  ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "--chat-template-file",
+                  roles_template().string()});
+  ASSERT_SERVING(s);
+  httplib::Client c = s.client();
+  std::string system = "Tell stories.";
+  for (int i = 0; i < 10; ++i) system += " The little dog ran to the park.";
+  Json messages = {{{"role", "system"}, {"content", system}},
+                   {{"role", "user"}, {"content", kPrompt}}};
+  const Json first =
+      post(c, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 8}}, 200);
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  messages.push_back(
+      {{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+  messages.push_back({{"role", "user"}, {"content", "And then?"}});
+  const Json second =
+      post(c, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 8}}, 200);
+  const int cached = second["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(cached, 64) << second.dump();
+  EXPECT_EQ(cached % 32, 0);
+  EXPECT_LT(cached, first["usage"]["prompt_tokens"].get<int>() + 8);
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/batch_scheduler.h"
 #include "core/gguf/gguf.h"
+#include "core/kv_block_pool.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "core/sampling/sampling.h"
@@ -254,6 +255,44 @@ TEST(DecodeAlloc, SchedulerStepsAllocateNothing) {
   g_counting.store(false);
   EXPECT_EQ(g_allocations.load(), 0);
   EXPECT_EQ(sched.n_running(), 3);
+  shutdown = true;
+  sched.run();
+}
+
+// The same over paged slots (serve's --kv-unified), decoding across block edges.
+TEST(DecodeAlloc, PagedSchedulerStepsAllocateNothing) {
+  Result<gguf::File> f = gguf::File::open(test::data_path("models/stories260K.gguf").string());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16, 3});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  kernels::CpuBackend backend(2);
+  Result<std::shared_ptr<KvBlockPool>> pool = make_kv_block_pool(**m, 24, 16);
+  ASSERT_TRUE(pool.ok());
+  std::vector<KvCache> caches;
+  for (int i = 0; i < 3; ++i) {
+    Result<KvCache> kv = make_paged_kv_cache(**m, *pool, 128);
+    ASSERT_TRUE(kv.ok());
+    caches.push_back(std::move(*kv));
+  }
+  std::atomic<bool> shutdown{false};
+  BatchScheduler sched(**m, backend, std::move(caches), 16, 4, &shutdown);
+  for (int i = 0; i < 3; ++i) {
+    SeqRequest r;
+    r.prompt = {1, static_cast<int32_t>(13 + i), 25, 7, 99};
+    r.n_predict = 100;
+    r.sampler = make_sampler(SamplingParams{0.8f, static_cast<uint32_t>(42 + i)});
+    r.on_token = [](int32_t) { return TokenAction::kContinue; };
+    ASSERT_EQ(sched.submit(std::move(r)), BatchScheduler::Submitted::kQueued);
+  }
+  for (int i = 0; i < kWarmup; ++i) ASSERT_TRUE(sched.step());
+  ASSERT_EQ(sched.n_running(), 3);
+  g_allocations.store(0);
+  g_counting.store(true);
+  for (int i = 0; i < kCounted; ++i) sched.step();
+  g_counting.store(false);
+  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(sched.n_running(), 3);
+  EXPECT_GE(sched.kv_blocks_used(), 6);  // past the first block edge: 5 + 4 + 16 positions
   shutdown = true;
   sched.run();
 }

@@ -41,6 +41,12 @@ TEST(ServeMetrics, CountersByRouteAndStatusAndGauges) {
   g.queued = 1;
   g.kv_tokens_used = 77;
   g.kv_tokens_total = 4096;
+  g.kv_blocks_total = 128;
+  g.kv_blocks_used = 5;
+  g.kv_blocks_cached = 9;
+  g.preemptions = 3;
+  m.add_cached_prompt_tokens(64);
+  m.add_cached_prompt_tokens(0);  // no hit: counted nowhere
   const std::string out = m.render(g);
   for (const char* line :
        {"qrun_http_responses_total{route=\"/v1/completions\",status=\"200\"} 2\n",
@@ -49,7 +55,10 @@ TEST(ServeMetrics, CountersByRouteAndStatusAndGauges) {
         "qrun_prompt_tokens_total 12\n", "qrun_generated_tokens_total 30\n",
         "qrun_request_timeouts_total 1\n", "qrun_time_to_first_token_seconds_count 0\n",
         "qrun_slots 4\n", "qrun_requests_running 2\n", "qrun_requests_queued 1\n",
-        "qrun_kv_tokens_used 77\n", "qrun_kv_tokens_total 4096\n"}) {
+        "qrun_kv_tokens_used 77\n", "qrun_kv_tokens_total 4096\n", "qrun_kv_blocks_total 128\n",
+        "qrun_kv_blocks_used 5\n", "qrun_kv_blocks_free 123\n", "qrun_kv_blocks_cached 9\n",
+        "qrun_preemptions_total 3\n", "qrun_prompt_tokens_cached_total 64\n",
+        "qrun_prefix_cache_hits_total 1\n"}) {
     EXPECT_NE(out.find(line), std::string::npos) << line << " not in\n" << out;
   }
   EXPECT_EQ(out.find("/secret"), std::string::npos);

@@ -92,6 +92,13 @@ void Metrics::add_generated_tokens(int64_t n) {
   generated_tokens_ += static_cast<uint64_t>(n);
 }
 
+void Metrics::add_cached_prompt_tokens(int64_t n) {
+  if (n <= 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  cached_prompt_tokens_ += static_cast<uint64_t>(n);
+  ++prefix_hits_;
+}
+
 void Metrics::count_timeout() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++timeouts_;
@@ -109,6 +116,12 @@ std::string Metrics::render(const MetricsGauges& g) const {
     }
     header(out, "qrun_prompt_tokens_total", "counter", "Prompt tokens of completion requests");
     sample(out, "qrun_prompt_tokens_total", prompt_tokens_);
+    header(out, "qrun_prompt_tokens_cached_total", "counter",
+           "Prompt tokens whose KV came from the prefix cache (not computed)");
+    sample(out, "qrun_prompt_tokens_cached_total", cached_prompt_tokens_);
+    header(out, "qrun_prefix_cache_hits_total", "counter",
+           "Completion requests that reused cached prompt blocks");
+    sample(out, "qrun_prefix_cache_hits_total", prefix_hits_);
     header(out, "qrun_generated_tokens_total", "counter",
            "Tokens generated (returned to clients) by completion requests");
     sample(out, "qrun_generated_tokens_total", generated_tokens_);
@@ -126,6 +139,17 @@ std::string Metrics::render(const MetricsGauges& g) const {
   gauge(out, "qrun_kv_tokens_used", "Tokens in the KV caches of running requests",
         g.kv_tokens_used);
   gauge(out, "qrun_kv_tokens_total", "KV cache capacity in tokens, all slots", g.kv_tokens_total);
+  gauge(out, "qrun_kv_blocks_total", "Blocks of the paged KV cache (0: per-slot caches)",
+        g.kv_blocks_total);
+  gauge(out, "qrun_kv_blocks_used", "KV blocks held by running requests", g.kv_blocks_used);
+  gauge(out, "qrun_kv_blocks_free",
+        "KV blocks a request can take: unused, or cached and held by no request",
+        g.kv_blocks_total - g.kv_blocks_used);
+  gauge(out, "qrun_kv_blocks_cached", "KV blocks in the prefix cache, held by a request or not",
+        g.kv_blocks_cached);
+  header(out, "qrun_preemptions_total", "counter",
+         "Running requests preempted for want of KV blocks (recomputed later)");
+  sample(out, "qrun_preemptions_total", static_cast<uint64_t>(g.preemptions));
   header(out, "qrun_engine_steps_total", "counter",
          "Batched forward passes the engine ran (one decode token per running sequence each)");
   sample(out, "qrun_engine_steps_total", static_cast<uint64_t>(g.steps));

@@ -38,8 +38,14 @@ struct MetricsGauges {
   int64_t queued = 0;           // requests waiting for a slot
   int64_t kv_tokens_used = 0;   // tokens in the KV caches of running requests
   int64_t kv_tokens_total = 0;  // all slots' capacity
-  int64_t steps = 0;            // engine steps so far (a counter, kept by the engine)
-  int64_t mixed_steps = 0;      // of them, those with prompt chunks beside decode tokens
+  // A paged KV cache (--kv-unified; all 0 without): its blocks, those running requests
+  // hold, and those in the prefix cache; preemptions so far (a counter).
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_cached = 0;
+  int64_t preemptions = 0;
+  int64_t steps = 0;        // engine steps so far (a counter, kept by the engine)
+  int64_t mixed_steps = 0;  // of them, those with prompt chunks beside decode tokens
 };
 
 class Metrics {
@@ -49,6 +55,8 @@ class Metrics {
   void count_response(const std::string& path, int status);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
+  // Prompt tokens of one request whose K/V came from the prefix cache (0: none).
+  void add_cached_prompt_tokens(int64_t n);
   void count_timeout();
   // Seconds from a request's arrival to its first generated token (queue wait included).
   void observe_ttft(double seconds) { ttft_.observe(seconds); }
@@ -62,6 +70,8 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> responses_;  // (route, status)
   uint64_t prompt_tokens_ = 0;
   uint64_t generated_tokens_ = 0;
+  uint64_t cached_prompt_tokens_ = 0;
+  uint64_t prefix_hits_ = 0;  // requests with cached prompt tokens
   uint64_t timeouts_ = 0;
   Histogram ttft_;
   Histogram inter_token_;

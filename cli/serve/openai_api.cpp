@@ -339,10 +339,11 @@ const char* finish_reason(StopReason reason) {
   return "stop";
 }
 
-nlohmann::json usage_json(int64_t n_prompt, int64_t n_completion) {
+nlohmann::json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cached) {
   return {{"prompt_tokens", n_prompt},
           {"completion_tokens", n_completion},
-          {"total_tokens", n_prompt + n_completion}};
+          {"total_tokens", n_prompt + n_completion},
+          {"prompt_tokens_details", {{"cached_tokens", n_cached}}}};
 }
 
 namespace {
@@ -357,7 +358,8 @@ nlohmann::json envelope(Endpoint endpoint, const ResponseIds& ids, bool chunk) {
 }  // namespace
 
 nlohmann::json response_json(Endpoint endpoint, const ResponseIds& ids, const std::string& text,
-                             StopReason reason, int64_t n_prompt, int64_t n_completion) {
+                             StopReason reason, int64_t n_prompt, int64_t n_completion,
+                             int64_t n_cached) {
   nlohmann::json j = envelope(endpoint, ids, false);
   nlohmann::json choice = {{"index", 0}};
   if (endpoint == Endpoint::kChat) {
@@ -368,7 +370,7 @@ nlohmann::json response_json(Endpoint endpoint, const ResponseIds& ids, const st
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish_reason(reason);
   j["choices"] = nlohmann::json::array({choice});
-  j["usage"] = usage_json(n_prompt, n_completion);
+  j["usage"] = usage_json(n_prompt, n_completion, n_cached);
   return j;
 }
 
@@ -392,10 +394,10 @@ nlohmann::json chunk_json(Endpoint endpoint, const ResponseIds& ids, const std::
 }
 
 nlohmann::json usage_chunk_json(Endpoint endpoint, const ResponseIds& ids, int64_t n_prompt,
-                                int64_t n_completion) {
+                                int64_t n_completion, int64_t n_cached) {
   nlohmann::json j = envelope(endpoint, ids, true);
   j["choices"] = nlohmann::json::array();
-  j["usage"] = usage_json(n_prompt, n_completion);
+  j["usage"] = usage_json(n_prompt, n_completion, n_cached);
   return j;
 }
 

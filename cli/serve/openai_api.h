@@ -70,16 +70,18 @@ struct ResponseIds {
   std::string model;
 };
 
-nlohmann::json usage_json(int64_t n_prompt, int64_t n_completion);
+// usage, with prompt_tokens_details.cached_tokens: prompt tokens the prefix cache held.
+nlohmann::json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cached = 0);
 // The whole (non-streamed) response.
 nlohmann::json response_json(Endpoint endpoint, const ResponseIds& ids, const std::string& text,
-                             StopReason reason, int64_t n_prompt, int64_t n_completion);
+                             StopReason reason, int64_t n_prompt, int64_t n_completion,
+                             int64_t n_cached = 0);
 // One streamed chunk: `text` as the delta (chat: with the role on the first chunk), and a
 // finish_reason when `reason` is set. With include_usage every chunk has "usage": null.
 nlohmann::json chunk_json(Endpoint endpoint, const ResponseIds& ids, const std::string& text,
                           bool first, std::optional<StopReason> reason, bool include_usage);
 // The last chunk with include_usage: empty choices and the usage.
 nlohmann::json usage_chunk_json(Endpoint endpoint, const ResponseIds& ids, int64_t n_prompt,
-                                int64_t n_completion);
+                                int64_t n_completion, int64_t n_cached = 0);
 
 }  // namespace qrun::cli::serve

@@ -91,7 +91,7 @@ Server::Server(Session& session, std::vector<KvCache> slots, int64_t max_queued,
     : s_(session),
       slot_ctx_(slots.front().n_ctx()),
       scheduler_(*session.model, *session.backend, std::move(slots), config.n_batch, max_queued,
-                 &shutting_down_),
+                 &shutting_down_, config.prefix_caching),
       config_(std::move(config)) {
   if (chat_template.ok()) {
     template_.emplace(std::move(*chat_template));
@@ -153,7 +153,11 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
     g.running = scheduler_.n_running();
     g.queued = scheduler_.n_queued();
     g.kv_tokens_used = scheduler_.kv_tokens_used();
-    g.kv_tokens_total = slot_ctx_ * scheduler_.n_slots();
+    g.kv_tokens_total = scheduler_.kv_tokens_capacity();
+    g.kv_blocks_total = scheduler_.kv_blocks_total();
+    g.kv_blocks_used = scheduler_.kv_blocks_used();
+    g.kv_blocks_cached = scheduler_.kv_blocks_cached();
+    g.preemptions = scheduler_.n_preemptions();
     g.steps = scheduler_.n_steps();
     g.mixed_steps = scheduler_.n_mixed_steps();
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
@@ -278,8 +282,9 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     ApiError e = server_error(
         400,
         format("the prompt is %zu tokens but a sequence's context holds %lld (the prompt "
-               "must leave room for at least one generated token; raise -c or lower -np)",
-               g->prompt.size(), static_cast<long long>(slot_ctx_)),
+               "must leave room for at least one generated token; raise -c%s)",
+               g->prompt.size(), static_cast<long long>(slot_ctx_),
+               scheduler_.paged() ? "" : " or lower -np"),
         "invalid_request_error", "context_length_exceeded");
     e.param = chat ? "messages" : "prompt";
     return send_error(res, e);
@@ -337,6 +342,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
   seq.on_done = [this, g](Result<GenerateResult> result, bool timed_out) {
     if (result.ok()) {
       metrics_.add_generated_tokens(static_cast<int64_t>(result->tokens.size()));
+      metrics_.add_cached_prompt_tokens(result->timings.n_prompt_cached);
       // The time limit ends a request as "length" with the text so far (as llama-server's
       // t_max_predict_ms).
       if (timed_out) {
@@ -383,8 +389,9 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     if (result->stop_reason == StopReason::kInterrupted) {
       return send_error(res, server_error(503, "the server is shutting down", "server_error"));
     }
-    const Json j = response_json(g->request.endpoint, g->ids, text, result->stop_reason, n_prompt,
-                                 static_cast<int64_t>(result->tokens.size()));
+    const Json j =
+        response_json(g->request.endpoint, g->ids, text, result->stop_reason, n_prompt,
+                      static_cast<int64_t>(result->tokens.size()), result->timings.n_prompt_cached);
     res.set_content(dump(j), "application/json");
     return;
   }
@@ -417,7 +424,10 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
         } else {
           const int64_t n_gen = static_cast<int64_t>(result->tokens.size());
           send(sse(chunk_json(endpoint, g->ids, "", false, result->stop_reason, usage)));
-          if (usage) send(sse(usage_chunk_json(endpoint, g->ids, n_prompt, n_gen)));
+          if (usage) {
+            send(sse(usage_chunk_json(endpoint, g->ids, n_prompt, n_gen,
+                                      result->timings.n_prompt_cached)));
+          }
         }
         send("data: [DONE]\n\n");
         sink.done();

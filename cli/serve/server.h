@@ -26,11 +26,12 @@
 namespace qrun::cli::serve {
 
 struct ServerConfig {
-  SamplingFlags sampling;    // the defaults a request's fields override
-  std::string api_key;       // empty: no authentication
-  int64_t n_batch = 512;     // tokens per engine step (decode tokens and prompt chunks)
-  std::string model_id;      // "model" in responses and /v1/models
-  bool log_requests = true;  // one stderr line per request
+  SamplingFlags sampling;      // the defaults a request's fields override
+  std::string api_key;         // empty: no authentication
+  int64_t n_batch = 512;       // tokens per engine step (decode tokens and prompt chunks)
+  bool prefix_caching = true;  // with paged slots: share cached prompt blocks
+  std::string model_id;        // "model" in responses and /v1/models
+  bool log_requests = true;    // one stderr line per request
   // Wall-clock seconds a completion may run once it holds a slot (prompt and generation);
   // past it, it ends with finish_reason "length" and what it generated. 0: no limit.
   double timeout_s = 600;
