@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Aggregate generated tokens/s of `qrun serve` with 1, 2 and 4 concurrent clients, each
-# asking for N tokens (greedy, --ignore-eos) after a short distinct prompt: the batched
-# engine with -np 4, and as the baseline in the same run -np 1 (one sequence at a time: the
-# others wait in the queue). A synthetic TinyLlama-1.1B Q4_0 (random weights, the shared
+# Aggregate generated tokens/s of `qrun serve` with 1, 2, 4, 8 and 16 concurrent clients,
+# each asking for N tokens (greedy, --ignore-eos) after a short distinct prompt: the batched
+# engine with -np NP (default 8), and as the baseline in the same run -np 1 (one sequence at
+# a time: the others wait in the queue); then, side by side, llama-server -np NP on the same
+# file and load when LLAMA_SERVER names it (default /tmp/llama.cpp/build/bin/llama-server,
+# skipped when absent, and on the synthetic model, whose random bytes it refuses). A synthetic TinyLlama-1.1B Q4_0 (random weights, the shared
 # TinyLLama-v0 vocab) unless a model is given; 2 threads. Prints each configuration's tok/s
 # and the ratios (other work on the machine makes absolute figures noisy; compare ratios).
 # Not a test: the load generator is bounded (clients x N tokens, REPS rounds), loopback only.
@@ -11,7 +13,8 @@
 # GemmKernels::min_tokens rows on, else the repacked gemv, which reads each weight once for
 # every row). `qrun bench -p 1,2,4,8 -n 0` shows the per-row cost of those sizes.
 # Usage: scripts/bench-serve.sh [MODEL.gguf|-] [QRUN] [N] [REPS]
-# QRUN_SERVE_ARGS adds flags to both servers (e.g. "-ngl all" for the CUDA backend).
+# QRUN_SERVE_ARGS adds flags to both qrun servers (e.g. "-ngl all" for the CUDA backend);
+# CLIENTS (default "1 2 4 8 16") and NP (default 8) set the load and the slots.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:--}
@@ -35,11 +38,15 @@ if [ "$model" = "-" ]; then
   fi
 fi
 
+clients=${CLIENTS:-1 2 4 8 16}
+np=${NP:-8}
+llama_server=${LLAMA_SERVER:-/tmp/llama.cpp/build/bin/llama-server}
+
 # Starts `qrun serve` with the given -np on a free port; sets pid and port.
 start() {
   # shellcheck disable=SC2086 # QRUN_SERVE_ARGS is a list of flags
-  "$qrun" serve -m "$model" -t 2 -c 2048 -np "$1" --ignore-eos --port 0 -q ${QRUN_SERVE_ARGS:-} \
-    2>"$tmp/serve.log" &
+  "$qrun" serve -m "$model" -t 2 -c $((256 * $1)) -np "$1" --ignore-eos --port 0 -q \
+    ${QRUN_SERVE_ARGS:-} 2>"$tmp/serve.log" &
   pid=$!
   for _ in $(seq 600); do
     port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$tmp/serve.log")
@@ -48,6 +55,21 @@ start() {
     sleep 0.1
   done
   echo "qrun serve did not start" >&2
+  exit 1
+}
+
+# Starts llama-server with the given -np (the same context per slot) on a free port.
+start_llama() {
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$llama_server" -m "$model" -t 2 -c $((256 * $1)) -np "$1" --ignore-eos --host 127.0.0.1 \
+    --port "$port" >"$tmp/llama.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || { tail -5 "$tmp/llama.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "llama-server did not start" >&2
   exit 1
 }
 stop() {
@@ -82,19 +104,36 @@ PY
 }
 
 declare -A tps
-for np in 4 1; do
-  start "$np"
-  for c in 1 2 4; do
-    tps[$np,$c]=$(load "$c")
-    echo "-np $np, $c client(s): ${tps[$np,$c]} generated tok/s"
+configs="qrun-np$np qrun-np1"
+if [ "${1:--}" = "-" ]; then
+  # llama-server parses what it generates as text and answers 500 to the invalid UTF-8 a
+  # random-weight model writes: side by side needs a real model (e.g. Gemma 3 270M).
+  echo "llama-server: skipped on the random-weight model (give a real one to compare)"
+elif [ -x "$llama_server" ]; then
+  configs="$configs llama-np$np"
+fi
+for config in $configs; do
+  case $config in
+    qrun-np*) start "${config#qrun-np}" ;;
+    llama-np*) start_llama "${config#llama-np}" ;;
+  esac
+  for c in $clients; do
+    tps[$config,$c]=$(load "$c")
+    echo "$config, $c client(s): ${tps[$config,$c]} generated tok/s"
   done
   stop
 done
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 echo "ratios (same run, same machine):"
-for c in 2 4; do
-  echo "  -np 4, $c clients / 1 client:        $(ratio "${tps[4,$c]}" "${tps[4,1]}")x"
+for c in $clients; do
+  [ "$c" = 1 ] && continue
+  echo "  qrun -np $np, $c clients / 1 client: $(ratio "${tps[qrun-np$np,$c]}" "${tps[qrun-np$np,1]}")x"
 done
-for c in 1 2 4; do
-  echo "  $c client(s), -np 4 / -np 1 (queued): $(ratio "${tps[4,$c]}" "${tps[1,$c]}")x"
+for c in $clients; do
+  echo "  $c client(s), qrun -np $np / -np 1 (queued): $(ratio "${tps[qrun-np$np,$c]}" "${tps[qrun-np1,$c]}")x"
 done
+if [[ $configs == *llama* ]]; then
+  for c in $clients; do
+    echo "  $c client(s), qrun / llama-server (both -np $np): $(ratio "${tps[qrun-np$np,$c]}" "${tps[llama-np$np,$c]}")x"
+  done
+fi
