@@ -11,6 +11,8 @@
 # QRUN_SERVE_ARGS adds flags to both servers.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/serve-lib.sh
+. "$here/scripts/serve-lib.sh"
 model=${1:-${QRUN_MODELS:-$HOME/.cache/qrun/models}/gemma-3-270m-q4_k_m.gguf}
 qrun=${2:-$here/build/cli/qrun}
 reps=${3:-5}
@@ -29,14 +31,7 @@ start() {
   "$qrun" serve -m "$model" -t 2 -c 4096 -np 1 --port 0 -q "$@" ${QRUN_SERVE_ARGS:-} \
     2>"$tmp/serve.log" &
   pid=$!
-  for _ in $(seq 600); do
-    port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$tmp/serve.log")
-    [ -n "$port" ] && return 0
-    kill -0 "$pid" 2>/dev/null || { cat "$tmp/serve.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "qrun serve did not start" >&2
-  exit 1
+  port=$(serve_port "$tmp/serve.log" "$pid")
 }
 stop() {
   kill "$pid"

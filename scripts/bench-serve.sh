@@ -17,6 +17,8 @@
 # CLIENTS (default "1 2 4 8 16") and NP (default 8) set the load and the slots.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/serve-lib.sh
+. "$here/scripts/serve-lib.sh"
 model=${1:--}
 qrun=${2:-$here/build/cli/qrun}
 n_gen=${3:-32}
@@ -48,19 +50,12 @@ start() {
   "$qrun" serve -m "$model" -t 2 -c $((256 * $1)) -np "$1" --ignore-eos --port 0 -q \
     ${QRUN_SERVE_ARGS:-} 2>"$tmp/serve.log" &
   pid=$!
-  for _ in $(seq 600); do
-    port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$tmp/serve.log")
-    [ -n "$port" ] && return 0
-    kill -0 "$pid" 2>/dev/null || { cat "$tmp/serve.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "qrun serve did not start" >&2
-  exit 1
+  port=$(serve_port "$tmp/serve.log" "$pid")
 }
 
 # Starts llama-server with the given -np (the same context per slot) on a free port.
 start_llama() {
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   "$llama_server" -m "$model" -t 2 -c $((256 * $1)) -np "$1" --ignore-eos --host 127.0.0.1 \
     --port "$port" >"$tmp/llama.log" 2>&1 &
   pid=$!

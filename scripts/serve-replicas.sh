@@ -11,6 +11,8 @@
 # embedded demo model). Needs nginx (Debian's package) and curl.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/serve-lib.sh
+. "$root/scripts/serve-lib.sh"
 qrun=${1:-$root/build/cli/qrun}
 model=${2:-}
 command -v nginx > /dev/null || { echo "serve-replicas.sh: nginx not found (apt-get install nginx)" >&2; exit 2; }
@@ -26,10 +28,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # Starts a replica on a port of its own choosing (it prints it on stderr).
 start_replica() {
   local args=(serve --port 0 -np 2 -c 1024 -t 1 -q)
@@ -37,25 +35,10 @@ start_replica() {
   "$qrun" "${args[@]}" > /dev/null 2> "$tmp/$1.log" &
   pids+=($!)
 }
-# The port replica $1 listens on, once it does.
-replica_port() {
-  for _ in $(seq 1 600); do
-    local port
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$1.log")
-    if [ -n "$port" ]; then
-      echo "$port"
-      return
-    fi
-    sleep 0.1
-  done
-  echo "serve-replicas.sh: replica $1 did not start: $(cat "$tmp/$1.log")" >&2
-  exit 1
-}
-
 start_replica a
 start_replica b
-port_a=$(replica_port a)
-port_b=$(replica_port b)
+port_a=$(serve_port "$tmp/a.log")
+port_b=$(serve_port "$tmp/b.log")
 port_lb=$(free_port)
 chmod 755 "$tmp"  # nginx's workers (another user) make their temporary folders there
 sed -e "s|@TMP@|$tmp|g" -e "s|@LB@|$port_lb|g" -e "s|@A@|$port_a|g" -e "s|@B@|$port_b|g" \

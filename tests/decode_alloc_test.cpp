@@ -223,40 +223,47 @@ TEST(DecodeAlloc, BatchedStepsAllocateNothing) {
   }
 }
 
-// The engine's steps: three running sequences sampling (top-k, top-p, temperature) and
-// decoding together, callbacks that keep nothing.
-TEST(DecodeAlloc, SchedulerStepsAllocateNothing) {
-  Result<gguf::File> f = gguf::File::open(test::data_path("models/stories260K.gguf").string());
-  ASSERT_TRUE(f.ok()) << f.error().message;
-  Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16, 3});
-  ASSERT_TRUE(m.ok()) << m.error().message;
+// The engine's steps over `caches` (three slots): three running sequences sampling
+// (top-k, top-p, temperature) and decoding together, callbacks that keep nothing. Returns
+// the blocks in use after the counted steps (0 with contiguous slots).
+int64_t count_scheduler_steps(Model& m, std::vector<KvCache> caches) {
   kernels::CpuBackend backend(2);
-  std::vector<KvCache> caches;
-  for (int i = 0; i < 3; ++i) {
-    Result<KvCache> kv = make_kv_cache(**m, 128);
-    ASSERT_TRUE(kv.ok());
-    caches.push_back(std::move(*kv));
-  }
   std::atomic<bool> shutdown{false};
-  BatchScheduler sched(**m, backend, std::move(caches), 16, 4, &shutdown);
+  BatchScheduler sched(m, backend, std::move(caches), 16, 4, &shutdown);
   for (int i = 0; i < 3; ++i) {
     SeqRequest r;
     r.prompt = {1, static_cast<int32_t>(13 + i), 25, 7, 99};
     r.n_predict = 100;
     r.sampler = make_sampler(SamplingParams{0.8f, static_cast<uint32_t>(42 + i)});
     r.on_token = [](int32_t) { return TokenAction::kContinue; };
-    ASSERT_EQ(sched.submit(std::move(r)), BatchScheduler::Submitted::kQueued);
+    EXPECT_EQ(sched.submit(std::move(r)), BatchScheduler::Submitted::kQueued);
   }
-  for (int i = 0; i < kWarmup; ++i) ASSERT_TRUE(sched.step());
-  ASSERT_EQ(sched.n_running(), 3);
+  for (int i = 0; i < kWarmup; ++i) EXPECT_TRUE(sched.step());
+  EXPECT_EQ(sched.n_running(), 3);
   g_allocations.store(0);
   g_counting.store(true);
   for (int i = 0; i < kCounted; ++i) sched.step();
   g_counting.store(false);
   EXPECT_EQ(g_allocations.load(), 0);
   EXPECT_EQ(sched.n_running(), 3);
+  const int64_t blocks = sched.kv_blocks_used();
   shutdown = true;
   sched.run();
+  return blocks;
+}
+
+TEST(DecodeAlloc, SchedulerStepsAllocateNothing) {
+  Result<gguf::File> f = gguf::File::open(test::data_path("models/stories260K.gguf").string());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16, 3});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  std::vector<KvCache> caches;
+  for (int i = 0; i < 3; ++i) {
+    Result<KvCache> kv = make_kv_cache(**m, 128);
+    ASSERT_TRUE(kv.ok());
+    caches.push_back(std::move(*kv));
+  }
+  count_scheduler_steps(**m, std::move(caches));
 }
 
 // The same over paged slots (serve's --kv-unified), decoding across block edges.
@@ -265,7 +272,6 @@ TEST(DecodeAlloc, PagedSchedulerStepsAllocateNothing) {
   ASSERT_TRUE(f.ok()) << f.error().message;
   Result<std::unique_ptr<Model>> m = models::load_model(*f, ModelOptions{16, 3});
   ASSERT_TRUE(m.ok()) << m.error().message;
-  kernels::CpuBackend backend(2);
   Result<std::shared_ptr<KvBlockPool>> pool = make_kv_block_pool(**m, 24, 16);
   ASSERT_TRUE(pool.ok());
   std::vector<KvCache> caches;
@@ -274,27 +280,8 @@ TEST(DecodeAlloc, PagedSchedulerStepsAllocateNothing) {
     ASSERT_TRUE(kv.ok());
     caches.push_back(std::move(*kv));
   }
-  std::atomic<bool> shutdown{false};
-  BatchScheduler sched(**m, backend, std::move(caches), 16, 4, &shutdown);
-  for (int i = 0; i < 3; ++i) {
-    SeqRequest r;
-    r.prompt = {1, static_cast<int32_t>(13 + i), 25, 7, 99};
-    r.n_predict = 100;
-    r.sampler = make_sampler(SamplingParams{0.8f, static_cast<uint32_t>(42 + i)});
-    r.on_token = [](int32_t) { return TokenAction::kContinue; };
-    ASSERT_EQ(sched.submit(std::move(r)), BatchScheduler::Submitted::kQueued);
-  }
-  for (int i = 0; i < kWarmup; ++i) ASSERT_TRUE(sched.step());
-  ASSERT_EQ(sched.n_running(), 3);
-  g_allocations.store(0);
-  g_counting.store(true);
-  for (int i = 0; i < kCounted; ++i) sched.step();
-  g_counting.store(false);
-  EXPECT_EQ(g_allocations.load(), 0);
-  EXPECT_EQ(sched.n_running(), 3);
-  EXPECT_GE(sched.kv_blocks_used(), 6);  // past the first block edge: 5 + 4 + 16 positions
-  shutdown = true;
-  sched.run();
+  // Past the first block edge: 5 + 4 + 16 positions each.
+  EXPECT_GE(count_scheduler_steps(**m, std::move(caches)), 6);
 }
 
 // phi3 picks its LongRoPE factors per forward call and reads fused weights through views:
