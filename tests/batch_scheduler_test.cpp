@@ -126,6 +126,22 @@ std::vector<int32_t> alone(Fixture& f, const std::vector<int32_t>& prompt, int64
   return r.ok() ? r->tokens : std::vector<int32_t>();
 }
 
+// Every request ended by its length with the tokens it gives alone: request i had prompts[i],
+// n_predict[i] and sampling sp[i].
+void expect_each_as_alone(Fixture& f, const std::vector<Outcome>& out,
+                          const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<int64_t>& n_predict,
+                          const std::vector<SamplingParams>& sp, int64_t n_ctx,
+                          const std::string& what) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_TRUE(out[i].result.has_value()) << what << ", request " << i;
+    ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
+    EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << what << ", request " << i;
+    EXPECT_EQ(out[i].tokens, alone(f, prompts[i], n_predict[i], sp[i], n_ctx))
+        << what << ", request " << i;
+  }
+}
+
 TEST(BatchScheduler, RequestsRunTogetherGiveWhatEachGivesAlone) {
   for (const char* model : {"stories260K.gguf", "TinyLLama-v0-5M-Q4_0.gguf"}) {
     constexpr int64_t kCtx = 96;
@@ -149,13 +165,10 @@ TEST(BatchScheduler, RequestsRunTogetherGiveWhatEachGivesAlone) {
     }
     EXPECT_EQ(sched.n_running(), 0);
     EXPECT_GT(sched.n_mixed_steps(), 0) << "no step held prompt chunks and decode tokens";
-    for (int i = 0; i < 5; ++i) {
-      ASSERT_TRUE(out[i].result.has_value()) << i;
-      ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
-      EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << i;
-      EXPECT_EQ(out[i].tokens, alone(f, prompts[i], predict[i], sampling(i < 3, 100 + i), kCtx))
-          << model << ", request " << i;
-    }
+    std::vector<SamplingParams> sp;
+    for (int i = 0; i < 5; ++i) sp.push_back(sampling(i < 3, 100 + i));
+    expect_each_as_alone(f, out, prompts, {std::begin(predict), std::end(predict)}, sp, kCtx,
+                         model);
   }
 }
 
@@ -190,13 +203,10 @@ TEST(BatchScheduler, PagedSlotsTakeBlocksOnDemandAndGiveWhatEachGivesAlone) {
     EXPECT_GT(most_blocks, 0);
     EXPECT_EQ(f.pool->n_used(), 0);
     EXPECT_EQ(sched.kv_blocks_used(), 0);
-    for (int i = 0; i < 5; ++i) {
-      ASSERT_TRUE(out[i].result.has_value()) << i;
-      ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
-      EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << i;
-      EXPECT_EQ(out[i].tokens, alone(f, prompts[i], predict[i], sampling(i < 3, 100 + i), kCtx))
-          << model << ", request " << i;
-    }
+    std::vector<SamplingParams> sp;
+    for (int i = 0; i < 5; ++i) sp.push_back(sampling(i < 3, 100 + i));
+    expect_each_as_alone(f, out, prompts, {std::begin(predict), std::end(predict)}, sp, kCtx,
+                         model);
   }
 }
 
@@ -303,13 +313,9 @@ TEST(BatchScheduler, OutOfBlocksPreemptsTheNewestAndRecomputesIt) {
         EXPECT_LE(sched.n_running() + sched.n_queued(), 3);
       }
       EXPECT_GT(sched.n_preemptions(), 0) << model;
-      for (int i = 0; i < 3; ++i) {
-        ASSERT_TRUE(out[i].result.has_value()) << i;
-        ASSERT_TRUE(out[i].result->ok()) << out[i].result->error().message;
-        EXPECT_EQ((*out[i].result)->stop_reason, StopReason::kLength) << i;
-        EXPECT_EQ(out[i].tokens, alone(f, prompts[i], 50, sampling(i < 2, 7 + i), 96))
-            << model << ", request " << i << (prefix_cache ? ", prefix caching" : "");
-      }
+      expect_each_as_alone(f, out, prompts, {50, 50, 50},
+                           {sampling(true, 7), sampling(true, 8), sampling(false, 9)}, 96,
+                           std::string(model) + (prefix_cache ? ", prefix caching" : ""));
       EXPECT_EQ(f.pool->n_used(), 0);
       EXPECT_EQ(sched.n_running() + sched.n_queued(), 0);
     }
