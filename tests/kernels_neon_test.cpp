@@ -95,6 +95,7 @@ struct RepackedVariant {
 
 const RepackedVariant kRepacked[] = {
     {DType::kQ4_0, neon::gemv_q4_0_x16, neon::gemv_q4_0_x16_dotprod},
+    {DType::kQ5_0, neon::gemv_q5_0_x16, neon::gemv_q5_0_x16_dotprod},
     {DType::kQ8_0, neon::gemv_q8_0_x16, neon::gemv_q8_0_x16_dotprod},
     {DType::kQ4_K, neon::gemv_q4_k_x16, neon::gemv_q4_k_x16_dotprod},
     {DType::kQ6_K, neon::gemv_q6_k_x16, neon::gemv_q6_k_x16_dotprod},

@@ -18,6 +18,10 @@ struct WideningLanes {
     int32x4_t hi;  // the same for rows 2, 3
   };
   static Acc zero() { return {vdupq_n_s32(0), vdupq_n_s32(0)}; }
+  // sums() of the result is init: lane i's pairs are [init_i, 0].
+  static Acc start(int32x4_t init) {
+    return {vzip1q_s32(init, vdupq_n_s32(0)), vzip2q_s32(init, vdupq_n_s32(0))};
+  }
   template <int kColumn>
   static void dot(Acc& acc, int8x16_t w, int8x16_t a) {
     const int8x16_t b = vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(a), kColumn));
@@ -34,6 +38,11 @@ using Gemv = RepackedGemv<WideningLanes>;
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
   Gemv::gemv_q4_0(n, groups, n_groups, act, y);
+}
+
+void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  Gemv::gemv_q5_0(n, groups, n_groups, act, y);
 }
 
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,

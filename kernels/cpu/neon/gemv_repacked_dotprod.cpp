@@ -14,6 +14,7 @@ namespace {
 struct SdotLanes {
   using Acc = int32x4_t;
   static Acc zero() { return vdupq_n_s32(0); }
+  static Acc start(int32x4_t init) { return init; }
   template <int kColumn>
   static void dot(Acc& acc, int8x16_t w, int8x16_t a) {
     acc = vdotq_laneq_s32(acc, w, a, kColumn);
@@ -28,6 +29,11 @@ using Gemv = RepackedGemv<SdotLanes>;
 void gemv_q4_0_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                            float* y) {
   Gemv::gemv_q4_0(n, groups, n_groups, act, y);
+}
+
+void gemv_q5_0_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                           float* y) {
+  Gemv::gemv_q5_0(n, groups, n_groups, act, y);
 }
 
 void gemv_q8_0_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
