@@ -30,7 +30,8 @@
 #   ARM64_DEPS    arm64 libraries qrun links (readline, cpp-httplib, ...), fetched once
 #                 from Debian with apt-get download into this folder [build/arm64-deps]
 #   ARM64_SYSROOT a ready folder of those libraries instead (nothing is fetched)
-#   OUT           logs and counts [build/arm64-insn-count]
+#   OUT           logs and counts [build/arm64-insn-count]; a count is reused while it is
+#                 newer than the binary and the model that made it
 # Needs: g++-aarch64-linux-gnu, qemu-user (7.2 or later), cmake, ccache, apt (for the deps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -151,7 +152,8 @@ count() {
   else
     cmd=("$llama_build/llama-bench-$level")
   fi
-  if [[ ! -s $out/$tag.count ]]; then
+  # A kept count is reused only if it is newer than the binary and the model that made it.
+  if [[ ! -s $out/$tag.count || ${cmd[0]} -nt $out/$tag.count || $model -nt $out/$tag.count ]]; then
     env ${!isa_var:+QRUN_FORCE_ISA=${!isa_var}} \
       qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu "$cpu" -E LD_LIBRARY_PATH="$libdirs" \
       -plugin "$plugin,out=$out/$tag.count.tmp" \
