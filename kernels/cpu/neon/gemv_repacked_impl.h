@@ -128,43 +128,64 @@ struct RepackedGemv {
                                     vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(d47))),
                                     vcvt_high_f32_f16(vreinterpretq_f16_u16(d47))};
     const uint8_t* q = qb + (kType == Legacy::kQ5_0 ? 64 : 0);
-#pragma GCC unroll 4
-    for (int r = 0; r < kQuads; ++r) {
-      Acc s = Lanes::start(start);
+    // Quads go in pairs, r and r + 1, whose 16-byte chunks of a column are adjacent: each
+    // pair of loads is one LDP.
+#pragma GCC unroll 2
+    for (int r = 0; r < kQuads; r += 2) {
+      Acc s[2] = {Lanes::start(start), Lanes::start(start)};
       if constexpr (kType == Legacy::kQ8_0) {
 #pragma GCC unroll 2
         for (int k = 0; k < 8; k += 4) {
-          int8x16_t lv[4];
+          uint8x16_t w[2][4];
           for (int c = 0; c < 4; ++c) {
-            const uint8x16_t w = vld1q_u8(q + 64 * (k + c) + 16 * r);
-            lv[c] = vreinterpretq_s8_u8(veorq_u8(w, vdupq_n_u8(0x80)));
+            w[0][c] = vld1q_u8(q + 64 * (k + c) + 16 * r);
+            w[1][c] = vld1q_u8(q + 64 * (k + c) + 16 * r + 16);
           }
-          dot_columns(s, lv, k == 0 ? a_lo : a_hi);
+          for (int i = 0; i < 2; ++i) {
+            int8x16_t lv[4];
+            for (int c = 0; c < 4; ++c) {
+              lv[c] = vreinterpretq_s8_u8(veorq_u8(w[i][c], vdupq_n_u8(0x80)));
+            }
+            dot_columns(s[i], lv, k == 0 ? a_lo : a_hi);
+          }
         }
       } else {
-        uint8x16_t lo[4];
-        uint8x16_t hi[4];
+        uint8x16_t w[2][4];
         for (int c = 0; c < 4; ++c) {
-          const uint8x16_t w = vld1q_u8(q + 64 * c + 16 * r);
-          lo[c] = vandq_u8(w, vdupq_n_u8(15));
-          hi[c] = vshrq_n_u8(w, 4);
+          w[0][c] = vld1q_u8(q + 64 * c + 16 * r);
+          w[1][c] = vld1q_u8(q + 64 * c + 16 * r + 16);
         }
+        uint8x16_t h[2];
         if constexpr (kType == Legacy::kQ5_0) {
-          const uint8x16_t h = vld1q_u8(qb + 16 * r);
-          const uint8x16_t bit4 = vdupq_n_u8(16);
-#pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c) {
-            lo[c] = vbslq_u8(bit4, bit_at_4(h, 2 * c), lo[c]);
-            hi[c] = vbslq_u8(bit4, bit_at_4(h, 2 * c + 1), hi[c]);
-          }
+          h[0] = vld1q_u8(qb + 16 * r);
+          h[1] = vld1q_u8(qb + 16 * r + 16);
         }
-        int8x16_t lv[4];
-        for (int c = 0; c < 4; ++c) lv[c] = vreinterpretq_s8_u8(lo[c]);
-        dot_columns(s, lv, a_lo);
-        for (int c = 0; c < 4; ++c) lv[c] = vreinterpretq_s8_u8(hi[c]);
-        dot_columns(s, lv, a_hi);
+        for (int i = 0; i < 2; ++i) {
+          uint8x16_t lo[4];
+          uint8x16_t hi[4];
+          for (int c = 0; c < 4; ++c) {
+            lo[c] = vandq_u8(w[i][c], vdupq_n_u8(15));
+            hi[c] = vshrq_n_u8(w[i][c], 4);
+          }
+          if constexpr (kType == Legacy::kQ5_0) {
+            const uint8x16_t bit4 = vdupq_n_u8(16);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) {
+              lo[c] = vbslq_u8(bit4, bit_at_4(h[i], 2 * c), lo[c]);
+              hi[c] = vbslq_u8(bit4, bit_at_4(h[i], 2 * c + 1), hi[c]);
+            }
+          }
+          int8x16_t lv[4];
+          for (int c = 0; c < 4; ++c) lv[c] = vreinterpretq_s8_u8(lo[c]);
+          dot_columns(s[i], lv, a_lo);
+          for (int c = 0; c < 4; ++c) lv[c] = vreinterpretq_s8_u8(hi[c]);
+          dot_columns(s[i], lv, a_hi);
+        }
       }
-      f[r] = vfmaq_f32(f[r], vcvtq_f32_s32(Lanes::sums(s)), vmulq_n_f32(dx[r], d_y));
+      for (int i = 0; i < 2; ++i) {
+        f[r + i] =
+            vfmaq_f32(f[r + i], vcvtq_f32_s32(Lanes::sums(s[i])), vmulq_n_f32(dx[r + i], d_y));
+      }
     }
   }
 
