@@ -8,6 +8,9 @@
 // -r times with the KV cache cleared before each run; t/s is the mean +- sample stddev of
 // the runs. For tg the weights read per token times t/s gives an effective bandwidth,
 // compared with the measured read bandwidth of this machine (the roofline of decoding).
+// --no-memory-probe skips that measurement (its time, and its work, depend on the host's
+// load): the table then has no "% mem" column and says so, the JSON has memory_gbps and
+// bandwidth_utilisation null and memory_probe false.
 // With a grammar flag (--grammar, --grammar-file, -j, -jf), each tg test also runs twice
 // decoding for real: each next token sampled from the logits by the default sampler chain
 // (seeded), "tgN sampled" without the grammar and "tgN grammar" with it, so their ratio is
@@ -55,8 +58,9 @@ struct BenchOptions {
   int repetitions = 5;
   bool json = false;
   bool memory = false;
-  SamplingFlags grammar;  // only the grammar flags are declared
-  DraftFlags draft;       // -md or --lookup-ngram: speculative tg tests too
+  bool no_memory_probe = false;  // never measure the read bandwidth (no roofline)
+  SamplingFlags grammar;         // only the grammar flags are declared
+  DraftFlags draft;              // -md or --lookup-ngram: speculative tg tests too
 };
 
 // How a tg test chooses its tokens: fixed random ones (llama-bench), or sampled from the
@@ -369,6 +373,7 @@ nlohmann::ordered_json record_json(const BenchContext& c, const BenchRecord& r) 
   j["effective_gbps"] = or_null(b.effective_gbps);
   j["memory_gbps"] = r.memory ? nlohmann::json(r.memory->gbps) : nlohmann::json(nullptr);
   j["bandwidth_utilisation"] = or_null(b.utilisation);
+  j["memory_probe"] = r.memory != nullptr;
   return j;
 }
 
@@ -392,16 +397,21 @@ void print_row(const std::vector<std::string>& cells, const std::vector<int>& wi
 }
 
 void print_markdown(const BenchContext& c, const std::vector<BenchRecord>& records,
-                    const std::map<int, kernels::MemBandwidth>& memory) {
+                    const std::map<int, kernels::MemBandwidth>& memory, bool probed) {
   // llama-bench's columns, then the tg roofline: effective GB/s and its share of the
-  // measured read bandwidth.
+  // measured read bandwidth (that column only when the bandwidth was measured).
   int test_width = 8;  // wider for "tg128 grammar"
   for (const BenchRecord& r : records) {
     test_width = std::max(test_width, static_cast<int>(test_name(r).size()));
   }
-  const std::vector<int> widths = {30, -10, -10, 12, -7, -test_width, -20, -9, -7};
-  print_row({"model", "size", "params", "backend", "threads", "test", "t/s", "eff. GB/s", "% mem"},
-            widths);
+  std::vector<int> widths = {30, -10, -10, 12, -7, -test_width, -20, -9, -7};
+  std::vector<std::string> header = {"model", "size", "params",    "backend", "threads",
+                                     "test",  "t/s",  "eff. GB/s", "% mem"};
+  if (!probed) {
+    widths.pop_back();
+    header.pop_back();
+  }
+  print_row(header, widths);
   std::vector<std::string> rule;
   for (int w : widths) {
     rule.push_back(w < 0 ? std::string(static_cast<size_t>(-w) - 1, '-') + ":"
@@ -414,16 +424,23 @@ void print_markdown(const BenchContext& c, const std::vector<BenchRecord>& recor
     const std::string gbps = b.effective_gbps ? format("%.2f", *b.effective_gbps) : "";
     const std::string share =
         b.utilisation ? format("%.1f", 100.0 * *b.utilisation) : (r.n_gen > 0 ? "-" : "");
-    print_row({c.model_type, human_bytes(static_cast<double>(c.info.n_tensor_bytes)),
-               human_count(static_cast<double>(c.info.n_params)),
-               c.backend == "cpu" ? "cpu " + c.isa : c.backend, std::to_string(r.n_threads),
-               test_name(r), format("%.2f ± %.2f", mean(ts), sample_stddev(ts)), gbps, share},
-              widths);
+    std::vector<std::string> cells = {c.model_type,
+                                      human_bytes(static_cast<double>(c.info.n_tensor_bytes)),
+                                      human_count(static_cast<double>(c.info.n_params)),
+                                      c.backend == "cpu" ? "cpu " + c.isa : c.backend,
+                                      std::to_string(r.n_threads),
+                                      test_name(r),
+                                      format("%.2f ± %.2f", mean(ts), sample_stddev(ts)),
+                                      gbps,
+                                      share};
+    if (!probed) cells.pop_back();
+    print_row(cells, widths);
   }
   std::printf("\nqrun %s, %s %s; weights read per token: %s", QRUN_VERSION,
               c.backend == "cpu" ? "cpu kernels" : "backend",
               c.backend == "cpu" ? c.isa.c_str() : c.backend.c_str(),
               human_bytes(static_cast<double>(c.weight_bytes_per_token)).c_str());
+  if (!probed) std::printf("; memory bandwidth not measured (--no-memory-probe): no %% mem column");
   for (const auto& [n_threads, m] : memory) {
     if (c.backend != "cpu") {
       std::printf("; GPU memory bandwidth: %.2f GB/s (device copy, read + write)", m.gbps);
@@ -536,8 +553,9 @@ Result<void> run_bench(BenchOptions o) {
       if (!d.ok()) return d.error();
       draft.emplace(std::move(*d));
     }
+    const bool probe = !o.no_memory_probe && (o.memory || max_n > 0);
 #if defined(QRUN_HAVE_CUDA)
-    if (cpu == nullptr && (o.memory || max_n > 0) && !memory.count(n_threads)) {
+    if (cpu == nullptr && probe && !memory.count(n_threads)) {
       kernels::MemBandwidth m;
       m.gbps = m.mean_gbps = kernels::cuda::device_copy_gbps();
       m.passes = 10;
@@ -547,7 +565,7 @@ Result<void> run_bench(BenchOptions o) {
       if (m.gbps > 0.0) memory.emplace(n_threads, m);
     }
 #endif
-    if (cpu != nullptr && (o.memory || max_n > 0) && !memory.count(n_threads)) {
+    if (cpu != nullptr && probe && !memory.count(n_threads)) {
       Result<kernels::MemBandwidth> m = measure_memory(cpu->pool());
       if (!m.ok()) return m.error();
       std::fprintf(stderr, "qrun: bench: memory read %.2f GB/s (best of %d passes over %s)\n",
@@ -594,7 +612,7 @@ Result<void> run_bench(BenchOptions o) {
     for (const BenchRecord& r : records) all.push_back(record_json(c, r));
     std::printf("%s\n", all.dump(2).c_str());
   } else {
-    print_markdown(c, records, memory);
+    print_markdown(c, records, memory, !o.no_memory_probe);
   }
   return {};
 }
@@ -627,12 +645,17 @@ void register_bench(CLI::App& app, Action* selected) {
   cmd->add_flag("--json", o->json, "Print a JSON array of records (llama-bench's field names)");
   add_grammar_flags(cmd, o->grammar);
   add_draft_flags(cmd, o->draft);
-  cmd->add_flag("--memory", o->memory,
-                "Measure the memory read bandwidth (alone: without -m, only that)");
+  CLI::Option* memory = cmd->add_flag(
+      "--memory", o->memory, "Measure the memory read bandwidth (alone: without -m, only that)");
+  cmd->add_flag("--no-memory-probe", o->no_memory_probe,
+                "Do not measure the memory read bandwidth before tg tests: no '% mem' column, "
+                "memory_gbps null (for runs that must not depend on the host's load)")
+      ->excludes(memory);
   cmd->footer(
       "-c defaults to max(-d) + max(-p) + max(-n). tg tests measure the memory read bandwidth "
       "(about a\n"
-      "second) and report weights read per token x t/s and its share of that bandwidth.\n"
+      "second) and report weights read per token x t/s and its share of that bandwidth;\n"
+      "--no-memory-probe skips the measurement and leaves the share out.\n"
       "With a grammar flag, each tg test also runs sampled (the default chain, seed 1234)\n"
       "without and with the grammar: 'tgN sampled' and 'tgN grammar'.\n"
       "With -md/--model-draft or --lookup-ngram, each tg test also decodes greedily without\n"

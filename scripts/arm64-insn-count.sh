@@ -30,7 +30,8 @@
 #   ARM64_DEPS    arm64 libraries qrun links (readline, cpp-httplib, ...), fetched once
 #                 from Debian with apt-get download into this folder [build/arm64-deps]
 #   ARM64_SYSROOT a ready folder of those libraries instead (nothing is fetched)
-#   OUT           logs and counts [build/arm64-insn-count]
+#   OUT           logs and counts [build/arm64-insn-count]; a count is reused while it is
+#                 newer than the binary and the model that made it
 # Needs: g++-aarch64-linux-gnu, qemu-user (7.2 or later), cmake, ccache, apt (for the deps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -144,8 +145,15 @@ count() {
   level=$(level_of "$cpu")
   tag="$tool-$level-$(basename "$model" .gguf)-p$p-n$n-r$rep"
   isa_var="QRUN_ISA_${level^^}"
-  if [[ $tool == qrun ]]; then cmd=("$qrun" bench); else cmd=("$llama_build/llama-bench-$level"); fi
-  if [[ ! -s $out/$tag.count ]]; then
+  # --no-memory-probe: qrun's bandwidth probe runs a number of passes that depends on the
+  # host's load, which would not cancel between runs.
+  if [[ $tool == qrun ]]; then
+    cmd=("$qrun" bench --no-memory-probe)
+  else
+    cmd=("$llama_build/llama-bench-$level")
+  fi
+  # A kept count is reused only if it is newer than the binary and the model that made it.
+  if [[ ! -s $out/$tag.count || ${cmd[0]} -nt $out/$tag.count || $model -nt $out/$tag.count ]]; then
     env ${!isa_var:+QRUN_FORCE_ISA=${!isa_var}} \
       qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu "$cpu" -E LD_LIBRARY_PATH="$libdirs" \
       -plugin "$plugin,out=$out/$tag.count.tmp" \
@@ -190,14 +198,6 @@ for cpu in $cpus; do
       per[$tool.pp]="${pp[*]}"
       per[$tool.tg]="${tg[*]}"
     done
-    # qrun bench measures the read bandwidth (its roofline column) before tg tests, in
-    # passes within a time budget: under qemu always its minimum of 3, but a different
-    # count between runs would not cancel in C - A.
-    if (($(cat "$out"/qrun-"$level"-"$(basename "$model" .gguf)"-*.log |
-      grep -o 'best of [0-9]* passes' | sort -u | wc -l) > 1)); then
-      echo "arm64-insn-count: qrun's bandwidth passes differ between the $level runs of" \
-        "$(basename "$model"): its tg figure is off by their difference" >&2
-    fi
     for phase in pp tg; do
       python3 - "$level ($cpu)" "$(basename "$model")" "$phase" "${per[qrun.$phase]}" \
         "${per[llama.$phase]}" <<'PY'

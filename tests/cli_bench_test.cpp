@@ -1,7 +1,7 @@
 // End-to-end tests of `qrun bench` through the built binary on tiny synthetic models:
 // the JSON records (llama-bench's field names plus qrun's bandwidth fields), the Markdown
-// table, `--memory` alone, and the usage and context errors. Speeds are only checked to
-// be positive and self-consistent, never against a threshold.
+// table, `--memory` alone, `--no-memory-probe`, and the usage and context errors. Speeds are only
+// checked to be positive and self-consistent, never against a threshold.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,7 +71,8 @@ TEST(CliBench, JsonRecordsHaveLlamaBenchFieldsAndBandwidth) {
                             "avg_ns",         "stddev_ns",   "avg_ts",
                             "stddev_ts",      "samples_ns",  "samples_ts",
                             "backend",        "isa",         "weight_bytes_per_token",
-                            "effective_gbps", "memory_gbps", "bandwidth_utilisation"}) {
+                            "effective_gbps", "memory_gbps", "bandwidth_utilisation",
+                            "memory_probe"}) {
       EXPECT_TRUE(rec.contains(key)) << key;
     }
     EXPECT_EQ(rec["model_filename"], model);
@@ -141,6 +142,40 @@ TEST(CliBench, MarkdownTableByDefault) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2 + 3 + 2) << r.out;
   EXPECT_NE(r.out.find("memory read bandwidth"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("bench tg8"), std::string::npos) << r.err;  // progress on stderr
+}
+
+// --no-memory-probe: no bandwidth measured (nothing on stderr about it), the JSON's roofline
+// fields null and memory_probe false, the table without its "% mem" column and saying why.
+TEST(CliBench, NoMemoryProbeLeavesTheRooflineOut) {
+  const std::string model = data_path("models/stories260K.gguf").string();
+  CommandResult js = run_command(qrun() + " bench -m '" + model +
+                                 "' -p 8 -n 4 -r 1 -t 1 --json --no-memory-probe");
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  EXPECT_EQ(js.err.find("memory read"), std::string::npos) << js.err;
+  const nlohmann::json j = nlohmann::json::parse(js.out);
+  ASSERT_EQ(j.size(), 2u) << js.out;
+  for (const nlohmann::json& rec : j) {
+    EXPECT_TRUE(rec["memory_gbps"].is_null()) << rec;
+    EXPECT_TRUE(rec["bandwidth_utilisation"].is_null()) << rec;
+    EXPECT_EQ(rec["memory_probe"], false) << rec;
+  }
+  EXPECT_GT(j[1]["effective_gbps"].get<double>(), 0.0);  // weights x t/s needs no probe
+
+  CommandResult md =
+      run_command(qrun() + " bench -m '" + model + "' -p 0 -n 4 -r 1 -t 1 --no-memory-probe");
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_NE(md.out.find(" eff. GB/s |\n"), std::string::npos) << md.out;  // the last column
+  EXPECT_EQ(md.out.find("% mem |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("memory bandwidth not measured (--no-memory-probe)"), std::string::npos)
+      << md.out;
+  EXPECT_EQ(md.out.find("memory read bandwidth"), std::string::npos) << md.out;
+
+  CommandResult with = run_command(qrun() + " bench -m '" + model + "' -p 0 -n 4 -r 1 -t 1 --json");
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_EQ(nlohmann::json::parse(with.out)[0]["memory_probe"], true);
+
+  CommandResult both = run_command(qrun() + " bench --memory --no-memory-probe -t 1");
+  EXPECT_EQ(both.exit_code, 2) << both.err;
 }
 
 TEST(CliBench, MemoryAlonePrintsTheBandwidth) {

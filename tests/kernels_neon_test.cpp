@@ -95,6 +95,7 @@ struct RepackedVariant {
 
 const RepackedVariant kRepacked[] = {
     {DType::kQ4_0, neon::gemv_q4_0_x16, neon::gemv_q4_0_x16_dotprod},
+    {DType::kQ5_0, neon::gemv_q5_0_x16, neon::gemv_q5_0_x16_dotprod},
     {DType::kQ8_0, neon::gemv_q8_0_x16, neon::gemv_q8_0_x16_dotprod},
     {DType::kQ4_K, neon::gemv_q4_k_x16, neon::gemv_q4_k_x16_dotprod},
     {DType::kQ6_K, neon::gemv_q6_k_x16, neon::gemv_q6_k_x16_dotprod},
@@ -332,6 +333,75 @@ TEST(KernelsNeon, DotsOfExtremeLevels) {
         }
       }
       expect_dot(v, n, w, a);
+    }
+  }
+}
+
+// Q5_0 levels come from nibbles and scattered high bits (block_levels.h's q5_0_levels), so
+// the NEON vec_dot and gemv are checked bit for bit against the float chain that dot_impl.h
+// documents, computed here in scalar code from the levels as quants.h defines them:
+// acc[b % 4] = fma(float(exact block sum), d_x * d_y, acc[b % 4]), then (acc0 + acc1) +
+// (acc2 + acc3). Awkward block counts, random rows and rows whose high bits alternate.
+float q5_0_chain(int64_t n, const BlockQ5_0* x, const BlockQ8_0* y) {
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, x[b].qh, sizeof qh);
+    int32_t sum = 0;
+    for (int i = 0; i < kQK; ++i) {
+      const int nibble = i < 16 ? x[b].qs[i] & 15 : x[b].qs[i - 16] >> 4;
+      sum += (nibble + 16 * static_cast<int>((qh >> i) & 1) - 16) * y[b].qs[i];
+    }
+    const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
+    acc[b % 4] = std::fma(static_cast<float>(sum), d, acc[b % 4]);
+  }
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+TEST(KernelsNeon, Q5_0IsTheExactChain) {
+  uint32_t seed = 70;
+  for (int64_t blocks : {1, 2, 3, 5, 7, 33}) {
+    const int64_t n = blocks * kQK;
+    const size_t w_row = row_size(DType::kQ5_0, n);
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      SCOPED_TRACE(testing::Message() << "blocks " << blocks << " pattern " << pattern);
+      constexpr int64_t kRows = 5;
+      std::vector<uint8_t> w;
+      for (int64_t r = 0; r < kRows; ++r) {
+        std::vector<uint8_t> row =
+            to_row(DType::kQ5_0, random_floats(static_cast<size_t>(n), ++seed, 0.7f), false);
+        auto* blk = reinterpret_cast<BlockQ5_0*>(row.data());
+        for (int64_t b = 0; pattern > 0 && b < blocks; ++b) {
+          const uint32_t bits = pattern == 1 ? 0x5555AAAAu : 0xF00F0FF0u;
+          std::memcpy(blk[b].qh, &bits, sizeof bits);
+        }
+        w.insert(w.end(), row.begin(), row.end());
+      }
+      const std::vector<uint8_t> a =
+          to_row(DType::kQ8_0, random_floats(static_cast<size_t>(n), ++seed, 1.5f), true);
+      const auto* y = reinterpret_cast<const BlockQ8_0*>(a.data());
+      std::vector<float> want(kRows);
+      for (int64_t r = 0; r < kRows; ++r) {
+        want[static_cast<size_t>(r)] = q5_0_chain(
+            n, reinterpret_cast<const BlockQ5_0*>(w.data() + w_row * static_cast<size_t>(r)), y);
+      }
+      for (bool dotprod : {false, true}) {
+        if (dotprod && !host_has_dotprod()) continue;
+        SCOPED_TRACE(dotprod ? "dotprod" : "baseline");
+        const VecDotFn dot = dotprod ? neon::vec_dot_q5_0_q8_0_dotprod : neon::vec_dot_q5_0_q8_0;
+        std::vector<float> got(kRows + 1, kNaN);
+        (dotprod ? neon::gemv_q5_0_q8_0_dotprod : neon::gemv_q5_0_q8_0)(n, w.data(), w_row, kRows,
+                                                                        a.data(), got.data());
+        for (int64_t r = 0; r < kRows; ++r) {
+          const size_t i = static_cast<size_t>(r);
+          const float d = dot(n, w.data() + w_row * i, a.data());
+          EXPECT_EQ(std::bit_cast<uint32_t>(d), std::bit_cast<uint32_t>(want[i]))
+              << "vec_dot row " << r << ": " << d << " vs " << want[i];
+          EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+              << "gemv row " << r << ": " << got[i] << " vs " << want[i];
+        }
+        EXPECT_TRUE(std::isnan(got[kRows])) << "wrote past the rows";
+      }
     }
   }
 }

@@ -219,7 +219,8 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
       if (mk.gemv_repacked == nullptr) continue;
       ++tested;
       const int64_t block = type_traits(type).block_elems;
-      for (int64_t n : {block, 3 * block, 17 * block}) {
+      // Every count of blocks mod 4 (the NEON kernels write out steps of 4 blocks).
+      for (int64_t n : {block, 3 * block, 6 * block, 17 * block}) {
         for (int64_t n_groups : {1, 2, 3, 4, 5, 7, 9}) {
           SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n " << n
                                           << " groups " << n_groups);

@@ -8,6 +8,7 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "ggml-like/quants.h"
@@ -28,20 +29,23 @@ struct BlockLevels {
     hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight);
   }
 
-  // Q5_0 levels q - 16: the low 4 bits as Q4_0's, bit 4 of element i from bit i of qh
-  // (each qh byte spread over 8 lanes, then tested against 1, 2, 4, ... 128).
+  // Q5_0 levels q - 16: the low 4 bits as Q4_0's; bit 4 of element i is bit i of the
+  // little-endian qh. One TBL per half spreads qh byte i / 8 (+ 2 for the high half) to
+  // lane i, CMTST against 1, 2, 4, ... 128 tests each lane's bit, and the level is
+  // (q & 15) - (bit ? 0 : 16): a BIC of 16 by that mask, then one subtraction.
   static void q5_0_levels(const BlockQ5_0& x, int8x16_t& lo, int8x16_t& hi) {
     const uint8x16_t q = vld1q_u8(x.qs);
+    uint32_t qh;
+    std::memcpy(&qh, x.qh, sizeof qh);
+    const uint8x16_t h = vreinterpretq_u8_u32(vdupq_n_u32(qh));
     const uint8x16_t bits = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
-    const uint8x16_t b4 = vdupq_n_u8(16);
-    const uint8x16_t h_lo = vcombine_u8(vdup_n_u8(x.qh[0]), vdup_n_u8(x.qh[1]));
-    const uint8x16_t h_hi = vcombine_u8(vdup_n_u8(x.qh[2]), vdup_n_u8(x.qh[3]));
-    const uint8x16_t lo_u =
-        vorrq_u8(vandq_u8(q, vdupq_n_u8(15)), vandq_u8(vtstq_u8(h_lo, bits), b4));
-    const uint8x16_t hi_u = vorrq_u8(vshrq_n_u8(q, 4), vandq_u8(vtstq_u8(h_hi, bits), b4));
-    const int8x16_t sixteen = vdupq_n_s8(16);
-    lo = vsubq_s8(vreinterpretq_s8_u8(lo_u), sixteen);
-    hi = vsubq_s8(vreinterpretq_s8_u8(hi_u), sixteen);
+    const uint8x16_t spread_lo = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1));
+    const uint8x16_t spread_hi = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
+    const uint8x16_t sixteen = vdupq_n_u8(16);
+    const uint8x16_t off_lo = vbicq_u8(sixteen, vtstq_u8(vqtbl1q_u8(h, spread_lo), bits));
+    const uint8x16_t off_hi = vbicq_u8(sixteen, vtstq_u8(vqtbl1q_u8(h, spread_hi), bits));
+    lo = vreinterpretq_s8_u8(vsubq_u8(vandq_u8(q, vdupq_n_u8(15)), off_lo));
+    hi = vreinterpretq_s8_u8(vsubq_u8(vshrq_n_u8(q, 4), off_hi));
   }
 
   static void q8_0_levels(const BlockQ8_0& x, int8x16_t& lo, int8x16_t& hi) {

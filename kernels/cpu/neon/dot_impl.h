@@ -25,6 +25,20 @@ struct QuantDots : BlockLevels<Dot> {
   using Levels = BlockLevels<Dot>;
   using Levels::half;
 
+  // v with lane j (a constant after unrolling) loaded from *h.
+  static uint16x4_t lane_u16(uint16x4_t v, const uint16_t* h, int j) {
+    switch (j) {
+      case 0:
+        return vld1_lane_u16(h, v, 0);
+      case 1:
+        return vld1_lane_u16(h, v, 1);
+      case 2:
+        return vld1_lane_u16(h, v, 2);
+      default:
+        return vld1_lane_u16(h, v, 3);
+    }
+  }
+
   // Sums of the lanes of a, b, c, d: [sum a, sum b, sum c, sum d] (exact).
   static int32x4_t sums4(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d) {
     return vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d));
@@ -64,24 +78,27 @@ struct QuantDots : BlockLevels<Dot> {
                            size_t ahead, float32x4_t* acc) {
     int8x16_t a_lo[4];
     int8x16_t a_hi[4];
-    float d_y[4];
+    uint16x4_t h_y = vdup_n_u16(0);  // fp16 scales; a missing block's is +0
     for (int j = 0; j < 4; ++j) {
       a_lo[j] = j < count ? vld1q_s8(y[b + j].qs) : vdupq_n_s8(0);
       a_hi[j] = j < count ? vld1q_s8(y[b + j].qs + 16) : vdupq_n_s8(0);
-      d_y[j] = j < count ? half(y[b + j].d) : 0.0f;
+      if (j < count) h_y = lane_u16(h_y, &y[b + j].d, j);
     }
+    const float32x4_t d_y = vcvt_f32_f16(vreinterpret_f16_u16(h_y));
     for (int r = 0; r < kRows; ++r) {
       int32x4_t lanes[4];
-      float d[4];
+      uint16x4_t h_x = vdup_n_u16(0);
       for (int j = 0; j < 4; ++j) {
         if constexpr (kPrefetch) {
           if (j < count) __builtin_prefetch(reinterpret_cast<const char*>(x[r] + b + j) + ahead);
         }
         lanes[j] = j < count ? kLanes(x[r][b + j], a_lo[j], a_hi[j]) : vdupq_n_s32(0);
-        d[j] = j < count ? half(x[r][b + j].d) * d_y[j] : 0.0f;
+        if (j < count) h_x = lane_u16(h_x, &x[r][b + j].d, j);
       }
+      // Lane j: d_x * d_y of block b + j, the float product vec_dot forms (+0 if missing).
+      const float32x4_t d = vmulq_f32(vcvt_f32_f16(vreinterpret_f16_u16(h_x)), d_y);
       const int32x4_t s = sums4(lanes[0], lanes[1], lanes[2], lanes[3]);
-      acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s), vld1q_f32(d));
+      acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s), d);
     }
   }
 

@@ -6,12 +6,16 @@
 // rows, each row's sum in its own lane: nothing is summed across lanes but the policy's own
 // pairs. gemv_repacked.cpp instantiates it with widening multiplies, gemv_repacked_dotprod.cpp
 // with SDOT.
-//   Q4_0, Q8_0: vec_dot's float chain per row (legacy_rows with one row) is acc[b % 4] =
-//     fma(float(block sum), d_x * d_y, acc[b % 4]), then (acc0 + acc1) + (acc2 + acc3), the
-//     order of vaddvq_f32. Each quad keeps those 4 accumulators with its rows in the lanes;
-//     the block sums are exact integers, so they are vec_dot's whatever the policy. (The
-//     missing blocks of vec_dot's last group of 4 add fma(0, 0, acc), which changes no lane:
-//     a lane that starts at +0 never becomes -0, so they are skipped here.)
+//   Q4_0, Q5_0, Q8_0: vec_dot's float chain per row (legacy_rows with one row) is
+//     acc[b % 4] = fma(float(block sum), d_x * d_y, acc[b % 4]), then (acc0 + acc1) +
+//     (acc2 + acc3), the order of vaddvq_f32. Each quad keeps those 4 accumulators with its
+//     rows in the lanes (16 accumulators for the group, kept in registers by writing the 4
+//     blocks of a step out); the block sums are exact integers, so they are vec_dot's
+//     whatever the policy. Q4_0 and Q5_0 sum the unsigned levels times the activations from
+//     a start of -8 (-16) times the activations' sum, which is the same integer as summing
+//     (q - 8) * a and costs no subtraction per weight. (The missing blocks of vec_dot's last
+//     group of 4 add fma(0, 0, acc), which changes no lane: a lane that starts at +0 never
+//     becomes -0, so they are skipped here.)
 //   Q4_K: vec_dot's sumi = sum_s sc[s] * (levels . a of sub-block s) and sum_mins = sum_s
 //     mn[s] * S[s] (S[s] = bsums[2s] + bsums[2s + 1] wrapped to int16, as vpaddq_s16) are
 //     integers taken modulo 2^32 in any order, so each quad forms them its own way; the 6-bit
@@ -32,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "ggml-like/quants.h"
 #include "kernels/cpu/repack.h"
@@ -56,58 +61,165 @@ struct RepackedGemv {
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(static_cast<const uint16_t*>(p))));
   }
 
-  static float half(uint16_t h) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-  }
-
   // (f0 + f1) + (f2 + f3), lane-wise: vaddvq_f32's order for every row.
   static float32x4_t sum4(const float32x4_t* f) {
     return vaddq_f32(vaddq_f32(f[0], f[1]), vaddq_f32(f[2], f[3]));
   }
 
-  // Q4_0 and Q8_0: kCols 4-byte columns per block; Q4_0 stores nibbles (levels q - 8, low
-  // nibble element 4c + i, high 16 + 4c + i), Q8_0 its levels xor 0x80.
-  template <int kCols>
+  // The fp16 value at h as a float (one FCVT).
+  static float half(const uint16_t* h) {
+    __fp16 v;
+    std::memcpy(&v, h, sizeof v);
+    return static_cast<float>(v);
+  }
+
+  enum class Legacy { kQ4_0, kQ5_0, kQ8_0 };
+
+  // Bytes of one block of a group after its scales.
+  template <Legacy kType>
+  static constexpr size_t kLegacyBlockBytes = kType == Legacy::kQ8_0   ? 8 * 64
+                                              : kType == Legacy::kQ5_0 ? kQ5_0GroupBlockBytes
+                                                                       : 4 * 64;
+
+  // Bit `bit` of every byte of h at bit 4 (the other bits are garbage: callers mask).
+  static uint8x16_t bit_at_4(uint8x16_t h, int bit) {
+    switch (bit) {
+      case 0:
+        return vshlq_n_u8(h, 4);
+      case 1:
+        return vshlq_n_u8(h, 3);
+      case 2:
+        return vshlq_n_u8(h, 2);
+      case 3:
+        return vshlq_n_u8(h, 1);
+      case 4:
+        return h;
+      case 5:
+        return vshrq_n_u8(h, 1);
+      case 6:
+        return vshrq_n_u8(h, 2);
+      default:
+        return vshrq_n_u8(h, 3);
+    }
+  }
+
+  // One Q4_0, Q5_0 or Q8_0 block b of the 16 rows: f[r] = fma(float(block sums of quad r),
+  // d_x * d_y, f[r]), rows in lanes. Q4_0 and Q5_0 multiply the unsigned levels q (0 .. 15,
+  // 0 .. 31) and start each sum at -8 or -16 times the sum of the activations, so it ends at
+  // sum (q - 8) * a or sum (q - 16) * a, the same integer as vec_dot's, with no subtraction
+  // per weight. Q5_0's high bit of column c's low (high) nibbles is bit 2c (2c + 1) of the
+  // row's lane in h (repack.h): a shift puts it at bit 4 and a bit select (BIT) merges it
+  // into the nibbles. Q8_0 xors its levels back to signed.
+  template <Legacy kType>
+  static void legacy_block(const BlockQ8_0& a, const uint16_t* d, const uint8_t* qb,
+                           float32x4_t* f) {
+    const int8x16_t a_lo = vld1q_s8(a.qs);
+    const int8x16_t a_hi = vld1q_s8(a.qs + 16);
+    const float d_y = half(&a.d);
+    int32x4_t start = vdupq_n_s32(0);
+    if constexpr (kType != Legacy::kQ8_0) {
+      const int16x8_t pairs = vpadalq_s8(vpaddlq_s8(a_lo), a_hi);
+      start = vdupq_n_s32((kType == Legacy::kQ4_0 ? -8 : -16) * vaddlvq_s16(pairs));
+    }
+    const uint16x8_t d03 = vld1q_u16(d);
+    const uint16x8_t d47 = vld1q_u16(d + 8);
+    const float32x4_t dx[kQuads] = {vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(d03))),
+                                    vcvt_high_f32_f16(vreinterpretq_f16_u16(d03)),
+                                    vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(d47))),
+                                    vcvt_high_f32_f16(vreinterpretq_f16_u16(d47))};
+    const uint8_t* q = qb + (kType == Legacy::kQ5_0 ? 64 : 0);
+    // Quads go in pairs, r and r + 1, whose 16-byte chunks of a column are adjacent: each
+    // pair of loads is one LDP.
+#pragma GCC unroll 2
+    for (int r = 0; r < kQuads; r += 2) {
+      Acc s[2] = {Lanes::start(start), Lanes::start(start)};
+      if constexpr (kType == Legacy::kQ8_0) {
+#pragma GCC unroll 2
+        for (int k = 0; k < 8; k += 4) {
+          uint8x16_t w[2][4];
+          for (int c = 0; c < 4; ++c) {
+            w[0][c] = vld1q_u8(q + 64 * (k + c) + 16 * r);
+            w[1][c] = vld1q_u8(q + 64 * (k + c) + 16 * r + 16);
+          }
+          for (int i = 0; i < 2; ++i) {
+            int8x16_t lv[4];
+            for (int c = 0; c < 4; ++c) {
+              lv[c] = vreinterpretq_s8_u8(veorq_u8(w[i][c], vdupq_n_u8(0x80)));
+            }
+            dot_columns(s[i], lv, k == 0 ? a_lo : a_hi);
+          }
+        }
+      } else {
+        uint8x16_t w[2][4];
+        for (int c = 0; c < 4; ++c) {
+          w[0][c] = vld1q_u8(q + 64 * c + 16 * r);
+          w[1][c] = vld1q_u8(q + 64 * c + 16 * r + 16);
+        }
+        uint8x16_t h[2];
+        if constexpr (kType == Legacy::kQ5_0) {
+          h[0] = vld1q_u8(qb + 16 * r);
+          h[1] = vld1q_u8(qb + 16 * r + 16);
+        }
+        for (int i = 0; i < 2; ++i) {
+          uint8x16_t lo[4];
+          uint8x16_t hi[4];
+          for (int c = 0; c < 4; ++c) {
+            lo[c] = vandq_u8(w[i][c], vdupq_n_u8(15));
+            hi[c] = vshrq_n_u8(w[i][c], 4);
+          }
+          if constexpr (kType == Legacy::kQ5_0) {
+            const uint8x16_t bit4 = vdupq_n_u8(16);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) {
+              lo[c] = vbslq_u8(bit4, bit_at_4(h[i], 2 * c), lo[c]);
+              hi[c] = vbslq_u8(bit4, bit_at_4(h[i], 2 * c + 1), hi[c]);
+            }
+          }
+          int8x16_t lv[4];
+          for (int c = 0; c < 4; ++c) lv[c] = vreinterpretq_s8_u8(lo[c]);
+          dot_columns(s[i], lv, a_lo);
+          for (int c = 0; c < 4; ++c) lv[c] = vreinterpretq_s8_u8(hi[c]);
+          dot_columns(s[i], lv, a_hi);
+        }
+      }
+      for (int i = 0; i < 2; ++i) {
+        f[r + i] =
+            vfmaq_f32(f[r + i], vcvtq_f32_s32(Lanes::sums(s[i])), vmulq_n_f32(dx[r + i], d_y));
+      }
+    }
+  }
+
+  // Q4_0, Q5_0 and Q8_0 (layouts in repack.h): acc[j] takes the blocks b = j mod 4, as
+  // vec_dot's chains do; the 4 blocks of a step are written out so that the 16
+  // accumulators stay in registers.
+  template <Legacy kType>
   static void legacy_group(int64_t nb, const uint8_t* group, size_t /*one group*/,
                            const BlockQ8_0* a, float* y) {
     const auto* d = reinterpret_cast<const uint16_t*>(group);
     const uint8_t* q = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
-    float32x4_t acc[kQuads][4];
-    for (auto& quad : acc) {
-      for (float32x4_t& v : quad) v = vdupq_n_f32(0.0f);
+    constexpr size_t kBytes = kLegacyBlockBytes<kType>;
+    float32x4_t acc[4][kQuads];
+    for (auto& chain : acc) {
+      for (float32x4_t& v : chain) v = vdupq_n_f32(0.0f);
     }
-    for (int64_t b = 0; b < nb; ++b) {
-      const int8x16_t a_lo = vld1q_s8(a[b].qs);
-      const int8x16_t a_hi = vld1q_s8(a[b].qs + 16);
-      const float d_y = half(a[b].d);
-      const uint8_t* qb = q + static_cast<size_t>(b) * kCols * 64;
-      for (int r = 0; r < kQuads; ++r) {
-        Acc s = Lanes::zero();
-        for (int k = 0; k < kCols; k += 4) {
-          int8x16_t lo[4];
-          int8x16_t hi[4];
-          for (int c = 0; c < 4; ++c) {
-            const uint8x16_t w = vld1q_u8(qb + 64 * (k + c) + 16 * r);
-            if constexpr (kCols == 4) {
-              lo[c] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(w, vdupq_n_u8(15))), vdupq_n_s8(8));
-              hi[c] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(w, 4)), vdupq_n_s8(8));
-            } else {
-              lo[c] = vreinterpretq_s8_u8(veorq_u8(w, vdupq_n_u8(0x80)));
-            }
-          }
-          if constexpr (kCols == 4) {
-            dot_columns(s, lo, a_lo);
-            dot_columns(s, hi, a_hi);
-          } else {
-            dot_columns(s, lo, k == 0 ? a_lo : a_hi);
-          }
-        }
-        const float32x4_t dd = vmulq_n_f32(halves(d + b * kRepackRows + 4 * r), d_y);
-        float32x4_t& f = acc[r][b % 4];
-        f = vfmaq_f32(f, vcvtq_f32_s32(Lanes::sums(s)), dd);
-      }
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+      legacy_block<kType>(a[b], d + b * kRepackRows, q + b * kBytes, acc[0]);
+      legacy_block<kType>(a[b + 1], d + (b + 1) * kRepackRows, q + (b + 1) * kBytes, acc[1]);
+      legacy_block<kType>(a[b + 2], d + (b + 2) * kRepackRows, q + (b + 2) * kBytes, acc[2]);
+      legacy_block<kType>(a[b + 3], d + (b + 3) * kRepackRows, q + (b + 3) * kBytes, acc[3]);
     }
-    for (int r = 0; r < kQuads; ++r) vst1q_f32(y + 4 * r, sum4(acc[r]));
+    if (b < nb) legacy_block<kType>(a[b], d + b * kRepackRows, q + b * kBytes, acc[0]);
+    if (b + 1 < nb) {
+      legacy_block<kType>(a[b + 1], d + (b + 1) * kRepackRows, q + (b + 1) * kBytes, acc[1]);
+    }
+    if (b + 2 < nb) {
+      legacy_block<kType>(a[b + 2], d + (b + 2) * kRepackRows, q + (b + 2) * kBytes, acc[2]);
+    }
+    for (int r = 0; r < kQuads; ++r) {
+      const float32x4_t f[4] = {acc[0][r], acc[1][r], acc[2][r], acc[3][r]};
+      vst1q_f32(y + 4 * r, sum4(f));
+    }
   }
 
   // Byte s % 4 of every 32-bit lane of v, zero-extended (s < 4 selects the byte).
@@ -127,10 +239,12 @@ struct RepackedGemv {
       const BlockQ8_K& ab = a[b];
       const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
       const uint8_t* q = blk + 64 + 3 * 64;
-      int32_t bsum[8];  // S[s], in int16 as vec_dot's vpaddq_s16
-      for (int s = 0; s < 8; ++s) {
-        bsum[s] = static_cast<int16_t>(ab.bsums[2 * s] + ab.bsums[2 * s + 1]);
-      }
+      // S[s], in int16 as vec_dot's vpaddq_s16, split as S = 64 H + L with L in [0, 64):
+      // bytes [H0 .. H7, L0 .. L7]. |S| <= 32 * 128 keeps H within int8, so that the mins
+      // are 4 SDOT-like dots: sum mn S = 64 (mn . H) + mn . L, exact.
+      const int16x8_t bsum = vpaddq_s16(vld1q_s16(ab.bsums), vld1q_s16(ab.bsums + 8));
+      const int8x16_t s_hl =
+          vcombine_s8(vmovn_s16(vshrq_n_s16(bsum, 6)), vmovn_s16(vandq_s16(bsum, vdupq_n_s16(63))));
       for (int r = 0; r < kQuads; ++r) {
         // k_scales_mins, byte-wise: row i's sc[0..3] in bytes 4i .. 4i + 3 of sc03, and so on.
         const uint8x16_t w0 = vld1q_u8(blk + 64 + 16 * r);
@@ -140,11 +254,14 @@ struct RepackedGemv {
         const uint8x16_t m03 = vandq_u8(w1, low6);
         const uint8x16_t sc47 = vorrq_u8(vandq_u8(w2, low4), vshlq_n_u8(vshrq_n_u8(w0, 6), 4));
         const uint8x16_t m47 = vorrq_u8(vshrq_n_u8(w2, 4), vshlq_n_u8(vshrq_n_u8(w1, 6), 4));
-        int32x4_t mins = vdupq_n_s32(0);
-        for (int s = 0; s < 4; ++s) {
-          mins = vmlaq_n_s32(mins, lane_byte(m03, s), bsum[s]);
-          mins = vmlaq_n_s32(mins, lane_byte(m47, s), bsum[s + 4]);
-        }
+        // Row i's mn[0 .. 3] are lane i of m03 and mn[4 .. 7] of m47 (6 bits: int8 too).
+        Acc mins_h = Lanes::zero();
+        Lanes::template dot<0>(mins_h, vreinterpretq_s8_u8(m03), s_hl);
+        Lanes::template dot<1>(mins_h, vreinterpretq_s8_u8(m47), s_hl);
+        Acc mins_l = Lanes::start(vshlq_n_s32(Lanes::sums(mins_h), 6));
+        Lanes::template dot<2>(mins_l, vreinterpretq_s8_u8(m03), s_hl);
+        Lanes::template dot<3>(mins_l, vreinterpretq_s8_u8(m47), s_hl);
+        const int32x4_t mins = Lanes::sums(mins_l);
         int32x4_t sumi = vdupq_n_s32(0);
         for (int g = 0; g < 4; ++g) {
           // Sub-blocks 2g (low nibbles of columns 8g .. 8g + 7) and 2g + 1 (high nibbles).
@@ -174,13 +291,31 @@ struct RepackedGemv {
     for (int r = 0; r < kQuads; ++r) vst1q_f32(y + 4 * r, sum[r]);
   }
 
-  // 16 Q6_K levels q - 32 from the 4-bit parts `low` and the 2-bit parts in bits 4-5 of
-  // `high` (block_levels.h's q6_levels).
-  static int8x16_t q6_levels(uint8x16_t low, uint8x16_t high) {
-    const uint8x16_t lev = vorrq_u8(low, vandq_u8(high, vdupq_n_u8(0x30)));
-    return vsubq_s8(vreinterpretq_s8_u8(lev), vdupq_n_s8(32));
+  // 16 unsigned Q6_K levels q (0 .. 63) from the 4-bit parts `low` and the 2-bit parts in
+  // bits 4-5 of `high`: one bit select (BIT).
+  static uint8x16_t q6_levels(uint8x16_t low, uint8x16_t high) {
+    return vbslq_u8(vdupq_n_u8(0x30), high, low);
   }
 
+  // Byte k of every 32-bit lane of v, sign-extended.
+  static int32x4_t signed_byte(int32x4_t v, int k) {
+    switch (k) {
+      case 0:
+        return vshrq_n_s32(vshlq_n_s32(v, 24), 24);
+      case 1:
+        return vshrq_n_s32(vshlq_n_s32(v, 16), 24);
+      case 2:
+        return vshrq_n_s32(vshlq_n_s32(v, 8), 24);
+      default:
+        return vshrq_n_s32(v, 24);
+    }
+  }
+
+  // Q6_K: the levels are multiplied unsigned, and sumi starts at -32 sum_s sc[s] B[s], with
+  // B[s] = bsums[s] the sum of the activations of sub-block s: the same integer as
+  // vec_dot's sum_s sc[s] ((q - 32) . a), with no subtraction per weight. That start is
+  // formed with the dot policy too: B = 64 H + L with L in [0, 64) (|B| <= 16 * 128 keeps H
+  // within int8), so sum sc B = 64 (sc . H) + sc . L, 8 dots of the scale columns.
   static void q6_k_group(int64_t nb, const uint8_t* group, size_t /*one group*/, const BlockQ8_K* a,
                          float* y) {
     constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
@@ -194,13 +329,33 @@ struct RepackedGemv {
       const uint8_t* ql = supers + static_cast<size_t>(b) * kSuperBytes;
       const uint8_t* qh = ql + kRepackRows * kQKK / 2;
       const uint8_t* sc = qh + kRepackRows * kQKK / 4;
+      const int16x8_t b0 = vld1q_s16(ab.bsums);
+      const int16x8_t b1 = vld1q_s16(ab.bsums + 8);
+      const int8x16_t b_h =
+          vcombine_s8(vmovn_s16(vshrq_n_s16(b0, 6)), vmovn_s16(vshrq_n_s16(b1, 6)));
+      const int16x8_t m63 = vdupq_n_s16(63);
+      const int8x16_t b_l =
+          vcombine_s8(vmovn_s16(vandq_s16(b0, m63)), vmovn_s16(vandq_s16(b1, m63)));
+#pragma GCC unroll 4
       for (int r = 0; r < kQuads; ++r) {
         // The 16 int8 scales of each row: scale s is byte s % 4 of column s / 4.
-        int32x4_t scales[4];
+        int8x16_t scales[4];
         for (int k = 0; k < 4; ++k)
-          scales[k] = vreinterpretq_s32_u8(vld1q_u8(sc + 64 * k + 16 * r));
-        int32x4_t sumi = vdupq_n_s32(0);
+          scales[k] = vld1q_s8(reinterpret_cast<const int8_t*>(sc) + 64 * k + 16 * r);
+        Acc sb_h = Lanes::zero();
+        Lanes::template dot<0>(sb_h, scales[0], b_h);
+        Lanes::template dot<1>(sb_h, scales[1], b_h);
+        Lanes::template dot<2>(sb_h, scales[2], b_h);
+        Lanes::template dot<3>(sb_h, scales[3], b_h);
+        Acc sb = Lanes::start(vshlq_n_s32(Lanes::sums(sb_h), 6));
+        Lanes::template dot<0>(sb, scales[0], b_l);
+        Lanes::template dot<1>(sb, scales[1], b_l);
+        Lanes::template dot<2>(sb, scales[2], b_l);
+        Lanes::template dot<3>(sb, scales[3], b_l);
+        int32x4_t sumi = vnegq_s32(vshlq_n_s32(Lanes::sums(sb), 5));
+#pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
           for (int half_c = 0; half_c < 2; ++half_c) {
             // Columns c = 4 half_c .. + 3: sub-blocks 8h + 2p + half_c, p < 4.
             int8x16_t lev[4][4];  // [p][column]
@@ -209,18 +364,17 @@ struct RepackedGemv {
               const uint8x16_t wa = vld1q_u8(ql + (16 * h + c) * 64 + 16 * r);
               const uint8x16_t wb = vld1q_u8(ql + (16 * h + 8 + c) * 64 + 16 * r);
               const uint8x16_t t = vld1q_u8(qh + (8 * h + c) * 64 + 16 * r);
-              lev[0][i] = q6_levels(vandq_u8(wa, low4), vshlq_n_u8(t, 4));
-              lev[1][i] = q6_levels(vandq_u8(wb, low4), vshlq_n_u8(t, 2));
-              lev[2][i] = q6_levels(vshrq_n_u8(wa, 4), t);
-              lev[3][i] = q6_levels(vshrq_n_u8(wb, 4), vshrq_n_u8(t, 2));
+              lev[0][i] = vreinterpretq_s8_u8(q6_levels(vandq_u8(wa, low4), vshlq_n_u8(t, 4)));
+              lev[1][i] = vreinterpretq_s8_u8(q6_levels(vandq_u8(wb, low4), vshlq_n_u8(t, 2)));
+              lev[2][i] = vreinterpretq_s8_u8(q6_levels(vshrq_n_u8(wa, 4), t));
+              lev[3][i] = vreinterpretq_s8_u8(q6_levels(vshrq_n_u8(wb, 4), vshrq_n_u8(t, 2)));
             }
+#pragma GCC unroll 4
             for (int p = 0; p < 4; ++p) {
               Acc acc = Lanes::zero();
               dot_columns(acc, lev[p], vld1q_s8(ab.qs + 128 * h + 32 * p + 16 * half_c));
               const int s = 8 * h + 2 * p + half_c;
-              // Byte s % 4 of each lane, sign-extended.
-              const int32x4_t scale =
-                  vshrq_n_s32(vshlq_s32(scales[s / 4], vdupq_n_s32(24 - 8 * (s % 4))), 24);
+              const int32x4_t scale = signed_byte(vreinterpretq_s32_s8(scales[s / 4]), s % 4);
               sumi = vmlaq_s32(sumi, Lanes::sums(acc), scale);
             }
           }
@@ -248,11 +402,15 @@ struct RepackedGemv {
 
   static void gemv_q4_0(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
                         float* y) {
-    groups<BlockQ4_0, BlockQ8_0, legacy_group<4>>(n, kQK, w, n_groups, act, y);
+    groups<BlockQ4_0, BlockQ8_0, legacy_group<Legacy::kQ4_0>>(n, kQK, w, n_groups, act, y);
+  }
+  static void gemv_q5_0(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
+                        float* y) {
+    groups<BlockQ5_0, BlockQ8_0, legacy_group<Legacy::kQ5_0>>(n, kQK, w, n_groups, act, y);
   }
   static void gemv_q8_0(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
                         float* y) {
-    groups<BlockQ8_0, BlockQ8_0, legacy_group<8>>(n, kQK, w, n_groups, act, y);
+    groups<BlockQ8_0, BlockQ8_0, legacy_group<Legacy::kQ8_0>>(n, kQK, w, n_groups, act, y);
   }
   static void gemv_q4_k(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
                         float* y) {

@@ -3,7 +3,7 @@
 // the SMMLA gemm tiles for kNeonI8mm. All give the same bits, so the level only changes
 // speed. The k-quant gemv is the prefetching row loop of gemv_prefetch.h over the chosen
 // vec_dot (instantiated here, in a baseline object: it only calls the dot through its
-// address); Q4_0, Q8_0, Q4_K and Q6_K also decode from repacked copies (repack.h).
+// address); Q4_0, Q5_0, Q8_0, Q4_K and Q6_K also decode from repacked copies (repack.h).
 #include "kernels/cpu/neon/neon_kernels.h"
 #include "kernels/cpu/gemv_prefetch.h"
 
@@ -48,6 +48,7 @@ void fill_kernels(CpuKernels& k, Isa level) {
       dp ? gemv_prefetched<vec_dot_q6_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q6_k_q8_k>;
   // Decoding from the repacked copies the backend makes of these types.
   k.for_type(DType::kQ4_0).gemv_repacked = dp ? gemv_q4_0_x16_dotprod : gemv_q4_0_x16;
+  k.for_type(DType::kQ5_0).gemv_repacked = dp ? gemv_q5_0_x16_dotprod : gemv_q5_0_x16;
   k.for_type(DType::kQ8_0).gemv_repacked = dp ? gemv_q8_0_x16_dotprod : gemv_q8_0_x16;
   k.for_type(DType::kQ4_K).gemv_repacked = dp ? gemv_q4_k_x16_dotprod : gemv_q4_k_x16;
   k.for_type(DType::kQ6_K).gemv_repacked = dp ? gemv_q6_k_x16_dotprod : gemv_q6_k_x16;
