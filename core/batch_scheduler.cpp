@@ -367,7 +367,10 @@ bool BatchScheduler::step() {
   n_steps_.fetch_add(1);
   if (n_decode > 0 && n_prefill > 0) n_mixed_steps_.fetch_add(1);
 
+  // A step of decode tokens alone: each row may go through the backend as it would alone.
+  backend_.set_decode_rows(n_prefill == 0);
   const Result<void> ran = model_.forward_batch(backend_, parts_);
+  backend_.set_decode_rows(false);
   const Clock::time_point after = Clock::now();
   for (size_t i = 0; i < parts_.size(); ++i) {
     Seq& s = *part_seqs_[i];

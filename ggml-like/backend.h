@@ -220,6 +220,13 @@ class Backend {
   virtual void kv_to_host(const KvLayerView& cache) {}
   virtual void kv_from_host(const KvLayerView& cache) {}
 
+  // Declares whether the rows of the matmuls that follow are one token of each of several
+  // sequences (a batched decode step) rather than the tokens of prompts. A backend may then
+  // compute each row as a matmul of that row alone would (the CPU does where its gemm tiles
+  // cost more for a few rows than one pass over the weights per row), so that batching
+  // changes no sequence's numbers. Until it is set again. Default: ignored.
+  virtual void set_decode_rows(bool on) {}
+
   // Declares that until end_scratch() the caller reads and writes `buffers` only through
   // this backend's ops, so a backend with memory of its own (CUDA) may keep their contents
   // there rather than copy each op's inputs in and its outputs out. What the buffers hold

@@ -122,6 +122,11 @@ void SplitBackend::kv_from_host(const KvLayerView& cache) {
   second_->kv_from_host(cache);
 }
 
+void SplitBackend::set_decode_rows(bool on) {
+  first_->set_decode_rows(on);
+  second_->set_decode_rows(on);
+}
+
 void SplitBackend::begin_scratch(std::span<const std::span<float>> buffers) {
   current_ = first_.get();
   first_->begin_scratch(buffers);

@@ -67,6 +67,7 @@ class SplitBackend final : public Backend {
   void kv_to_host(const KvLayerView& cache) override;
   void kv_from_host(const KvLayerView& cache) override;
   // The scope goes to the first backend only (see the memory note above).
+  void set_decode_rows(bool on) override;
   void begin_scratch(std::span<const std::span<float>> buffers) override;
   void end_scratch() override;
 

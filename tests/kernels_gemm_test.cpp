@@ -457,5 +457,57 @@ TEST(KernelsGemm, BackendReusesPackedBuffer) {
   }
 }
 
+// Decode rows (Backend::set_decode_rows): a batch smaller than the ISA's
+// min_decode_tokens gives each row bit for bit what a matmul of that row alone gives (the
+// gemv path, repacked or not: 16 rows and more, 37 rows with a partial group), on every
+// weight type with a gemm; from min_decode_tokens on, and without the hint, the tiles run.
+TEST(KernelsGemm, DecodeRowsAreEachRowAlone) {
+  uint32_t seed = 2100;
+  for (Isa isa : simd_isas()) {
+    CpuBackend two(2, isa);
+    for (DType type : kWeightTypes) {
+      const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
+      if (mk.gemm.gemm == nullptr) continue;
+      const int64_t n =
+          2 * type_traits(type).block_elems * (type_traits(type).block_elems < 256 ? 8 : 1);
+      for (const int64_t n_out : {int64_t{37}, int64_t{64}}) {
+        const std::vector<uint8_t> w = random_rows(type, n, n_out, ++seed);
+        const Tensor wt{type, 2, {n, n_out, 1, 1}, w.data(), "w"};
+        for (int64_t n_tokens = 2; n_tokens < mk.gemm.min_decode_tokens; ++n_tokens) {
+          SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n_out "
+                                          << n_out << " tokens " << n_tokens);
+          const std::vector<float> x =
+              random_floats(static_cast<size_t>(n * n_tokens), ++seed, 1.5f);
+          std::vector<float> batch(static_cast<size_t>(n_out * n_tokens), kNaN);
+          two.set_decode_rows(true);
+          two.matmul(wt, x.data(), n_tokens, batch.data());
+          two.set_decode_rows(false);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            std::vector<float> alone(static_cast<size_t>(n_out), kNaN);
+            two.matmul(wt, x.data() + t * n, 1, alone.data());
+            ASSERT_EQ(
+                std::memcmp(alone.data(), batch.data() + t * n_out, alone.size() * sizeof(float)),
+                0)
+                << "row " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The thresholds the tables set: decode rows take the gemv below them, prompts from 2 on.
+TEST(KernelsGemm, DecodeRowsThresholds) {
+  for (Isa isa : simd_isas()) {
+    const MatmulKernels& q4 = cpu_kernels(isa).for_type(DType::kQ4_0);
+    ASSERT_NE(q4.gemm.gemm, nullptr) << isa_name(isa);
+    EXPECT_EQ(q4.gemm.min_tokens, 2) << isa_name(isa);
+    EXPECT_GE(q4.gemm.min_decode_tokens, 2) << isa_name(isa);
+    EXPECT_TRUE(q4.gemm.usable(2));
+    EXPECT_EQ(q4.gemm.usable(2, /*decode_rows=*/true), q4.gemm.min_decode_tokens <= 2);
+    EXPECT_TRUE(q4.gemm.usable(q4.gemm.min_decode_tokens, true));
+  }
+}
+
 }  // namespace
 }  // namespace qrun::kernels

@@ -44,6 +44,7 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   bool supports(Op op, DType type) const override;
   bool supports_paged_kv() const override { return true; }
+  void set_decode_rows(bool on) override { decode_rows_ = on; }
 
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override;
   void get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) override;
@@ -93,6 +94,7 @@ class CpuBackend final : public Backend {
   const uint8_t* repacked(const Tensor& w);
   bool repack_;
   size_t repack_budget_;
+  bool decode_rows_ = false;  // set_decode_rows
   size_t repacked_bytes_ = 0;
   std::unordered_map<const void*, RepackedCopy> repacked_;  // keyed by GGML data
 };

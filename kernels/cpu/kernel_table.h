@@ -73,8 +73,13 @@ struct GemmKernels {
   GemmPackActFn pack_act = nullptr;
   GemmFn gemm = nullptr;   // null: the type has no gemm (batches loop over vec_dot)
   int64_t min_tokens = 2;  // batches smaller than this use vec_dot or gemv
+  // The same for a batch of decode rows (Backend::set_decode_rows), where one pass per row
+  // over the weights (bit for bit a one-token matmul) costs less than the tiles below it.
+  int64_t min_decode_tokens = 2;
 
-  bool usable(int64_t n_tokens) const { return gemm != nullptr && n_tokens >= min_tokens; }
+  bool usable(int64_t n_tokens, bool decode_rows = false) const {
+    return gemm != nullptr && n_tokens >= (decode_rows ? min_decode_tokens : min_tokens);
+  }
   // Bytes of the packed form of n_tokens rows of n elements.
   size_t packed_bytes(int64_t n, int64_t n_tokens) const {
     const int64_t n_groups = (n_tokens + group_tokens - 1) / group_tokens;
@@ -211,6 +216,13 @@ struct CpuKernels {
   const MatmulKernels& for_type(DType type) const { return matmul[static_cast<size_t>(type)]; }
   MatmulKernels& for_type(DType type) { return matmul[static_cast<size_t>(type)]; }
 };
+
+// Sets GemmKernels::min_decode_tokens of every type with a gemm in `k`.
+inline void set_min_decode_tokens(CpuKernels& k, int64_t n) {
+  for (MatmulKernels& m : k.matmul) {
+    if (m.gemm.gemm != nullptr) m.gemm.min_decode_tokens = n;
+  }
+}
 
 // The table of `isa`, built on first use. QRUN_CHECKs that the ISA is compiled in.
 const CpuKernels& cpu_kernels(Isa isa);

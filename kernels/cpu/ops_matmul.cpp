@@ -64,7 +64,7 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
   };
 
   const GemmKernels& gk = mk.gemm;
-  if (gk.usable(n_tokens)) {
+  if (gk.usable(n_tokens, decode_rows_)) {
     // Each group of tokens is converted and packed by one thread, once for the whole
     // matmul; then tiles of kGemmRows weight rows meet every token of the shared packed
     // buffer. Threads take groups and tiles in turn, so one slowed by other load on its

@@ -9,6 +9,11 @@ void fill_avx512_kernels(CpuKernels& k) {
   avx512::fill_dot_kernels(k);  // vec_dot and gemv (avx512/dot_*.cpp)
   avx512::fill_gemm_legacy(k);  // prefill tiles (avx512/gemm_*.cpp)
   avx512::fill_gemm_kquants(k);
+  // Batched decode rows (Backend::set_decode_rows) take one gemv pass per row below
+  // 12 rows: the tiles pack 16 tokens per vector and unpack every weight, which costs more
+  // for a few rows (qrun bench -p 2..16 on Q4_0, Q4_K_M, Q8_0 and Gemma 3, 2026-11-26:
+  // docs/PERFORMANCE.md).
+  set_min_decode_tokens(k, 12);
   avx512::fill_op_kernels(k);  // attention (avx512/ops_*.cpp)
 }
 
