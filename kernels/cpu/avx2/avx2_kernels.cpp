@@ -12,7 +12,7 @@ void fill_avx2_kernels(CpuKernels& k) {
   // Batched decode rows (Backend::set_decode_rows) take one gemv pass per row below
   // 16 rows: the tiles pack 8 tokens per vector and unpack every weight, which costs more
   // for a few rows (qrun bench -p 2..16 on Q4_0, Q4_K_M, Q8_0 and Gemma 3, 2026-11-26:
-  // docs/PERFORMANCE.md).
+  // docs/PERFORMANCE_SERVE.md).
   set_min_decode_tokens(k, 16);
   avx2::fill_op_kernels(k);  // attention, norms, element-wise (avx2/ops_*.cpp)
 }
