@@ -277,16 +277,23 @@ TEST(CliServe, ApiKey) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
-// -np 4 and 8 clients at once: all finish, and each gets exactly what it gets alone.
-TEST(CliServe, EightConcurrentRequests) {
+// -np 4 and n_clients clients at once (prompts of different lengths, half of them
+// streamed, different lengths asked): all finish with 200, and each gets exactly what it
+// gets alone.
+void expect_concurrent_requests_as_alone(size_t n_clients) {
   ServeProcess s({"-m", shared_model("TinyLLama-v0-5M-Q4_0.gguf"), "-np", "4", "-c", "1024"});
   ASSERT_SERVING(s);
-  const std::vector<std::string> prompts = {"Once upon a time",  "The dog",     "Lily and Tom",
-                                            "One day, a little", "The sun was", "Mom said",
-                                            "There was a big",   "A bird"};
+  const std::vector<std::string> starts = {"Once upon a time",  "The dog",     "Lily and Tom",
+                                           "One day, a little", "The sun was", "Mom said",
+                                           "There was a big",   "A bird"};
+  std::vector<std::string> prompts;
+  for (size_t i = 0; i < n_clients; ++i) {
+    prompts.push_back(starts[i % starts.size()] + std::string(i / starts.size(), ' ') +
+                      (i < starts.size() ? "" : " and then"));
+  }
   auto body = [&](size_t i) {
     return Json{{"prompt", prompts[i]},
-                {"max_tokens", 10 + static_cast<int>(i)},
+                {"max_tokens", 10 + static_cast<int>(i % 12)},
                 {"temperature", 0},
                 {"stream", i % 2 == 1}};
   };
@@ -311,12 +318,21 @@ TEST(CliServe, EightConcurrentRequests) {
     }));
   }
   for (size_t i = 0; i < futures.size(); ++i) {
-    ASSERT_EQ(futures[i].wait_for(60s), std::future_status::ready);
+    ASSERT_EQ(futures[i].wait_for(120s), std::future_status::ready);
     const auto [status, text] = futures[i].get();
     EXPECT_EQ(status, 200) << i;
     EXPECT_EQ(text, alone[i]) << prompts[i];
   }
   EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+TEST(CliServe, EightConcurrentRequests) {
+  expect_concurrent_requests_as_alone(8);
+}
+
+// The 32 clients at once: 28 of them wait in the queue while 4 run.
+TEST(CliServe, ThirtyTwoConcurrentRequests) {
+  expect_concurrent_requests_as_alone(32);
 }
 
 // -c is one paged KV cache that the sequences share (--kv-unified, the default on the
