@@ -5,6 +5,7 @@
 // than k, or nothing (then the constraint's apply() decides).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -76,6 +77,28 @@ TEST(SelectTop, IsThePrefixOfASortOfTheWholeRow) {
       }
     }
   }
+}
+
+// A row with NaNs (a broken model's): select_top still gives k candidates, the finite ones
+// first, and greedy picks a token in range (as over the whole row) rather than stopping.
+TEST(SelectTop, NaNsNeverLeaveFewerThanK) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> logits(3000, nan);
+  std::vector<TokenCandidate> top;
+  select_top(logits, 40, top);
+  ASSERT_EQ(top.size(), 40u);
+  EXPECT_EQ(top.front().id, 0);
+  logits[2500] = 1.0f;
+  logits[7] = kNegInf;
+  select_top(logits, 40, top);
+  ASSERT_EQ(top.size(), 40u);
+  EXPECT_EQ(top.front().id, 2500);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  Sampler s = make_sampler(p);
+  EXPECT_EQ(s.sample(logits), 2500);
+  std::fill(logits.begin(), logits.end(), nan);
+  EXPECT_EQ(s.sample(logits), 0);
 }
 
 // Allows one token in `period` (a hash of the id and of the tokens accepted so far), and

@@ -94,7 +94,8 @@ void select_top_of(int64_t n, int64_t k, Value value, std::vector<TokenCandidate
     out.resize(static_cast<size_t>(k));
   };
   // -inf ones are left for last: when fewer than k are finite, the lowest ids among them
-  // follow, as a sort would put them (a constraint's mask makes that common).
+  // follow, as a sort would put them (a constraint's mask makes that common). So are NaNs
+  // (a broken model's), which order with nothing: k candidates come out whatever the row.
   float floor = -INFINITY;
   const auto visit = [&](int64_t i) {
     const float v = value(i);
@@ -119,8 +120,8 @@ void select_top_of(int64_t n, int64_t k, Value value, std::vector<TokenCandidate
   if (out.size() > static_cast<size_t>(k)) cut();
   std::sort(out.begin(), out.end(), higher);
   for (i = 0; i < n && static_cast<int64_t>(out.size()) < k; ++i) {
-    if (value(i) == -INFINITY)
-      out.push_back(TokenCandidate{static_cast<int32_t>(i), -INFINITY, 0.0f});
+    const float v = value(i);
+    if (!(v > -INFINITY)) out.push_back(TokenCandidate{static_cast<int32_t>(i), v, 0.0f});
   }
 }
 
