@@ -290,6 +290,30 @@ TEST(CliServeApi, MetricsCountRequestsTokensAndLatencies) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
+// Streams a greedy completion of kPrompt, max_tokens long, on a thread of its own: `started`
+// is set once three pieces have arrived, and the client hangs up at the first piece after
+// `hang_up` is set. The future holds what the client's send returned.
+std::future<httplib::Result> hangable_stream(ServeProcess& s, int max_tokens,
+                                             std::promise<void>& started,
+                                             const std::atomic<bool>& hang_up) {
+  return std::async(std::launch::async, [&s, max_tokens, &started, &hang_up] {
+    httplib::Client c = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body =
+        Json{{"prompt", kPrompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true}}
+            .dump();
+    req.set_header("Content-Type", "application/json");
+    int pieces = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (++pieces == 3) started.set_value();
+      return !hang_up.load();
+    };
+    return c.send(req);
+  });
+}
+
 // Chunked prefill over HTTP: a long prompt that arrives while another request streams goes
 // in chunks of -b minus the stream's decode token, each beside one of the stream's tokens,
 // so qrun_engine_mixed_steps_total grows by exactly its number of chunks (none of the other
@@ -312,22 +336,8 @@ TEST(CliServeApi, LongPromptJoinsARunningStreamInChunks) {
 
   // A streams; B is posted once A's first pieces have arrived.
   std::promise<void> a_streaming;
-  std::atomic<int> a_pieces{0};
   std::atomic<bool> hang_up{false};
-  auto a = std::async(std::launch::async, [&] {
-    httplib::Client ca = s.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = Json{{"prompt", kPrompt}, {"max_tokens", 1800}, {"temperature", 0}, {"stream", true}}
-                   .dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      if (++a_pieces == 3) a_streaming.set_value();
-      return !hang_up.load();
-    };
-    return ca.send(req);
-  });
+  auto a = hangable_stream(s, 1800, a_streaming, hang_up);
   ASSERT_EQ(a_streaming.get_future().wait_for(30s), std::future_status::ready);
   const Json together = post(c, "/v1/completions", b_body, 200);
   hang_up = true;
@@ -357,22 +367,8 @@ TEST(CliServeApi, DisconnectMidStreamFreesItsBlocks) {
   EXPECT_EQ(metric(idle, "qrun_kv_blocks_cached"), 0);
 
   std::promise<void> streaming;
-  std::atomic<int> pieces{0};
   std::atomic<bool> hang_up{false};
-  auto a = std::async(std::launch::async, [&] {
-    httplib::Client ca = s.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = Json{{"prompt", kPrompt}, {"max_tokens", 1000}, {"temperature", 0}, {"stream", true}}
-                   .dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      if (++pieces == 3) streaming.set_value();
-      return !hang_up.load();
-    };
-    return ca.send(req);
-  });
+  auto a = hangable_stream(s, 1000, streaming, hang_up);
   ASSERT_EQ(streaming.get_future().wait_for(30s), std::future_status::ready);
   std::string busy;
   EXPECT_TRUE(wait_for_metrics(s, [&](const std::string& m) {
