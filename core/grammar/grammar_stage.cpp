@@ -77,7 +77,7 @@ class GrammarStage final : public ConstraintStage {
       if (is_end(t)) continue;
       wanted_[t] = 1;
     }
-    allowed_.assign(pieces_.size(), 0);
+    allowed_.resize(pieces_.size());  // can_accept_all sets every entry
     std::optional<Error> err = matcher_.can_accept_all(vocab_->trie, wanted_, allowed_);
     if (err && !error_) error_ = std::move(err);
     const bool can_end = matcher_.can_end();
