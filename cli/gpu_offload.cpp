@@ -96,8 +96,8 @@ size_t device_cache_bytes(KvCache& kv, int64_t first) {
 
 // The activations one forward chunk keeps on the device (the model's scratch), the largest
 // op output that comes back (all rows of logits), the decode attention's partial results
-// for a token at the end of the context, and room for the quantized activations and the
-// prefill tiles.
+// for a token at the end of the context, and room for the quantized activations, the
+// prefill tiles and the staging of weights repacked at upload.
 size_t device_scratch_bytes(const Model& model, int64_t n_ctx) {
   const ModelHparams& hp = model.hparams();
   const size_t attention = kernels::cuda::attention_scratch_floats(
@@ -107,7 +107,8 @@ size_t device_scratch_bytes(const Model& model, int64_t n_ctx) {
   const auto kv = static_cast<size_t>(hp.n_head_kv * hp.head_dim);
   const size_t floats = n * (2 * static_cast<size_t>(hp.n_embd) + 2 * q + 2 * kv +
                              2 * static_cast<size_t>(hp.n_ff) + static_cast<size_t>(hp.n_vocab));
-  return (floats + attention) * sizeof(float) + (size_t{96} << 20);
+  return (floats + attention) * sizeof(float) + (size_t{96} << 20) +
+         kernels::cuda::CudaBackend::kRepackStagingBytes;
 }
 #endif
 

@@ -107,7 +107,7 @@ std::vector<uint16_t> reference_f16(DType type, const std::vector<uint8_t>& src,
 std::vector<uint16_t> device_dequantize(DType type, const std::vector<uint8_t>& src, int64_t n) {
   DeviceArray<uint8_t> d_src{std::span<const uint8_t>(src)};
   DeviceArray<uint16_t> d_dst(static_cast<size_t>(n));
-  dequantize_f16(type, d_src.data(), n, d_dst.data(), Stream{});
+  dequantize_f16(type, WeightLayout::kBlocks, d_src.data(), n, d_dst.data(), Stream{});
   return d_dst.download();
 }
 
@@ -133,6 +133,24 @@ TEST(CudaEmuGemm, DequantizeF16EqualsTheReferenceRoundedToF16) {
     if (tt.is_quantized) {
       const std::vector<uint8_t> r = random_blocks(type, n, 8);
       expect_same_bits(device_dequantize(type, r, n), reference_f16(type, r, n));
+    }
+  }
+}
+
+// Q4_0 and Q8_0 repacked for the decode kernels (WeightLayout::kGroups8) dequantize to the
+// very F16s of the file's blocks: rows of 1 and 5 runs of 8 blocks, random block bytes.
+TEST(CudaEmuGemm, DequantizeF16OfGroupedWeightsHasTheBlocksBits) {
+  for (const DType type : {DType::kQ4_0, DType::kQ8_0}) {
+    for (const int64_t n_in : {int64_t{256}, int64_t{1280}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(type) << " n_in " << n_in);
+      const int64_t n_rows = 7, n = n_in * n_rows;
+      const std::vector<uint8_t> r = random_blocks(type, n, 9);
+      DeviceArray<uint8_t> blocks{std::span<const uint8_t>(r)};
+      DeviceArray<uint8_t> grouped(r.size());
+      repack_groups8(type, blocks.data(), n_in, n_rows, grouped.data(), Stream{});
+      DeviceArray<uint16_t> dst(static_cast<size_t>(n));
+      dequantize_f16(type, WeightLayout::kGroups8, grouped.data(), n, dst.data(), Stream{});
+      expect_same_bits(dst.download(), reference_f16(type, r, n));
     }
   }
 }
@@ -279,9 +297,20 @@ void check_matmul(DType type, int64_t n_in, const Shape& s) {
   DeviceArray<float> dx{std::span<const float>(x)};
   DeviceArray<uint8_t> scratch(scratch_bytes);
   DeviceArray<float> dy(static_cast<size_t>(s.n_out * s.n_tokens));
-  matmul_gemm(type, dw.data(), n_in, s.n_out, dx.data(), s.n_tokens, dy.data(), scratch.data(),
-              scratch_bytes, Stream{});
+  matmul_gemm(type, WeightLayout::kBlocks, dw.data(), n_in, s.n_out, dx.data(), s.n_tokens,
+              dy.data(), scratch.data(), scratch_bytes, Stream{});
   const std::vector<float> y = dy.download();
+  if ((type == DType::kQ4_0 || type == DType::kQ8_0) && n_in % 256 == 0) {
+    // The same weights repacked for the decode kernels: the same dequantized tiles, so the
+    // same bits.
+    DeviceArray<uint8_t> grouped(w.size());
+    repack_groups8(type, dw.data(), n_in, s.n_out, grouped.data(), Stream{});
+    DeviceArray<float> dg(static_cast<size_t>(s.n_out * s.n_tokens));
+    matmul_gemm(type, WeightLayout::kGroups8, grouped.data(), n_in, s.n_out, dx.data(), s.n_tokens,
+                dg.data(), scratch.data(), scratch_bytes, Stream{});
+    const std::vector<float> yg = dg.download();
+    EXPECT_EQ(std::memcmp(yg.data(), y.data(), y.size() * sizeof(float)), 0) << "grouped layout";
+  }
 
   std::vector<float> wd(static_cast<size_t>(n_in * s.n_out));
   tt.to_float(w.data(), wd.data(), n_in * s.n_out);

@@ -61,6 +61,23 @@ std::vector<BlockQ8_1> reference_q8_1(const std::vector<float>& x) {
   return out;
 }
 
+// Weights in device memory in the layout a variant reads: the file's blocks where it reads
+// those, else a repacked copy (repack_groups8).
+class DeviceWeights {
+ public:
+  DeviceWeights(int variant, DType type, const uint8_t* blocks, int64_t n_in, int64_t n_out)
+      : blocks_(blocks) {
+    if (mmvq_variant_layout(variant, type, n_in) != WeightLayout::kGroups8) return;
+    grouped_ = DeviceArray<uint8_t>(row_size(type, n_in) * static_cast<size_t>(n_out));
+    repack_groups8(type, blocks, n_in, n_out, grouped_.data(), Stream{});
+  }
+  const uint8_t* data() const { return grouped_.size() != 0 ? grouped_.data() : blocks_; }
+
+ private:
+  const uint8_t* blocks_;
+  DeviceArray<uint8_t> grouped_;
+};
+
 TEST(CudaEmuMatmul, QuantizeQ8_1MatchesTheReferenceBits) {
   for (int64_t n : {32, 96, 4096}) {
     std::vector<float> x = random_vector(2 * n, 11);
@@ -110,13 +127,14 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
       std::memcpy(w_at.data() + offset, w.data(), w.size());
 
       DeviceArray<uint8_t> dw{std::span<const uint8_t>(w_at)};
+      const DeviceWeights weights(variant, type, dw.data() + offset, n_in, n_out);
       DeviceArray<float> dx{std::span<const float>(x)};
       DeviceArray<BlockQ8_1> dq(static_cast<size_t>(n_in / 32 * n_tokens));
       const std::vector<float> nans(static_cast<size_t>(n_out * n_tokens),
                                     std::numeric_limits<float>::quiet_NaN());
       DeviceArray<float> dy{std::span<const float>(nans)};
       quantize_q8_1(dx.data(), n_tokens, n_in, dq.data(), Stream{});
-      mmvq_variant(variant, type, dw.data() + offset, n_in, n_out, dq.data(), n_tokens, dy.data(),
+      mmvq_variant(variant, type, weights.data(), n_in, n_out, dq.data(), n_tokens, dy.data(),
                    Stream{});
       const std::vector<float> y = dy.download();
 
@@ -163,39 +181,44 @@ INSTANTIATE_TEST_SUITE_P(AllTypesAndVariants, CudaEmuMmvq,
                                   mmvq_variant_name(std::get<1>(p.param));
                          });
 
-// mmvq itself runs the variant QRUN_CUDA_MMVQ names (v5 when unset): its output has the
-// bits of that variant's.
+// mmvq itself runs the variant QRUN_CUDA_MMVQ names (v8 when unset), on weights in that
+// variant's layout: its output has the bits of that variant's, on Q4_K (the file's blocks)
+// and Q4_0 (repacked for v7 and v8).
 TEST(CudaEmuMatmul, MmvqRunsTheSelectedVariant) {
   const char* env = std::getenv("QRUN_CUDA_MMVQ");
-  int want = 4;  // v5
+  int want = 7;  // v8
   for (int v = 0; v < mmvq_variant_count(); ++v) {
     if (env != nullptr && std::string(env) == mmvq_variant_name(v)) want = v;
   }
   const int64_t n_in = 4096, n_out = 16, n_tokens = 2;
-  const TypeTraits& tt = type_traits(DType::kQ4_K);
-  const std::vector<float> wf = random_vector(n_in * n_out, 5);
-  std::vector<uint8_t> w(row_size(DType::kQ4_K, n_in) * n_out);
-  tt.from_float(wf.data(), w.data(), n_in * n_out);
-  const std::vector<float> x = random_vector(n_in * n_tokens, 6);
-  DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};
-  DeviceArray<float> dx{std::span<const float>(x)};
-  DeviceArray<BlockQ8_1> dq(static_cast<size_t>(n_in / 32 * n_tokens));
-  DeviceArray<float> dy(static_cast<size_t>(n_out * n_tokens));
-  DeviceArray<float> dv(static_cast<size_t>(n_out * n_tokens));
-  quantize_q8_1(dx.data(), n_tokens, n_in, dq.data(), Stream{});
-  mmvq(DType::kQ4_K, dw.data(), n_in, n_out, dq.data(), n_tokens, dy.data(), Stream{});
-  mmvq_variant(want, DType::kQ4_K, dw.data(), n_in, n_out, dq.data(), n_tokens, dv.data(),
-               Stream{});
-  const std::vector<float> got = dy.download(), expected = dv.download();
-  EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0)
-      << "QRUN_CUDA_MMVQ=" << (env != nullptr ? env : "(unset)");
+  for (const DType type : {DType::kQ4_K, DType::kQ4_0}) {
+    EXPECT_EQ(mmvq_layout(type, n_in), mmvq_variant_layout(want, type, n_in));
+    const TypeTraits& tt = type_traits(type);
+    const std::vector<float> wf = random_vector(n_in * n_out, 5);
+    std::vector<uint8_t> w(row_size(type, n_in) * n_out);
+    tt.from_float(wf.data(), w.data(), n_in * n_out);
+    const std::vector<float> x = random_vector(n_in * n_tokens, 6);
+    DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};
+    const DeviceWeights weights(want, type, dw.data(), n_in, n_out);
+    DeviceArray<float> dx{std::span<const float>(x)};
+    DeviceArray<BlockQ8_1> dq(static_cast<size_t>(n_in / 32 * n_tokens));
+    DeviceArray<float> dy(static_cast<size_t>(n_out * n_tokens));
+    DeviceArray<float> dv(static_cast<size_t>(n_out * n_tokens));
+    quantize_q8_1(dx.data(), n_tokens, n_in, dq.data(), Stream{});
+    mmvq(type, weights.data(), n_in, n_out, dq.data(), n_tokens, dy.data(), Stream{});
+    mmvq_variant(want, type, weights.data(), n_in, n_out, dq.data(), n_tokens, dv.data(), Stream{});
+    const std::vector<float> got = dy.download(), expected = dv.download();
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0)
+        << tt.name << " QRUN_CUDA_MMVQ=" << (env != nullptr ? env : "(unset)");
+  }
 }
 
 // mmvq_group (one launch for Q, K and V, or gate and up) writes each output with the bits
 // of mmvq on that matrix alone: groups of 1 to kMaxGroup matrices of odd row counts (a
 // partial last block of rows at each seam of the grid), rows the tile kernel takes and
-// rows it does not (Q4_0 at n_in 96: 54-byte rows; Q6_K below 2048: one launch each), 1
-// to 5 tokens.
+// rows it does not (Q4_0 at n_in 96: 54-byte rows; Q6_K below 2048: one launch each),
+// Q4_0 rows of 512 and 2048 in the layout of mmvq's variant (grouped for v7 and v8), 1 to 5
+// tokens.
 TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
   const int64_t rows[] = {13, 1, 6, 33};
   for (const DType type : {DType::kQ4_0, DType::kQ6_K}) {
@@ -215,7 +238,13 @@ TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
             const std::vector<float> wf = random_vector(n_in * rows[g], 40 + g);
             std::vector<uint8_t> w(row_size(type, n_in) * static_cast<size_t>(rows[g]));
             tt.from_float(wf.data(), w.data(), n_in * rows[g]);
-            dw.emplace_back(std::span<const uint8_t>(w));
+            DeviceArray<uint8_t> blocks{std::span<const uint8_t>(w)};
+            if (mmvq_layout(type, n_in) == WeightLayout::kGroups8) {
+              dw.emplace_back(w.size());
+              repack_groups8(type, blocks.data(), n_in, rows[g], dw.back().data(), Stream{});
+            } else {
+              dw.push_back(std::move(blocks));
+            }
             const std::vector<float> nans(static_cast<size_t>(rows[g] * n_tokens),
                                           std::numeric_limits<float>::quiet_NaN());
             grouped.emplace_back(std::span<const float>(nans));
@@ -233,6 +262,61 @@ TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
         }
       }
     }
+  }
+}
+
+// v7 and v8 read repacked weights but sum the same block values in the same order as v1
+// (lane l: blocks l, l + 32, ...; then the warp's butterfly), so they give v1's bits:
+// Q4_0 and Q8_0, rows of 1 to 33 runs of 8 blocks (lanes with 2 blocks and with none; 33:
+// rows v8 gives one warp each for up to 2 tokens), 1, 2, 3 and 9 tokens, odd row counts
+// (v8's last warp has one row).
+TEST(CudaEmuMatmul, GroupedVariantsGiveV1Bits) {
+  for (const DType type : {DType::kQ4_0, DType::kQ8_0}) {
+    const TypeTraits& tt = type_traits(type);
+    for (const int64_t n_in : {int64_t{256}, int64_t{1280}, int64_t{4608}, int64_t{8448}}) {
+      for (const int64_t n_out : {int64_t{1}, int64_t{9}}) {
+        const std::vector<float> wf = random_vector(n_in * n_out, 70 + static_cast<uint32_t>(n_in));
+        std::vector<uint8_t> w(row_size(type, n_in) * static_cast<size_t>(n_out));
+        tt.from_float(wf.data(), w.data(), n_in * n_out);
+        DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};
+        for (const int64_t n_tokens : {1, 2, 3, 9}) {
+          const std::vector<float> x = random_vector(n_in * n_tokens, 80);
+          DeviceArray<float> dx{std::span<const float>(x)};
+          DeviceArray<BlockQ8_1> dq(static_cast<size_t>(n_in / 32 * n_tokens));
+          quantize_q8_1(dx.data(), n_tokens, n_in, dq.data(), Stream{});
+          DeviceArray<float> want(static_cast<size_t>(n_out * n_tokens));
+          mmvq_variant(0, type, dw.data(), n_in, n_out, dq.data(), n_tokens, want.data(), Stream{});
+          for (const char* name : {"v7", "v8"}) {
+            int variant = 0;
+            while (std::string(mmvq_variant_name(variant)) != name) ++variant;
+            ASSERT_EQ(mmvq_variant_layout(variant, type, n_in), WeightLayout::kGroups8);
+            const DeviceWeights weights(variant, type, dw.data(), n_in, n_out);
+            const std::vector<float> nans(static_cast<size_t>(n_out * n_tokens),
+                                          std::numeric_limits<float>::quiet_NaN());
+            DeviceArray<float> got{std::span<const float>(nans)};
+            mmvq_variant(variant, type, weights.data(), n_in, n_out, dq.data(), n_tokens,
+                         got.data(), Stream{});
+            const std::vector<float> g = got.download(), v1 = want.download();
+            EXPECT_EQ(std::memcmp(g.data(), v1.data(), g.size() * sizeof(float)), 0)
+                << tt.name << " " << name << " n_in " << n_in << " n_out " << n_out << ", "
+                << n_tokens << " tokens";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Only Q4_0 and Q8_0 rows of whole runs of 8 blocks are repacked, and only for v7 and v8.
+TEST(CudaEmuMatmul, GroupedLayoutOnlyWhereItApplies) {
+  for (int v = 0; v < mmvq_variant_count(); ++v) {
+    const bool grouped = std::string(mmvq_variant_name(v)) >= "v7";
+    EXPECT_EQ(mmvq_variant_layout(v, DType::kQ4_0, 4096) == WeightLayout::kGroups8, grouped);
+    EXPECT_EQ(mmvq_variant_layout(v, DType::kQ8_0, 256) == WeightLayout::kGroups8, grouped);
+    EXPECT_EQ(mmvq_variant_layout(v, DType::kQ4_0, 96), WeightLayout::kBlocks);
+    EXPECT_EQ(mmvq_variant_layout(v, DType::kQ4_0, 4064), WeightLayout::kBlocks);
+    EXPECT_EQ(mmvq_variant_layout(v, DType::kQ4_K, 4096), WeightLayout::kBlocks);
+    EXPECT_EQ(mmvq_variant_layout(v, DType::kQ6_K, 4096), WeightLayout::kBlocks);
   }
 }
 

@@ -108,6 +108,15 @@ bool CudaBackend::supports(Op op, DType type) const {
 }
 
 const void* CudaBackend::device_copy(const void* host, size_t bytes) {
+  return device_copy(host, bytes, WeightLayout::kBlocks, DType::kF32, 0);
+}
+
+const void* CudaBackend::device_matrix(const Tensor& w, WeightLayout layout) {
+  return device_copy(w.data, w.n_bytes(), layout, w.type, w.ne[0]);
+}
+
+const void* CudaBackend::device_copy(const void* host, size_t bytes, WeightLayout layout,
+                                     DType type, int64_t n_in) {
   // The first and last 64 bytes, checked on every use (as the CPU backend checks its
   // repacked copies), so that other data later at the same address is never read through
   // a stale copy.
@@ -117,13 +126,34 @@ const void* CudaBackend::device_copy(const void* host, size_t bytes) {
   std::memcpy(ends.data(), h, edge);
   std::memcpy(ends.data() + 64, h + bytes - edge, edge);
   auto it = weights_.find(host);
-  if (it == weights_.end() || it->second.bytes.size() != bytes || it->second.ends != ends) {
+  if (it == weights_.end() || it->second.bytes.size() != bytes || it->second.ends != ends ||
+      it->second.layout != layout) {
     flush();
-    WeightCopy copy{DeviceArray<uint8_t>(bytes), ends};
-    copy.bytes.upload(std::span(h, bytes), stream());
+    WeightCopy copy{DeviceArray<uint8_t>(bytes), ends, layout};
+    if (layout == WeightLayout::kBlocks) {
+      copy.bytes.upload(std::span(h, bytes), stream());
+    } else {
+      upload_groups8(type, h, bytes, n_in, copy.bytes.data());
+    }
     it = weights_.insert_or_assign(host, std::move(copy)).first;
   }
   return it->second.bytes.data();
+}
+
+void CudaBackend::upload_groups8(DType type, const uint8_t* host, size_t bytes, int64_t n_in,
+                                 uint8_t* device) {
+  // Whole rows at a time through a staging buffer of at most kRepackStagingBytes (the
+  // GPU plan's scratch counts it), each repacked into place before the next overwrites it.
+  const size_t row_bytes = row_size(type, n_in);
+  const size_t rows_per_chunk = std::max<size_t>(1, kRepackStagingBytes / row_bytes);
+  DeviceArray<uint8_t> staging(std::min(bytes, rows_per_chunk * row_bytes));
+  for (size_t at = 0; at < bytes; at += rows_per_chunk * row_bytes) {
+    const size_t chunk = std::min(bytes - at, rows_per_chunk * row_bytes);
+    copy_to_device(staging.data(), host + at, chunk, stream());
+    repack_groups8(type, staging.data(), n_in, static_cast<int64_t>(chunk / row_bytes), device + at,
+                   stream());
+  }
+  synchronize(stream());  // before the staging buffer is freed
 }
 
 void CudaBackend::begin_scratch(std::span<const std::span<float>> buffers) {
@@ -206,12 +236,15 @@ void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, floa
              dtype_name(w.type));
   const int64_t n_in = w.ne[0];
   const int64_t n_out = w.n_rows();
-  const void* dw = device_copy(w.data, w.n_bytes());
+  const WeightLayout layout =
+      mmvq_supports(w.type) ? mmvq_layout(w.type, n_in) : WeightLayout::kBlocks;
+  const void* dw = device_matrix(w, layout);
   const float* dx = input(kIn0, x, n_tokens * n_in);
   float* dy = output(kOut, y, n_tokens * n_out);
   if (n_tokens >= kGemmMinTokens && gemm_supports(w.type)) {
     const size_t bytes = matmul_gemm_scratch_bytes(n_in, n_out, n_tokens);
-    matmul_gemm(w.type, dw, n_in, n_out, dx, n_tokens, dy, scratch(kGemm, bytes), bytes, stream());
+    matmul_gemm(w.type, layout, dw, n_in, n_out, dx, n_tokens, dy, scratch(kGemm, bytes), bytes,
+                stream());
   } else if (mmvq_supports(w.type)) {
     mmvq(w.type, dw, n_in, n_out, quantized(dx, n_tokens, n_in), n_tokens, dy, stream());
   } else {
@@ -260,7 +293,7 @@ void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Prod
     return;
   }
   for (size_t i = 0; i < products.size(); ++i) {
-    jobs[i].w = device_copy(products[i].w->data, products[i].w->n_bytes());
+    jobs[i].w = device_matrix(*products[i].w, mmvq_layout(w0.type, n_in));
   }
   const float* dx = input(kIn0, x, n_tokens * n_in);
   mmvq_group(w0.type, n_in, std::span(jobs.data(), products.size()), quantized(dx, n_tokens, n_in),

@@ -44,6 +44,10 @@ QRUN_CUDA_NAMESPACE_BEGIN
 
 class CudaBackend final : public Backend {
  public:
+  // The device memory a weight's upload borrows while it repacks (WeightLayout::kGroups8):
+  // at most this much, or one row.
+  static constexpr size_t kRepackStagingBytes = size_t{16} << 20;
+
   // What the graph logic decided, for the tests.
   struct GraphStats {
     int64_t captures = 0;        // decode steps whose capture began
@@ -107,6 +111,12 @@ class CudaBackend final : public Backend {
   void* scratch(int slot, size_t bytes);
   // The device copy of a weight (or norm weight, or RoPE factor table) at `host`.
   const void* device_copy(const void* host, size_t bytes);
+  // The device copy of matrix w in `layout` (kGroups8: repacked once, at upload).
+  const void* device_matrix(const Tensor& w, WeightLayout layout);
+  const void* device_copy(const void* host, size_t bytes, WeightLayout layout, DType type,
+                          int64_t n_in);
+  // host[0 .. bytes) (rows of n_in elements of `type`) into device, repacked to kGroups8.
+  void upload_groups8(DType type, const uint8_t* host, size_t bytes, int64_t n_in, uint8_t* device);
   // The device memory behind host[0 .. n) when it lies in a scratch buffer of the open
   // scope, else null.
   float* resident(const float* host, int64_t n);
@@ -142,9 +152,15 @@ class CudaBackend final : public Backend {
   struct DeviceKv {
     DeviceArray<uint16_t> k, v;
   };
+  // At least n zeroed attention counters (grown, and zeroed, on demand).
+  unsigned* attention_counters(int64_t n);
+  // The device copy of a cache layer for a store of n_tokens rows at pos (checked), made
+  // on first use.
+  DeviceKv& device_kv(const KvLayerView& cache, int64_t pos, int64_t n_tokens);
   struct WeightCopy {
     DeviceArray<uint8_t> bytes;
     std::array<uint8_t, 128> ends;  // the host data's first and last 64 bytes
+    WeightLayout layout;
   };
   struct ResidentBuffer {
     const float* host = nullptr;

@@ -97,16 +97,35 @@ void quantize_q8_1(const float* x, int64_t n_rows, int64_t n, BlockQ8_1* out, St
 
 // Whether mmvq has a kernel for weights of `type`.
 bool mmvq_supports(DType type);
+
+// How a weight matrix's bytes are laid out in device memory.
+//  kBlocks: the file's blocks as they are (GGML layout).
+//  kGroups8 (Q4_0 and Q8_0, rows of a multiple of 256 elements): each run of 8 blocks of a
+//    row holds their 8 quant arrays (16 or 32 bytes each) and then their 8 F16 scales, the
+//    same bytes in the same room, so that a thread loads a block's quants with aligned
+//    16-byte loads straight into registers (the kernels v7 and v8).
+enum class WeightLayout { kBlocks, kGroups8 };
+// The layout mmvq wants for weights of `type` with rows of n_in (that of the variant it
+// runs), and that of a given variant.
+WeightLayout mmvq_layout(DType type, int64_t n_in);
+WeightLayout mmvq_variant_layout(int variant, DType type, int64_t n_in);
+// dst = src (n_rows rows of n_in elements of `type` in GGML layout, device memory)
+// rearranged into kGroups8. dst is 16-byte aligned and does not overlap src.
+void repack_groups8(DType type, const void* src, int64_t n_in, int64_t n_rows, void* dst,
+                    Stream stream);
+
 // y[t][o] = sum_i w[o][i] * x[t][i] for t < n_tokens, o < n_out: w holds n_out rows of
-// n_in elements of `type` (GGML layout), x n_tokens rows of n_in / 32 activation blocks.
-// n_in must be a multiple of the type's block size.
+// n_in elements of `type` in the layout mmvq_layout(type, n_in) (16-byte aligned where that
+// is kGroups8), x n_tokens rows of n_in / 32 activation blocks. n_in must be a multiple of
+// the type's block size.
 void mmvq(DType type, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
           int64_t n_tokens, float* y, Stream stream);
 
 // The products of up to kMaxGroup matrices of one type and width with the same
 // activations (a layer's Q, K and V; gate and up): job g computes y = w x as mmvq(type,
 // w, n_in, n_out, x, n_tokens, y), all in one launch where the kernel mmvq runs allows it
-// (v5 on rows it tiles), else one launch each. The results are the same either way.
+// (v5 on rows it tiles, v7 and v8 on kGroups8 weights), else one launch each. The results
+// are the same either way.
 inline constexpr int kMaxGroup = 4;
 struct MmvqJob {
   const void* w;
@@ -117,9 +136,10 @@ void mmvq_group(DType type, int64_t n_in, std::span<const MmvqJob> jobs, const B
                 int64_t n_tokens, Stream stream);
 
 // The kernels behind mmvq, which all compute the same function with the same integer dot
-// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v6".
-// mmvq runs the one QRUN_CUDA_MMVQ names (read once per process; default v5); tests and
-// cuda_mmvq_bench run each by index (0 .. mmvq_variant_count() - 1).
+// products and differ only in the order of the float sums (ops_matmul.cu): "v1" .. "v8".
+// mmvq runs the one QRUN_CUDA_MMVQ names (read once per process; default v8); tests and
+// cuda_mmvq_bench run each by index (0 .. mmvq_variant_count() - 1), on weights in
+// mmvq_variant_layout(variant, type, n_in).
 int mmvq_variant_count();
 const char* mmvq_variant_name(int variant);
 void mmvq_variant(int variant, DType type, const void* w, int64_t n_in, int64_t n_out,
@@ -138,8 +158,9 @@ void mmv_float(DType type, const void* w, int64_t n_in, int64_t n_out, const flo
 // Q5_K, Q6_K, F16 and F32.
 bool gemm_supports(DType type);
 // dst[i] = the F16 nearest to type_traits(type).to_float(src)[i], for n elements (a
-// multiple of the type's block size) of `type` at src.
-void dequantize_f16(DType type, const void* src, int64_t n, uint16_t* dst, Stream stream);
+// multiple of the type's block size; kGroups8: of 256) of `type` at src, in `layout`.
+void dequantize_f16(DType type, WeightLayout layout, const void* src, int64_t n, uint16_t* dst,
+                    Stream stream);
 // out[i] = x[i] rounded to the nearest F16 (ties to even), for n elements.
 void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, Stream stream);
 
@@ -148,10 +169,12 @@ void convert_f32_to_f16(const float* x, int64_t n, uint16_t* out, Stream stream)
 size_t matmul_gemm_scratch_bytes(int64_t n_in, int64_t n_out, int64_t n_tokens);
 // y[t][o] = sum_i w[o][i] * x[t][i] for t < n_tokens, o < n_out (y row-major
 // [n_tokens, n_out], as mmvq writes it): w holds n_out rows of n_in elements of `type`
-// (n_in a multiple of its block size), x n_tokens rows of n_in floats. Both operands are
-// rounded to F16 and the products summed in float. scratch (device memory, 256-byte
-// aligned) bounds the tile: any size from the scratch of one row up works, with more tiles.
-void matmul_gemm(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
-                 int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes, Stream stream);
+// (n_in a multiple of its block size) in `layout`, x n_tokens rows of n_in floats. Both
+// operands are rounded to F16 and the products summed in float. scratch (device memory,
+// 256-byte aligned) bounds the tile: any size from the scratch of one row up works, with
+// more tiles.
+void matmul_gemm(DType type, WeightLayout layout, const void* w, int64_t n_in, int64_t n_out,
+                 const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
+                 Stream stream);
 
 QRUN_CUDA_NAMESPACE_END

@@ -81,6 +81,28 @@ struct DqQ8_0 {
   }
 };
 
+// The same two types in WeightLayout::kGroups8 (ops.h): a "block" here is a run of 8
+// blocks, their 8 quant arrays then their 8 scales.
+struct DqQ4_0x8 {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 144;
+  __device__ __forceinline__ static uint16_t f16(const uint8_t* blk, int j) {
+    const int b = j / 32, i = j % 32;
+    const uint8_t* qs = blk + 16 * b;
+    const int q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+    return f32_to_f16(static_cast<float>(q - 8) * load_f16(blk + 128 + 2 * b));
+  }
+};
+
+struct DqQ8_0x8 {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 272;
+  __device__ __forceinline__ static uint16_t f16(const uint8_t* blk, int j) {
+    const int8_t q = static_cast<int8_t>(blk[j]);
+    return f32_to_f16(static_cast<float>(q) * load_f16(blk + 256 + 2 * (j / 32)));
+  }
+};
+
 // x = (d * sc[s]) * q - dmin * m[s] in float, s = j / 32, as the reference computes it.
 // The products are exact in float (11 + 6 + 5 significant bits), so only the subtraction
 // rounds, and an FMA contraction by nvcc could not change the result.
@@ -181,7 +203,14 @@ bool gemm_supports(DType type) {
   }
 }
 
-void dequantize_f16(DType type, const void* src, int64_t n, uint16_t* dst, Stream stream) {
+void dequantize_f16(DType type, WeightLayout layout, const void* src, int64_t n, uint16_t* dst,
+                    Stream stream) {
+  if (layout == WeightLayout::kGroups8) {
+    QRUN_CHECK(type == DType::kQ4_0 || type == DType::kQ8_0,
+               "dequantize_f16: no grouped layout of %s", dtype_name(type));
+    return type == DType::kQ4_0 ? launch_dequantize<DqQ4_0x8>(src, n, dst, stream)
+                                : launch_dequantize<DqQ8_0x8>(src, n, dst, stream);
+  }
   switch (type) {
     case DType::kF32:
       return launch_dequantize<DqF32>(src, n, dst, stream);
@@ -216,8 +245,9 @@ size_t matmul_gemm_scratch_bytes(int64_t n_in, int64_t n_out, int64_t n_tokens) 
          static_cast<size_t>(rows) * row_bytes;
 }
 
-void matmul_gemm(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
-                 int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes, Stream stream) {
+void matmul_gemm(DType type, WeightLayout layout, const void* w, int64_t n_in, int64_t n_out,
+                 const float* x, int64_t n_tokens, float* y, void* scratch, size_t scratch_bytes,
+                 Stream stream) {
   QRUN_CHECK(gemm_supports(type), "matmul_gemm: no kernel for %s weights", dtype_name(type));
   QRUN_CHECK(n_in > 0 && n_out >= 0 && n_tokens >= 0 && n_in % type_traits(type).block_elems == 0,
              "matmul_gemm: %s weights of %lld x %lld, %lld tokens", dtype_name(type),
@@ -246,7 +276,8 @@ void matmul_gemm(DType type, const void* w, int64_t n_in, int64_t n_out, const f
   const size_t w_row_bytes = row_size(type, n_in);
   for (int64_t o0 = 0; o0 < n_out; o0 += max_rows) {
     const int64_t rows = n_out - o0 < max_rows ? n_out - o0 : max_rows;
-    dequantize_f16(type, static_cast<const uint8_t*>(w) + static_cast<size_t>(o0) * w_row_bytes,
+    dequantize_f16(type, layout,
+                   static_cast<const uint8_t*>(w) + static_cast<size_t>(o0) * w_row_bytes,
                    rows * n_in, tile, stream);
     gemm_f16(rows, n_tokens, n_in, tile, n_in, x16, n_in, y + o0, n_out, stream);
   }

@@ -15,7 +15,14 @@
 //      loads, the next tile in flight while the lanes dot this one as v1 does; up to 8
 //      tokens per pass (rows not a multiple of 16 bytes, or misaligned: v2's kernel);
 //  v6: v2 with the block's 4 warps on one row (as llama.cpp for one token), their sums
-//      added in warp order.
+//      added in warp order;
+//  v7, v8: Q4_0 and Q8_0 weights repacked at upload (WeightLayout::kGroups8, ops.h): lane l
+//      dots whole blocks l, l + 32, ... as v1 does, each block's quants one or two aligned
+//      16-byte loads straight into registers (no shared-memory staging), 4 (v7) or 2 (v8)
+//      blocks a lane loaded before any is used; v8 gives each warp 2 rows, so the lane's
+//      activation words serve both (except on rows longer than 8192 for 1 or 2 tokens,
+//      where it runs v7). Other types (or rows of other sizes) run v5's kernel.
+//      The same sums in the same order as v1 and v5: the same bits.
 // (Tiles of 128 or 256 chunks, and 2 or 4 warps on a row, measured slower than v5 on an
 // H200: docs/PERFORMANCE_CUDA.md.)
 // Each lane sums its chunks in order, then the warp (then v6's warps): the result differs
@@ -319,10 +326,199 @@ void launch_mmvq_tile(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8
   }
 }
 
+// Weights in WeightLayout::kGroups8, per type: kQs quant bytes a block (a multiple of 16),
+// and the value of a block from its quants q (kQs / 4 words), scale d and activations.
+struct G8Q4_0 {
+  static constexpr int kQs = 16;
+  // As vecdot::Q4_0: word j's low nibbles pair with activation word j, its high with j + 4.
+  __device__ __forceinline__ static float dot(const int* q, float d, const int* aq,
+                                              const BlockQ8_1& a) {
+    int sumi = 0;
+    QRUN_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      sumi = __dp4a(q[j] & 0x0F0F0F0F, aq[j], sumi);
+      sumi = __dp4a((q[j] >> 4) & 0x0F0F0F0F, aq[j + 4], sumi);
+    }
+    return static_cast<float>(sumi - 8 * a.sum) * (d * a.d);
+  }
+};
+
+struct G8Q8_0 {
+  static constexpr int kQs = 32;
+  __device__ __forceinline__ static float dot(const int* q, float d, const int* aq,
+                                              const BlockQ8_1& a) {
+    int sumi = 0;
+    QRUN_UNROLL
+    for (int j = 0; j < 8; ++j) sumi = __dp4a(q[j], aq[j], sumi);
+    return static_cast<float>(sumi) * (d * a.d);
+  }
+};
+
+// The 8 activation words of a block (its quants start 8 bytes into a 40-byte block: 8-byte
+// aligned).
+__device__ __forceinline__ void load_act(const BlockQ8_1& a, int* aq) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(aq, a.qs, 32);
+#else
+  const int2* p = reinterpret_cast<const int2*>(a.qs);
+  QRUN_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const int2 v = p[k];
+    aq[2 * k] = v.x;
+    aq[2 * k + 1] = v.y;
+  }
+#endif
+}
+
+// Each warp takes kRows rows (the last warp's missing ones read the last row again and are
+// not written), lane l the blocks l, l + 32, ..., kUnroll of them loaded before any is
+// used. Tokens as mmvq_tile_kernel; the matrix of a block from the group as there.
+template <class G, int kRows, int kUnroll, int kTokens>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+    mmvq_g8_kernel(TileGroup group, int64_t n_in, const BlockQ8_1* x, int64_t n_tokens) {
+  constexpr int kGroupBytes = 8 * (G::kQs + 2);
+  constexpr int kQInts = G::kQs / 4;
+  const uint8_t* w = group.w[0];
+  float* y = group.y[0];
+  int64_t n_out = group.n_out[0];
+  unsigned first = 0;
+  QRUN_UNROLL
+  for (int g = 1; g < kMaxGroup; ++g) {
+    if (g < group.count && blockIdx.x >= group.first_block[g]) {
+      w = group.w[g];
+      y = group.y[g];
+      n_out = group.n_out[g];
+      first = group.first_block[g];
+    }
+  }
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x - first) * kRowsPerBlock + warp) * kRows;
+  if (o0 >= n_out) return;  // whole warps leave together
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t n_blocks = n_in / 32;
+  const int64_t row_bytes = n_blocks / 8 * kGroupBytes;
+  const uint8_t* rows[kRows];
+  for (int r = 0; r < kRows; ++r) rows[r] = w + min_i64(o0 + r, n_out - 1) * row_bytes;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const BlockQ8_1* xt[kTokens];
+  for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_blocks;
+  float sum[kRows][kTokens] = {};
+  for (int64_t b0 = lane; b0 < n_blocks; b0 += kWarp * kUnroll) {
+    int q[kUnroll][kRows][kQInts];
+    float d[kUnroll][kRows];
+    QRUN_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t b = min_i64(b0 + u * kWarp, n_blocks - 1);
+      const int64_t at = b / 8 * kGroupBytes;
+      const int k = static_cast<int>(b % 8);
+      QRUN_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        QRUN_UNROLL
+        for (int v = 0; v < kQInts; v += 4) load16(rows[r] + at + G::kQs * k + 4 * v, q[u][r] + v);
+        d[u][r] = f16_to_f32(*reinterpret_cast<const uint16_t*>(rows[r] + at + 8 * G::kQs + 2 * k));
+      }
+    }
+    QRUN_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t b = b0 + u * kWarp;
+      if (b >= n_blocks) break;
+      for (int t = 0; t < kTokens; ++t) {
+        const BlockQ8_1& a = xt[t][b];
+        int aq[8];
+        load_act(a, aq);
+        QRUN_UNROLL
+        for (int r = 0; r < kRows; ++r) sum[r][t] += G::dot(q[u][r], d[u][r], aq, a);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < kTokens; ++t) {
+      const float s = warp_sum(sum[r][t]);
+      if (lane == 0 && o0 + r < n_out && t0 + t < n_tokens) y[(t0 + t) * n_out + o0 + r] = s;
+    }
+  }
+}
+
+template <class G, int kRows, int kUnroll>
+void launch_mmvq_g8(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8_1* x,
+                    int64_t n_tokens, Stream stream) {
+  QRUN_CHECK(!jobs.empty() && jobs.size() <= kMaxGroup, "mmvq: a group of %zu matrices",
+             jobs.size());
+  QRUN_CHECK(n_in % 256 == 0, "mmvq: grouped weights with rows of %lld",
+             static_cast<long long>(n_in));
+  constexpr int kRowsPerCta = kRowsPerBlock * kRows;
+  TileGroup group{};
+  int64_t blocks = 0;
+  for (size_t g = 0; g < jobs.size(); ++g) {
+    QRUN_CHECK(reinterpret_cast<uintptr_t>(jobs[g].w) % 16 == 0,
+               "mmvq: grouped weights at %p, not 16-byte aligned", jobs[g].w);
+    group.w[g] = static_cast<const uint8_t*>(jobs[g].w);
+    group.y[g] = jobs[g].y;
+    group.n_out[g] = jobs[g].n_out;
+    group.first_block[g] = static_cast<unsigned>(blocks);
+    blocks += (jobs[g].n_out + kRowsPerCta - 1) / kRowsPerCta;
+  }
+  group.count = static_cast<int>(jobs.size());
+  QRUN_CHECK(blocks <= 0x7fffffff, "mmvq: %lld blocks", static_cast<long long>(blocks));
+  const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+  const dim3 grid(static_cast<unsigned>(blocks),
+                  static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
+  const dim3 block(kRowsPerBlock * kWarp);
+  switch (tokens) {
+    case 1:
+      return launch(mmvq_g8_kernel<G, kRows, kUnroll, 1>, grid, block, stream, group, n_in, x,
+                    n_tokens);
+    case 2:
+      return launch(mmvq_g8_kernel<G, kRows, kUnroll, 2>, grid, block, stream, group, n_in, x,
+                    n_tokens);
+    case 4:
+      return launch(mmvq_g8_kernel<G, kRows, kUnroll, 4>, grid, block, stream, group, n_in, x,
+                    n_tokens);
+    default:
+      return launch(mmvq_g8_kernel<G, kRows, kUnroll, 8>, grid, block, stream, group, n_in, x,
+                    n_tokens);
+  }
+}
+
+// v7 (kRows 1, kUnroll 4) or v8 (2, 2) on the grouped weights of `type` (Q4_0 or Q8_0).
+// v8 runs v7 on long rows for one or two tokens: on an H100, an 8B layer's down matrix
+// (14336 x 4096) took 20.80 us under v7 against 22.11 under v8 for one token (half the
+// warps, each with twice the row, left the GPU short of loads in flight); at 8 tokens v8
+// took 37.60 against 51.36 (docs/PERFORMANCE_CUDA.md).
+void launch_grouped(int variant, DType type, std::span<const MmvqJob> jobs, int64_t n_in,
+                    const BlockQ8_1* x, int64_t n_tokens, Stream stream) {
+  const bool v7 = variant == 6 || (n_in > 8192 && n_tokens <= 2);
+  if (type == DType::kQ4_0) {
+    return v7 ? launch_mmvq_g8<G8Q4_0, 1, 4>(jobs, n_in, x, n_tokens, stream)
+              : launch_mmvq_g8<G8Q4_0, 2, 2>(jobs, n_in, x, n_tokens, stream);
+  }
+  return v7 ? launch_mmvq_g8<G8Q8_0, 1, 4>(jobs, n_in, x, n_tokens, stream)
+            : launch_mmvq_g8<G8Q8_0, 2, 2>(jobs, n_in, x, n_tokens, stream);
+}
+
+// One thread a run of 8 blocks (runs never straddle rows: rows hold a multiple of 8).
+template <int kQs>
+__global__ void repack_g8_kernel(const uint8_t* src, int64_t n_runs, uint8_t* dst) {
+  constexpr int kBlockBytes = kQs + 2;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < n_runs;
+       g += stride) {
+    const uint8_t* in = src + g * 8 * kBlockBytes;
+    uint8_t* out = dst + g * 8 * kBlockBytes;
+    for (int k = 0; k < 8; ++k) {
+      const uint8_t* blk = in + k * kBlockBytes;
+      out[8 * kQs + 2 * k] = blk[0];
+      out[8 * kQs + 2 * k + 1] = blk[1];
+      for (int i = 0; i < kQs; ++i) out[kQs * k + i] = blk[2 + i];
+    }
+  }
+}
+
 // The variants, by index: v1 = 0.
-constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4", "v5", "v6"};
-constexpr int kVariants = 6;
-constexpr int kTileVariant = 4;  // v5
+constexpr const char* kVariantNames[] = {"v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8"};
+constexpr int kVariants = 8;
+constexpr int kTileVariant = 4;   // v5
+constexpr int kFirstGrouped = 6;  // v7 and v8 read kGroups8 weights
 
 template <class T>
 void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
@@ -341,6 +537,8 @@ void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, con
     case 3:  // v4: 2 words a lane, 4 chunks in flight
       return a16 ? launch_mmvq_split<T, 2, 4, kWide>(w, n_in, n_out, x, n_tokens, y, stream)
                  : launch_mmvq_split<T, 2, 4, false>(w, n_in, n_out, x, n_tokens, y, stream);
+    case 6:  // v7, v8: on weights of other layouts, as v5
+    case 7:
     case 4:  // v5: tiles through shared memory, where rows allow; else as v2
       if (tile_rows<T>(w, n_in)) {
         const MmvqJob job{w, n_out, y};
@@ -357,21 +555,27 @@ void launch_variant(int variant, const void* w, int64_t n_in, int64_t n_out, con
   }
 }
 
-// QRUN_CUDA_MMVQ, read once: the variant mmvq() runs (default v5).
+// QRUN_CUDA_MMVQ, read once: the variant mmvq() runs (default v8).
 int default_variant() {
   static const int variant = [] {
     const char* env = std::getenv("QRUN_CUDA_MMVQ");
-    // v5 by measurement: on an H200 it streamed the 8B layer's seven Q4_0, Q4_K and Q6_K
-    // matmuls at 1310, 1331 and 1478 GB/s for one token against v1's 1222, 969 and 1190
-    // (kernels/cuda/bench/mmvq_bench.cpp; docs/PERFORMANCE_CUDA.md).
-    if (env == nullptr || *env == '\0') return 4;
+    // v5 by measurement for the k-quants: on an H200 it streamed the 8B layer's seven
+    // Q4_0, Q4_K and Q6_K matmuls at 1310, 1331 and 1478 GB/s for one token against v1's
+    // 1222, 969 and 1190 (kernels/cuda/bench/mmvq_bench.cpp; docs/PERFORMANCE_CUDA.md).
+    // v8 runs v5 on those, and its own kernel on Q4_0 and Q8_0.
+    if (env == nullptr || *env == '\0') return 7;
     for (int v = 0; v < kVariants; ++v) {
       if (std::strcmp(env, kVariantNames[v]) == 0) return v;
     }
-    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1 .. v6", env);
+    QRUN_CHECK(false, "QRUN_CUDA_MMVQ=%s: not one of v1 .. v8", env);
     return 0;
   }();
   return variant;
+}
+
+// Whether `variant` runs v5's tile kernel on weights of the file's layout.
+bool tiles_blocks(int variant) {
+  return variant == kTileVariant || variant >= kFirstGrouped;
 }
 
 // F16 and F32 weights (small models keep some matrices unquantized): one warp per output
@@ -484,11 +688,48 @@ void check_mmvq(DType type, int64_t n_in, int64_t n_out, int64_t n_tokens) {
 
 }  // namespace
 
+WeightLayout mmvq_variant_layout(int variant, DType type, int64_t n_in) {
+  QRUN_CHECK(variant >= 0 && variant < kVariants, "mmvq: no variant %d", variant);
+  const bool grouped_type = type == DType::kQ4_0 || type == DType::kQ8_0;
+  return variant >= kFirstGrouped && grouped_type && n_in > 0 && n_in % 256 == 0
+             ? WeightLayout::kGroups8
+             : WeightLayout::kBlocks;
+}
+
+WeightLayout mmvq_layout(DType type, int64_t n_in) {
+  return mmvq_variant_layout(default_variant(), type, n_in);
+}
+
+void repack_groups8(DType type, const void* src, int64_t n_in, int64_t n_rows, void* dst,
+                    Stream stream) {
+  QRUN_CHECK((type == DType::kQ4_0 || type == DType::kQ8_0) && n_in % 256 == 0,
+             "repack_groups8: no grouped layout of %s rows of %lld", dtype_name(type),
+             static_cast<long long>(n_in));
+  QRUN_CHECK(reinterpret_cast<uintptr_t>(dst) % 16 == 0,
+             "repack_groups8: destination %p not 16-byte aligned", dst);
+  const int64_t n_runs = n_rows * (n_in / 256);
+  if (n_runs == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((n_runs + kThreads - 1) / kThreads, 65535);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  if (type == DType::kQ4_0) {
+    launch(repack_g8_kernel<16>, grid, dim3(kThreads), stream, in, n_runs, out);
+  } else {
+    launch(repack_g8_kernel<32>, grid, dim3(kThreads), stream, in, n_runs, out);
+  }
+}
+
 void mmvq_variant(int variant, DType type, const void* w, int64_t n_in, int64_t n_out,
                   const BlockQ8_1* x, int64_t n_tokens, float* y, Stream stream) {
   QRUN_CHECK(variant >= 0 && variant < kVariants, "mmvq: no variant %d", variant);
   check_mmvq(type, n_in, n_out, n_tokens);
   if (n_out == 0 || n_tokens == 0) return;
+  if (mmvq_variant_layout(variant, type, n_in) == WeightLayout::kGroups8) {
+    const MmvqJob job{w, n_out, y};
+    return launch_grouped(variant, type, std::span(&job, 1), n_in, x, n_tokens, stream);
+  }
   with_vecdot(type, [&]<class T>(T) {
     launch_variant<T>(variant, w, n_in, n_out, x, n_tokens, y, stream);
   });
@@ -507,8 +748,13 @@ void mmvq_group(DType type, int64_t n_in, std::span<const MmvqJob> jobs, const B
     rows += job.n_out;
   }
   if (rows == 0 || n_tokens == 0) return;
+  const int variant = default_variant();
+  if (mmvq_layout(type, n_in) == WeightLayout::kGroups8 && jobs.size() <= kMaxGroup &&
+      std::all_of(jobs.begin(), jobs.end(), [](const MmvqJob& job) { return job.n_out > 0; })) {
+    return launch_grouped(variant, type, jobs, n_in, x, n_tokens, stream);
+  }
   with_vecdot(type, [&]<class T>(T) {
-    const bool tiles = default_variant() == kTileVariant && jobs.size() <= kMaxGroup &&
+    const bool tiles = tiles_blocks(variant) && jobs.size() <= kMaxGroup &&
                        std::all_of(jobs.begin(), jobs.end(), [&](const MmvqJob& job) {
                          return job.n_out > 0 && tile_rows<T>(job.w, n_in);
                        });

@@ -202,6 +202,15 @@ int main(int argc, char** argv) {
         check_cuda(cudaMemcpy(w.back().data(), w[0].data(), bytes, cudaMemcpyDeviceToDevice),
                    "copy");
       }
+      // The same copies repacked, for the variants that read WeightLayout::kGroups8.
+      std::vector<cuda::DeviceArray<uint8_t>> grouped;
+      for (size_t c = 0; c < copies; ++c) {
+        if (cuda::mmvq_variant_layout(n_variants - 1, *type, s.n_in) !=
+            cuda::WeightLayout::kGroups8)
+          break;
+        grouped.emplace_back(bytes);
+        cuda::repack_groups8(*type, w[c].data(), s.n_in, s.n_out, grouped.back().data(), {});
+      }
       const std::vector<float> xf = random_rows(kMaxTokens * s.n_in, 9);
       cuda::DeviceArray<float> dx{std::span<const float>(xf)};
       cuda::DeviceArray<cuda::BlockQ8_1> dq(static_cast<size_t>(kMaxTokens * s.n_in / 32));
@@ -219,8 +228,10 @@ int main(int argc, char** argv) {
         int fastest = 0;
         double fastest_seconds = INFINITY;
         for (int v = 0; v < n_variants; ++v) {
-          const Result r =
-              measure(v, *type, s, w, dq.data(), n_tokens, dy.data(), samples, y_ref, next);
+          const bool repacked =
+              cuda::mmvq_variant_layout(v, *type, s.n_in) == cuda::WeightLayout::kGroups8;
+          const Result r = measure(v, *type, s, repacked ? grouped : w, dq.data(), n_tokens,
+                                   dy.data(), samples, y_ref, next);
           layer[ti][v] += r.seconds * s.per_layer;
           if (!(r.max_rel <= 1e-3)) wrong[ti][v] = true;
           if (r.seconds < fastest_seconds && r.max_rel <= 1e-3) {
