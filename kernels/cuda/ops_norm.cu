@@ -6,6 +6,15 @@
 // correctly rounded sqrtf and division on the GPU too). A decode step normalizes one row,
 // so the kernel is one block's latency: on an H200 the former 256 threads with one load in
 // flight took 14.5 us for a row of 4096 (ncu), about a tenth of a layer.
+// Rows of up to 8192 (rms_norm_regs_kernel) keep each thread's elements and weights in
+// registers, the weights loaded with the row before the block's sum, so the kernel waits
+// on memory once instead of three times (the row, its reduction, then the row again and
+// the weights); longer rows stream twice (rms_norm_kernel). The same sums in the same
+// order either way: the same bits. QRUN_CUDA_NORM=v1 runs the streaming kernel on every
+// row (A/B measurement).
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/q8_1.cuh"
 #include "kernels/cuda/simt.h"
@@ -89,6 +98,84 @@ __global__ void __launch_bounds__(kThreads)
   for (; i < n; i += kThreads) store(i, (row(i) * scale) * w[i]);
 }
 
+// As rms_norm_kernel for rows of n <= kPer * kThreads, thread j holding elements
+// j + u * kThreads (u < kPer, the order in which rms_norm_kernel adds them) in registers.
+template <bool kAdd, bool kQuant, int kPer>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_regs_kernel(const float* x, const float* delta, float* x_out, const float* w,
+                         int64_t n, float eps, float* y, BlockQ8_1* q) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * n;
+  const float* dr = delta + (kAdd ? r * n : 0);
+  float* sr = x_out + (kAdd ? r * n : 0);
+  float* yr = y + r * n;
+  BlockQ8_1* qr = q + (kQuant ? r * (n / kWarp) : 0);
+  float v[kPer], g[kPer];
+  QRUN_UNROLL
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+    v[u] = 0.0f;
+    g[u] = 0.0f;
+    if (i < n) {
+      v[u] = kAdd ? xr[i] + dr[i] : xr[i];
+      g[u] = w[i];
+    }
+  }
+  double sum = 0.0;
+  QRUN_UNROLL
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+    if (i < n) sum += static_cast<double>(v[u] * v[u]);
+  }
+  // (delta is read before anyone writes y, which may alias it: block_sum_f64 syncs.)
+  sum = block_sum_f64(sum);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / sqrtf(mean + eps);
+  QRUN_UNROLL
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+    if (i >= n) break;  // whole warps where kQuant (n a multiple of 32)
+    if constexpr (kAdd) sr[i] = v[u];
+    const float out = (v[u] * scale) * g[u];
+    yr[i] = out;
+    if constexpr (kQuant) quantize_q8_1_warp(out, qr + i / kWarp);
+  }
+}
+
+// QRUN_CUDA_NORM, read once: whether rows that fit run rms_norm_regs_kernel.
+bool registers_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("QRUN_CUDA_NORM");
+    return env == nullptr || std::strcmp(env, "v1") != 0;
+  }();
+  return enabled;
+}
+
+// rms_norm_kernel<kAdd, kQuant>, or the register kernel for rows that fit.
+template <bool kAdd, bool kQuant>
+void launch_norm(const float* x, const float* delta, float* x_out, const float* w, int64_t n_rows,
+                 int64_t n, float eps, float* y, BlockQ8_1* q, Stream stream) {
+  const dim3 grid(static_cast<unsigned>(n_rows)), block(kThreads);
+  const bool regs = registers_enabled();
+  if (regs && n <= kThreads) {
+    return launch(rms_norm_regs_kernel<kAdd, kQuant, 1>, grid, block, stream, x, delta, x_out, w, n,
+                  eps, y, q);
+  }
+  if (regs && n <= 2 * kThreads) {
+    return launch(rms_norm_regs_kernel<kAdd, kQuant, 2>, grid, block, stream, x, delta, x_out, w, n,
+                  eps, y, q);
+  }
+  if (regs && n <= 4 * kThreads) {
+    return launch(rms_norm_regs_kernel<kAdd, kQuant, 4>, grid, block, stream, x, delta, x_out, w, n,
+                  eps, y, q);
+  }
+  if (regs && n <= 8 * kThreads) {
+    return launch(rms_norm_regs_kernel<kAdd, kQuant, 8>, grid, block, stream, x, delta, x_out, w, n,
+                  eps, y, q);
+  }
+  launch(rms_norm_kernel<kAdd, kQuant>, grid, block, stream, x, delta, x_out, w, n, eps, y, q);
+}
+
 void check_rows(const char* op, int64_t n_rows, int64_t n, const BlockQ8_1* q) {
   QRUN_CHECK(n_rows >= 0 && n_rows <= 0x7fffffff && n > 0, "%s: %lld rows of %lld", op,
              static_cast<long long>(n_rows), static_cast<long long>(n));
@@ -102,27 +189,16 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float e
               Stream stream, BlockQ8_1* q) {
   check_rows("rms_norm", n_rows, n, q);
   if (n_rows == 0) return;
-  const dim3 grid(static_cast<unsigned>(n_rows));
-  if (q != nullptr) {
-    launch(rms_norm_kernel<false, true>, grid, dim3(kThreads), stream, x, x, nullptr, w, n, eps, y,
-           q);
-  } else {
-    launch(rms_norm_kernel<false, false>, grid, dim3(kThreads), stream, x, x, nullptr, w, n, eps, y,
-           q);
-  }
+  if (q != nullptr) return launch_norm<false, true>(x, x, nullptr, w, n_rows, n, eps, y, q, stream);
+  launch_norm<false, false>(x, x, nullptr, w, n_rows, n, eps, y, q, stream);
 }
 
 void add_rms_norm(float* x, const float* delta, const float* w, int64_t n_rows, int64_t n,
                   float eps, float* y, Stream stream, BlockQ8_1* q) {
   check_rows("add_rms_norm", n_rows, n, q);
   if (n_rows == 0) return;
-  const dim3 grid(static_cast<unsigned>(n_rows));
-  if (q != nullptr) {
-    launch(rms_norm_kernel<true, true>, grid, dim3(kThreads), stream, x, delta, x, w, n, eps, y, q);
-  } else {
-    launch(rms_norm_kernel<true, false>, grid, dim3(kThreads), stream, x, delta, x, w, n, eps, y,
-           q);
-  }
+  if (q != nullptr) return launch_norm<true, true>(x, delta, x, w, n_rows, n, eps, y, q, stream);
+  launch_norm<true, false>(x, delta, x, w, n_rows, n, eps, y, q, stream);
 }
 
 QRUN_CUDA_NAMESPACE_END
