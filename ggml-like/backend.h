@@ -166,6 +166,16 @@ class Backend {
   virtual void kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
                         const float* v) = 0;
 
+  // rope_qk, then kv_store(cache, pos, n_tokens, k, v): one sequence's queries and keys
+  // rotated, and its keys and values stored. The default runs the two; a backend may do
+  // both at once, with the same results (k holds the rotated keys either way).
+  virtual void rope_qk_store(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                             int64_t n_tokens, int64_t head_dim, std::span<const int32_t> positions,
+                             const RopeParams& params, const KvLayerView& cache, int64_t pos) {
+    rope_qk(q, n_head, k, n_head_kv, n_tokens, head_dim, positions, params);
+    kv_store(cache, pos, n_tokens, k, v);
+  }
+
   // out[t] = softmax(scale * q[t] K^T) V over cache positions 0 .. pos0 + t for each head
   // (the last `window` of them with a sliding window), in position order;
   // q, out: [n_tokens, n_head, head_dim]. Online softmax: no n_tokens x n_ctx matrix.

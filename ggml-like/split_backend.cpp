@@ -87,6 +87,14 @@ void SplitBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tok
   current_->kv_store(cache, pos, n_tokens, k, v);
 }
 
+void SplitBackend::rope_qk_store(float* q, int64_t n_head, float* k, const float* v,
+                                 int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
+                                 std::span<const int32_t> positions, const RopeParams& params,
+                                 const KvLayerView& cache, int64_t pos) {
+  current_->rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params, cache,
+                          pos);
+}
+
 void SplitBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
                              const KvLayerView& cache, const AttentionParams& params, float* out) {
   current_->attention(q, n_tokens, pos0, cache, params, out);

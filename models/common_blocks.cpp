@@ -341,13 +341,22 @@ void self_attention(Backend& backend, const AttentionWeights& w, const Attention
     backend.rms_norm(s.q, w.q_norm, n * shape.n_head, shape.head_dim, c.norm_eps, s.q);
   if (w.k_norm.data != nullptr)
     backend.rms_norm(s.k, w.k_norm, n * shape.n_head_kv, shape.head_dim, c.norm_eps, s.k);
-  // RoPE turns each token by its own position, whichever sequence it belongs to.
-  backend.rope_qk(s.q, shape.n_head, s.k, shape.n_head_kv, n, shape.head_dim, step.positions,
-                  c.rope);
+  // RoPE turns each token by its own position, whichever sequence it belongs to. One
+  // sequence's step rotates and stores its keys in one op (a backend may fuse the two).
+  const bool one_piece = step.pieces.size() == 1 && step.pieces[0].n == n;
+  if (one_piece) {
+    const StepPiece& p = step.pieces[0];
+    backend.rope_qk_store(s.q, shape.n_head, s.k, s.v, shape.n_head_kv, n, shape.head_dim,
+                          step.positions, c.rope, p.kv->layer(il), p.pos);
+  } else {
+    backend.rope_qk(s.q, shape.n_head, s.k, shape.n_head_kv, n, shape.head_dim, step.positions,
+                    c.rope);
+  }
   if (c.q_scale != 1.0f) backend.scale(s.q, n * n_q, c.q_scale, s.q);
   for (const StepPiece& p : step.pieces) {
     const KvLayerView cache = p.kv->layer(il);
-    backend.kv_store(cache, p.pos, p.n, s.k + p.offset * n_kv, s.v + p.offset * n_kv);
+    if (!one_piece)
+      backend.kv_store(cache, p.pos, p.n, s.k + p.offset * n_kv, s.v + p.offset * n_kv);
     // attn: [n, n_head * head_dim], each token over its cache's positions 0 .. its own (its
     // window)
     backend.attention(s.q + p.offset * n_q, p.n, p.pos, cache, shape, s.attn + p.offset * n_q);

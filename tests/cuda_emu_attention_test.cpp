@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -93,6 +94,35 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
     attention(dq.data(), c.n_tokens, c.pos0, dcache, p, dscratch.data(), dout.data(), Stream{});
   }
   const std::vector<float> got = dout.download();
+  if (!prefill && c.head_dim % 32 == 0) {
+    // The decode fusion: the same output, and its blocks as quantize_q8_1 makes them.
+    DeviceArray<float> fused_out(q.size());
+    DeviceArray<BlockQ8_1> fused_q(q.size() / 32), want_q(q.size() / 32);
+    attention(dq.data(), c.n_tokens, c.pos0, dcache, p, dscratch.data(), fused_out.data(), Stream{},
+              fused_q.data());
+    const std::vector<float> fused = fused_out.download();
+    EXPECT_EQ(std::memcmp(fused.data(), got.data(), got.size() * sizeof(float)), 0);
+    quantize_q8_1(dout.data(), 1, static_cast<int64_t>(q.size()), want_q.data(), Stream{});
+    const std::vector<BlockQ8_1> gq = fused_q.download(), wq = want_q.download();
+    for (size_t b = 0; b < gq.size(); ++b) {
+      ASSERT_EQ(std::memcmp(&gq[b], &wq[b], sizeof(BlockQ8_1)), 0) << "quantized block " << b;
+    }
+  }
+  if (!prefill) {
+    // The splits merged by each (token, head)'s last block instead of a second kernel: the
+    // same bits, and the counters left at zero for the next launch (run twice).
+    const auto n_counters = static_cast<size_t>(c.n_tokens * c.n_head);
+    const std::vector<unsigned> zeros(n_counters, 0u);
+    DeviceArray<unsigned> counters{std::span<const unsigned>(zeros)};
+    for (int run = 0; run < 2; ++run) {
+      DeviceArray<float> merged(q.size());
+      attention(dq.data(), c.n_tokens, c.pos0, dcache, p, dscratch.data(), merged.data(), Stream{},
+                nullptr, counters.data());
+      const std::vector<float> m = merged.download();
+      EXPECT_EQ(std::memcmp(m.data(), got.data(), got.size() * sizeof(float)), 0) << "run " << run;
+      EXPECT_EQ(counters.download(), zeros) << "run " << run;
+    }
+  }
 
   CpuBackend cpu(1, Isa::kGeneric);
   std::vector<float> cpu_out(q.size());

@@ -1,6 +1,7 @@
 // CudaBackend's decode fusions (QRUN_CUDA_FUSE): Q, K and V (and gate and up) in one
-// launch, the residual add fused with the next RMS norm, and the matmul inputs quantized by
-// the RMS norm or gated activation that writes them. They change the number of launches,
+// launch, the residual add fused with the next RMS norm, the matmul inputs quantized by
+// the RMS norm, gated activation or attention that writes them, the K/V store done by the
+// RoPE launch, and attention's splits merged by its own last blocks. They change the number of launches,
 // never a bit of the result: synthetic models whose rows the grouped tile kernel takes
 // (widths of 256 and 512), in llama (Q4_0), qwen2 (Q4_K_M: Q/K/V biases, and V of another
 // type in some layers, so that group falls back to one launch each) and gemma3 (Q8_0:
@@ -29,13 +30,15 @@ namespace {
 
 using kernels::cuda::CudaBackend;
 
-// The logits of a 7-token prompt's last token, then of 4 decode steps (feeding token t,
-// the same for both runs), through `backend`.
+// The logits of a 40-token prompt's last token, then of 4 decode steps (feeding token t,
+// the same for both runs), through `backend`. 40 positions: the decode steps' attention has
+// two splits of 32, merged by a second kernel (unfused) or by its last block (fused).
 std::vector<float> run(Model& model, CudaBackend& backend) {
   const int64_t n_vocab = model.hparams().n_vocab;
   Result<KvCache> kv = make_kv_cache(model, 64, DType::kF16);
   EXPECT_TRUE(kv.ok()) << kv.error().message;
-  const std::vector<int32_t> prompt = {1, 5, 9, 77, 300, 12, 41};
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + 37 * i % 500);
   std::vector<float> logits(static_cast<size_t>(5 * n_vocab));
   Result<void> r = model.forward(backend, prompt, 0, *kv, false, logits.data());
   EXPECT_TRUE(r.ok()) << r.error().message;

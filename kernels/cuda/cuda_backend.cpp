@@ -441,6 +441,49 @@ const int32_t* CudaBackend::device_positions(std::span<const int32_t> positions)
 
 void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
                            const float* v) {
+  DeviceKv& layer = device_kv(cache, pos, n_tokens);
+  const int64_t n = cache.row_elems();
+  const float* dk = input(kIn0, k, n_tokens * n);
+  const float* dv = input(kIn1, v, n_tokens * n);
+  store_kv_f16(dk, dv, n_tokens, n, pos, cache.n_rows, layer.k.data(), layer.v.data(), stream());
+}
+
+void CudaBackend::rope_qk_store(float* q, int64_t n_head, float* k, const float* v,
+                                int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
+                                std::span<const int32_t> positions, const RopeParams& params,
+                                const KvLayerView& cache, int64_t pos) {
+  const int64_t nq = n_tokens * n_head * head_dim;
+  const int64_t nk = n_tokens * n_head_kv * head_dim;
+  float* dq = resident(q, nq);
+  float* dk = resident(k, nk);
+  const float* dv = resident(v, nk);
+  if (!fuse_ || dq == nullptr || dk == nullptr || dv == nullptr ||
+      cache.row_elems() != n_head_kv * head_dim ||
+      static_cast<int64_t>(positions.size()) < n_tokens) {
+    Backend::rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params, cache,
+                           pos);
+    return;
+  }
+  DeviceKv& layer = device_kv(cache, pos, n_tokens);
+  const int32_t* dpos = device_positions(positions.first(static_cast<size_t>(n_tokens)));
+  const KvDestination store{dv, pos, cache.n_rows, layer.k.data(), layer.v.data()};
+  cuda::rope_qk(dq, n_head, dk, n_head_kv, n_tokens, head_dim, dpos, device_rope_params(params),
+                stream(), &store);
+  wrote(dq, nq);
+  wrote(dk, nk);
+}
+
+unsigned* CudaBackend::attention_counters(int64_t n) {
+  if (attention_counters_.size() < static_cast<size_t>(n)) {
+    flush();  // an allocation
+    attention_counters_ = DeviceArray<unsigned>(static_cast<size_t>(n));
+    fill_zero(attention_counters_.data(), attention_counters_.size() * sizeof(unsigned), stream());
+  }
+  return attention_counters_.data();
+}
+
+CudaBackend::DeviceKv& CudaBackend::device_kv(const KvLayerView& cache, int64_t pos,
+                                              int64_t n_tokens) {
   QRUN_CHECK(cache.k_type == DType::kF16 && cache.v_type == DType::kF16,
              "cuda kv_store: %s K and %s V cache (only f16)", dtype_name(cache.k_type),
              dtype_name(cache.v_type));
@@ -466,9 +509,7 @@ void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_toke
       fill_zero(layer.v.data(), elems * sizeof(uint16_t), stream());
     }
   }
-  const float* dk = input(kIn0, k, n_tokens * n);
-  const float* dv = input(kIn1, v, n_tokens * n);
-  store_kv_f16(dk, dv, n_tokens, n, pos, cache.n_rows, layer.k.data(), layer.v.data(), stream());
+  return layer;
 }
 
 void CudaBackend::kv_to_host(const KvLayerView& cache) {
@@ -508,8 +549,12 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   KvLayerView dcache = cache;
   dcache.k = it->second.k.data();
   dcache.v = it->second.v.data();
-  cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream());
+  // (O's matmul takes the output next: quantized here where it goes to mmvq)
+  BlockQ8_1* qo = fused_quantized(out, n, n_tokens < kGemmMinTokens && params.head_dim % 32 == 0);
+  cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream(), qo,
+                  fuse_ ? attention_counters(n_tokens * params.n_head) : nullptr);
   finish_output(out, dout, n);
+  if (qo != nullptr) quantized_as(dout, n, qo);
 }
 
 void CudaBackend::elementwise2(void (*op)(const float*, const float*, int64_t, float*, Stream),

@@ -87,6 +87,11 @@ class CudaBackend final : public Backend {
                const RopeParams& params) override;
   void kv_store(const KvLayerView& cache, int64_t pos, int64_t n_tokens, const float* k,
                 const float* v) override;
+  // rope_qk with the K/V store in the same launch, where q, k and v are resident (a
+  // scratch scope's buffers) and fusions are on.
+  void rope_qk_store(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                     int64_t n_tokens, int64_t head_dim, std::span<const int32_t> positions,
+                     const RopeParams& params, const KvLayerView& cache, int64_t pos) override;
   void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                  const AttentionParams& params, float* out) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
@@ -178,6 +183,8 @@ class CudaBackend final : public Backend {
   // when kv_store next makes the layer's device copy.
   std::unordered_set<const void*> kv_on_host_;
   DeviceArray<uint8_t> scratch_[6];  // by Slot (cuda_backend.cpp)
+  // Decode attention's per-(token, head) counters (cuda::attention): zero between launches.
+  DeviceArray<unsigned> attention_counters_;
   // The activations the kAux slot holds quantized (matmul): made from quantized_n_ floats
   // at quantized_from_ (device memory), into quantized_to_; null when none.
   const float* quantized_from_ = nullptr;

@@ -60,15 +60,30 @@ void add_rms_norm(float* x, const float* delta, const float* w, int64_t n_rows, 
 // params.freq_factors ([n_rot / 2] or null) in device memory.
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,
           const RopeParams& params, Stream stream);
+// Where rope_qk also stores the rotated keys and the values v (n_tokens rows of
+// n_head_kv * head_dim floats), as store_kv_f16 stores them: Backend::rope_qk_store.
+struct KvDestination {
+  const float* v;
+  int64_t pos;
+  int64_t n_rows;
+  uint16_t* k_dst;
+  uint16_t* v_dst;
+};
 // Backend::rope_qk: rope on q ([n_tokens, n_head, head_dim]) and on k (n_head_kv heads), in
-// one launch.
+// one launch; with `store`, then store_kv_f16 of k and store->v in the same launch.
 void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
-             int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream);
+             int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream,
+             const KvDestination* store = nullptr);
 
 // ---- ops_attention.cu ----
 // Backend::attention over an F16 cache in device memory (k, v, q, out device pointers),
 // head_dim up to 256. scratch holds attention_scratch_floats(...) floats. Fewer than
-// kPrefillMinTokens tokens run the split-K kernel, more run attention_prefill.
+// kPrefillMinTokens tokens run the split-K kernel, more run attention_prefill. out_q (a
+// decode fusion, as rms_norm's q; fewer than kPrefillMinTokens tokens and head_dim a
+// multiple of 32): also writes out quantized, as quantize_q8_1 would. counters (device
+// memory, at least n_tokens * n_head of them, all zero, and left zero): the decode
+// kernel's last block per head and token merges the splits (one launch); without them a
+// second kernel does (the same bits).
 // Positions per split of the split-K decode kernel: QRUN_CUDA_ATTN_SPLIT (read once per
 // process), else kDefaultSplit.
 inline constexpr int64_t kDefaultSplit = 32;
@@ -76,7 +91,8 @@ int64_t attention_split();
 inline constexpr int64_t kPrefillMinTokens = 16;
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
-               const AttentionParams& params, float* scratch, float* out, Stream stream);
+               const AttentionParams& params, float* scratch, float* out, Stream stream,
+               BlockQ8_1* out_q = nullptr, unsigned* counters = nullptr);
 
 // ---- ops_attention_prefill.cu ----
 // The same attention as matrix products on the tensor cores (gemm_f16_batched), for many

@@ -3,7 +3,10 @@
 // attends are cut into splits of attention_split(); one block of 4 warps per (head, split, token)
 // runs an online softmax over its split (each warp over every 4th position, each lane over
 // every 32nd dimension), merges its warps, and writes the split's (max, sum, unscaled
-// output) to scratch; a second kernel merges the splits. Numerics: q.k and the output are
+// output) to scratch; the last split block of a (head, token) to finish (a counter per
+// pair, counted with an atomic after a fence) merges the splits, so a decode step's
+// attention is one launch however many splits it has (a second kernel merges them when
+// no counters are given). Numerics: q.k and the output are
 // summed in float (q unrounded); the CPU reference instead follows llama.cpp's CPU flash
 // attention, which rounds q and its accumulator to F16, so the two agree to about F16
 // precision while this kernel is closer to exact (tests/cuda_emu_attention_test.cpp).
@@ -11,6 +14,7 @@
 #include <cstdlib>
 
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/q8_1.cuh"
 #include "kernels/cuda/simt.h"
 
 QRUN_CUDA_NAMESPACE_BEGIN
@@ -55,9 +59,48 @@ __device__ __forceinline__ float* partial_of(float* scratch, const Geometry& g, 
   return scratch + ((t * g.n_head + h) * g.n_splits + s) * (g.head_dim + 2);
 }
 
+// Output element e = v, and with q (head_dim a multiple of 32, so each warp holds whole
+// blocks of 32 consecutive elements; every lane of the warp calls this) its block too.
+__device__ __forceinline__ void store_output(float* out, BlockQ8_1* q, int64_t e, float v) {
+  out[e] = v;
+  if (q != nullptr) quantize_q8_1_warp(v, q + e / kWarp);
+}
+
+// The output of token t, head h from its splits' partial results (each split's weight
+// exp(m_s - m), in split order), by every thread of a block. The partials are read past L1
+// (__ldcg): other blocks wrote them during this launch when the last split block merges.
+__device__ __forceinline__ void merge_splits(const Geometry& g, const float* scratch, int64_t t,
+                                             int64_t h, float* out, BlockQ8_1* q) {
+  const float* first = scratch + ((t * g.n_head + h) * g.n_splits) * (g.head_dim + 2);
+  const int64_t stride = g.head_dim + 2;
+  float m = kNegInf;
+  for (int64_t s = 0; s < g.n_splits; ++s) m = fmaxf(m, __ldcg(first + s * stride));
+  float l = 0.0f;
+  for (int64_t s = 0; s < g.n_splits; ++s) {
+    const float ls = __ldcg(first + s * stride + 1);
+    if (ls > 0.0f) l += ls * expf(__ldcg(first + s * stride) - m);
+  }
+  const float inv = 1.0f / l;
+  const int64_t o = (t * g.n_head + h) * g.head_dim;
+  for (int64_t d = threadIdx.x; d < g.head_dim; d += blockDim.x) {
+    float a = 0.0f;
+    for (int64_t s = 0; s < g.n_splits; ++s) {
+      const float ls = __ldcg(first + s * stride + 1);
+      if (ls > 0.0f) {
+        a += __ldcg(first + s * stride + 2 + d) * expf(__ldcg(first + s * stride) - m);
+      }
+    }
+    store_output(out, q, o + d, a * inv);
+  }
+}
+
+// direct_out: one split, whose block writes the output itself. Else each block writes its
+// partial; with counters (one per (token, head), zero, and left zero), the last block of a
+// (token, head) then merges them into out.
 __global__ void __launch_bounds__(kWarps* kWarp)
     attention_split_kernel(const float* q, const uint16_t* k, const uint16_t* v, Geometry g,
-                           float* scratch, float* direct_out) {
+                           float* scratch, float* direct_out, BlockQ8_1* direct_q,
+                           unsigned* counters, float* out, BlockQ8_1* out_q) {
   __shared__ float warp_m[kWarps];
   __shared__ float warp_l[kWarps];
   __shared__ float warp_acc[kWarps][kWarp * kMaxDimsPerLane];
@@ -143,49 +186,41 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   }
   if (direct_out != nullptr) {  // one split: the output itself, as the merge would write it
     const float inv = 1.0f / block_l;
-    float* o = direct_out + (t * g.n_head + h) * g.head_dim;
+    const int64_t first = (t * g.n_head + h) * g.head_dim;
     for (int64_t d = threadIdx.x; d < g.head_dim; d += blockDim.x) {
       float a = 0.0f;
       for (int w = 0; w < kWarps; ++w) a += warp_acc[w][d] * factor[w];
-      o[d] = a * inv;
+      store_output(direct_out, direct_q, first + d, a * inv);
     }
     return;
   }
-  float* out = partial_of(scratch, g, t, h, s);
+  float* partial = partial_of(scratch, g, t, h, s);
   if (threadIdx.x == 0) {
-    out[0] = block_m;
-    out[1] = block_l;
+    partial[0] = block_m;
+    partial[1] = block_l;
   }
   for (int64_t d = threadIdx.x; d < g.head_dim; d += blockDim.x) {
     float a = 0.0f;
     for (int w = 0; w < kWarps; ++w) a += warp_acc[w][d] * factor[w];
-    out[2 + d] = a;
+    partial[2 + d] = a;
   }
+  if (counters == nullptr) return;
+  __shared__ bool last;
+  __threadfence();  // this thread's partial before the count that says it is there
+  __syncthreads();
+  unsigned* counter = counters + t * g.n_head + h;
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(g.n_splits - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x == 0) *counter = 0;  // for the next launch (none reads it in this one)
+  merge_splits(g, scratch, t, h, out, out_q);
 }
 
 __global__ void __launch_bounds__(kWarps* kWarp)
-    attention_merge_kernel(Geometry g, const float* scratch, float* out) {
-  const int64_t h = blockIdx.x;
-  const int64_t t = blockIdx.y;
-  const float* first = scratch + ((t * g.n_head + h) * g.n_splits) * (g.head_dim + 2);
-  const int64_t stride = g.head_dim + 2;
-  float m = kNegInf;
-  for (int64_t s = 0; s < g.n_splits; ++s) m = fmaxf(m, first[s * stride]);
-  float l = 0.0f;
-  for (int64_t s = 0; s < g.n_splits; ++s) {
-    const float ls = first[s * stride + 1];
-    if (ls > 0.0f) l += ls * expf(first[s * stride] - m);
-  }
-  const float inv = 1.0f / l;
-  float* o = out + (t * g.n_head + h) * g.head_dim;
-  for (int64_t d = threadIdx.x; d < g.head_dim; d += blockDim.x) {
-    float a = 0.0f;
-    for (int64_t s = 0; s < g.n_splits; ++s) {
-      const float ls = first[s * stride + 1];
-      if (ls > 0.0f) a += first[s * stride + 2 + d] * expf(first[s * stride] - m);
-    }
-    o[d] = a * inv;
-  }
+    attention_merge_kernel(Geometry g, const float* scratch, float* out, BlockQ8_1* q) {
+  merge_splits(g, scratch, blockIdx.y, blockIdx.x, out, q);
 }
 
 int64_t splits_for(int64_t pos0, int64_t n_tokens, int64_t window) {
@@ -218,7 +253,11 @@ size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionP
 }
 
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
-               const AttentionParams& params, float* scratch, float* out, Stream stream) {
+               const AttentionParams& params, float* scratch, float* out, Stream stream,
+               BlockQ8_1* out_q, unsigned* counters) {
+  QRUN_CHECK(out_q == nullptr || (n_tokens < kPrefillMinTokens && params.head_dim % kWarp == 0),
+             "cuda attention: a quantized output for %lld tokens of head_dim %lld",
+             static_cast<long long>(n_tokens), static_cast<long long>(params.head_dim));
   if (n_tokens >= kPrefillMinTokens) {
     attention_prefill(q, n_tokens, pos0, cache, params,
                       prefill_chunk_tokens(n_tokens, pos0, params), scratch, out, stream);
@@ -253,11 +292,12 @@ void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView
   const bool one_split = g.n_splits == 1;
   launch(attention_split_kernel, split_grid, dim3(kWarps * kWarp), stream, q,
          static_cast<const uint16_t*>(cache.k), static_cast<const uint16_t*>(cache.v), g, scratch,
-         one_split ? out : nullptr);
-  if (one_split) return;
+         one_split ? out : nullptr, one_split ? out_q : nullptr, one_split ? nullptr : counters,
+         out, out_q);
+  if (one_split || counters != nullptr) return;
   launch(attention_merge_kernel,
          dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(n_tokens)),
-         dim3(kWarps * kWarp), stream, g, static_cast<const float*>(scratch), out);
+         dim3(kWarps * kWarp), stream, g, static_cast<const float*>(scratch), out, out_q);
 }
 
 QRUN_CUDA_NAMESPACE_END

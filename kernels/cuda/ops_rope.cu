@@ -8,6 +8,9 @@
 // the block rotates every (head, pair) of the token. Under the emulator cosf/sinf are glibc's and
 // the result equals the reference bit for bit; on the GPU they may differ by an ulp or two and nvcc
 // contracts x0 * c - x1 * s into an FMA, a few float ulps per element.
+// With a KvDestination (Backend::rope_qk_store), the blocks of K's heads then store those
+// heads' rotated keys and their values to the cache rows, as store_kv_f16 would (the same
+// F16 roundings), so a decode step's K/V store costs no launch of its own.
 #include <cmath>
 
 #include "kernels/cuda/ops.h"
@@ -26,7 +29,7 @@ constexpr int kMaxPairs = 512;  // head_dim <= 1024
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(float* a, int64_t n_head_a, float* b, int64_t n_head_b, int64_t head_dim,
                 const int32_t* positions, int64_t n_rot, float theta_scale, float freq_scale,
-                const float* freq_factors, float attn_factor, bool neox) {
+                const float* freq_factors, float attn_factor, bool neox, KvDestination store) {
   __shared__ float cos_sin[2 * kMaxPairs];
   const int64_t t = blockIdx.x;
   const int64_t n_pairs = n_rot / 2;
@@ -60,12 +63,22 @@ __global__ void __launch_bounds__(kThreads)
     *p0 = x0 * c - x1 * s;
     *p1 = x0 * s + x1 * c;
   }
+  if (in_a || store.k_dst == nullptr) return;  // (uniform over the block)
+  __syncthreads();                             // every pair of these heads rotated
+  const int64_t row_elems = n_head * head_dim;
+  const int64_t row = ((store.pos + t) % store.n_rows) * row_elems;
+  const float* v = store.v + t * row_elems;
+  for (int64_t j = h0 * head_dim + threadIdx.x; j < (h0 + heads) * head_dim; j += blockDim.x) {
+    store.k_dst[row + j] = f32_to_f16(token[j]);
+    store.v_dst[row + j] = f32_to_f16(v[j]);
+  }
 }
 
 }  // namespace
 
 void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
-             int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream) {
+             int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream,
+             const KvDestination* store) {
   const int64_t n_rot = params.n_rot;
   QRUN_CHECK(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim && n_rot / 2 <= kMaxPairs,
              "rope: n_rot %lld must be even, positive and <= head_dim %lld (at most %d)",
@@ -76,12 +89,17 @@ void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_to
       n_tokens >= 0 && n_tokens <= 0x7fffffff && n_head >= 0 && n_head_kv >= 0 && groups <= 65535,
       "rope: %lld tokens of %lld + %lld heads", static_cast<long long>(n_tokens),
       static_cast<long long>(n_head), static_cast<long long>(n_head_kv));
+  QRUN_CHECK(store == nullptr || (k != nullptr && n_head_kv > 0 && n_tokens <= store->n_rows),
+             "rope: a K/V store of %lld tokens into %lld rows, %lld KV heads",
+             static_cast<long long>(n_tokens),
+             static_cast<long long>(store != nullptr ? store->n_rows : 0),
+             static_cast<long long>(n_head_kv));
   if (n_tokens == 0 || groups == 0) return;
   const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(n_rot));
   launch(rope_kernel, dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(groups)),
          dim3(kThreads), stream, q, n_head, k, n_head_kv, head_dim, positions, n_rot, theta_scale,
-         params.freq_scale, params.freq_factors, params.attn_factor,
-         params.mode == RopeMode::kNeox);
+         params.freq_scale, params.freq_factors, params.attn_factor, params.mode == RopeMode::kNeox,
+         store != nullptr ? *store : KvDestination{});
 }
 
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,

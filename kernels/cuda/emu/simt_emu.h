@@ -109,6 +109,20 @@ T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
   return out;
 }
 
+// Atomics, fences and uncached loads: one OS thread runs a grid's blocks one after another,
+// and a block's threads as fibers that switch only at barriers and shuffles, so a plain
+// read-modify-write is atomic and every thread sees every write at once.
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+inline void __threadfence() {}
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
+}
+
 // Four signed 8-bit products summed into c, as the GPU's dp4a instruction.
 inline int __dp4a(int a, int b, int c) {
   for (int k = 0; k < 4; ++k) {
