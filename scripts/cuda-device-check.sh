@@ -14,7 +14,8 @@
 #   LLAMA_SRC: a .tar.xz of llama.cpp's source, built with CUDA for this GPU in the
 #     background while the tests run, then benchmarked on the same file as qrun;
 #   LLAMA_BENCH: or an llama-bench already built with CUDA.
-#   QRUN_BENCH_VARIANTS: settings under which only the decode benchmark runs again.
+#   QRUN_BENCH_VARIANTS: settings under which only the decode benchmark runs again (several
+#     at once joined by '+', e.g. QRUN_CUDA_NORM=v1+QRUN_CUDA_MMVQ=v5).
 #   QRUN_KERNEL_BENCH_ARGS: arguments for the kernel benchmarks (bin/cuda_*_bench).
 #   QRUN_NCU: when set and ncu is installed, Nsight Compute times every kernel of one
 #     decode step of the large file (graphs off) and prints the sum per kernel name.
@@ -77,19 +78,36 @@ else
   cat "$out/gen_cpu.txt"; echo; cat "$out/gen_gpu.txt"; echo; tail -3 "$out/gen_gpu.err"
 fi
 
-# KL divergence of the GPU's next-token distributions from the CPU's, on the same text:
-# a real model (TinyLlama 5M) and a Gemma-3-shaped synthetic one whose 512-token chunks run
-# past its 128-position sliding window.
-"$qrun" synth --arch gemma3 --like smollm-135m --type q4_k_m --sliding-window 128 \
-  -o /tmp/gemma3-synth.gguf 2>&1 | tail -1
-for km in "$dir/data/models/TinyLLama-v0-5M-Q4_K_M.gguf" /tmp/gemma3-synth.gguf; do
-  kb=/tmp/$(basename "$km").kld
-  "$qrun" perplexity -m "$km" -f README.md -c 512 --chunks 4 --kl-divergence-base "$kb" \
-    > /dev/null 2>&1
-  "$qrun" perplexity -m "$km" -ngl all -c 512 --kl-divergence-base "$kb" --kl-divergence \
-    > "$out/kld_$(basename "$km").txt" 2>&1
-  note "KLD GPU vs CPU, $(basename "$km"): $(grep -E 'Mean +KLD|Same top p:' "$out/kld_$(basename "$km").txt" | tr -s ' ' | tr '\n' ' ')"
-done
+# qrun serve on the GPU: with -np 2 (a slot each), two greedy completions at once should
+# give the text `qrun run -ngl all` gave; --kv-unified (a paged cache, CPU only) is refused
+# with exit 2.
+# shellcheck source=scripts/serve-lib.sh
+. "$(dirname "$0")/serve-lib.sh"
+"$qrun" serve -m "$m" -ngl all -np 2 --port 0 > "$out/serve.log" 2>&1 &
+serve_pid=$!
+if port=$(serve_port "$out/serve.log" "$serve_pid" 2> "$out/serve_start.err"); then
+  python3 - "$port" "$out/gen_gpu.txt" > "$out/serve_check.txt" 2>&1 <<'PY'
+import concurrent.futures, json, sys, urllib.request
+port, want = sys.argv[1], open(sys.argv[2]).read()
+def complete(_):
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0,
+                       "seed": 1}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["text"]
+with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    texts = list(pool.map(complete, range(2)))
+print("same as qrun run -ngl all:", [t == want for t in texts])
+for t in texts: print(repr(t))
+PY
+  note "serve -ngl all -np 2: $(head -1 "$out/serve_check.txt")"
+else
+  note "serve -ngl all -np 2: did not start: $(tail -2 "$out/serve_start.err" | tr '\n' ' ')"
+fi
+kill "$serve_pid" 2>/dev/null
+wait "$serve_pid" 2>/dev/null
+timeout 60 "$qrun" serve -m "$m" -ngl all --kv-unified --port 0 > "$out/serve_kvu.log" 2>&1
+note "serve -ngl all --kv-unified: exit $? ($(head -c 200 "$out/serve_kvu.log" | tr '\n' ' '))"
 
 like=${QRUN_BENCH_LIKE:-llama-3-8b}
 type=${QRUN_BENCH_TYPE:-q4_0}
@@ -97,6 +115,21 @@ big=/tmp/bench-$like-$type.gguf
 [ -f "$big" ] || "$qrun" synth --like "$like" --type "$type" -o "$big" 2>&1 | tail -1
 small=/tmp/bench-tinyllama-1.1b-$type.gguf
 [ -f "$small" ] || "$qrun" synth --like tinyllama-1.1b --type "$type" -o "$small" 2>&1 | tail -1
+
+# KL divergence of the GPU's next-token distributions from the CPU's, on the same text:
+# a real model (TinyLlama 5M), a Gemma-3-shaped synthetic one whose 512-token chunks run
+# past its 128-position sliding window, and the 1.1B-shaped benchmark file (its Q4_0
+# matrices repacked for the decode kernels).
+"$qrun" synth --arch gemma3 --like smollm-135m --type q4_k_m --sliding-window 128 \
+  -o /tmp/gemma3-synth.gguf 2>&1 | tail -1
+for km in "$dir/data/models/TinyLLama-v0-5M-Q4_K_M.gguf" /tmp/gemma3-synth.gguf "$small"; do
+  kb=/tmp/$(basename "$km").kld
+  "$qrun" perplexity -m "$km" -f README.md -c 512 --chunks 4 --kl-divergence-base "$kb" \
+    > /dev/null 2>&1
+  "$qrun" perplexity -m "$km" -ngl all -c 512 --kl-divergence-base "$kb" --kl-divergence \
+    > "$out/kld_$(basename "$km").txt" 2>&1
+  note "KLD GPU vs CPU, $(basename "$km"): $(grep -E 'Mean +KLD|Same top p:' "$out/kld_$(basename "$km").txt" | tr -s ' ' | tr '\n' ' ')"
+done
 
 # The kernel benchmarks and the profile time the GPU alone: they run while llama.cpp builds.
 for b in "$dir"/bin/cuda_*_bench; do
@@ -107,7 +140,10 @@ done
 if [ -n "${QRUN_NCU:-}" ] && command -v ncu > /dev/null; then
   # A decode step is n_layer times the same kernels: skip the load, the warm-up and the
   # first steps, then time 400 launches (a step of the 8B file and more) one by one.
+  # No cache flush and no clock lock, so that the small kernels' times are those of a real
+  # decode step.
   QRUN_CUDA_GRAPHS=0 timeout 120 ncu --launch-skip 3000 --launch-count 400 --csv \
+    --cache-control none --clock-control none \
     --print-kernel-base function --metrics gpu__time_duration.sum \
     "$qrun" bench -ngl all -m "$big" -p 0 -n 32 -r 1 > "$out/ncu.csv" 2> "$out/ncu.err"
   # Sum and count per kernel (the CSV's 5th field; times in the last, in the unit before).
@@ -125,10 +161,12 @@ if [ -n "$llama_pid" ]; then
     note "llama.cpp build failed: $(tail -3 "$out/llama_build.log" | tr '\n' ' ')"
   fi
 fi
-bench() {  # $1: log name, $2: environment setting or empty, then qrun bench's arguments
+bench() {  # $1: log name, $2: environment settings joined by '+', or empty; then qrun bench's arguments
   local log=$1 setting=$2
   shift 2
-  env ${setting:+"$setting"} timeout 240 "$qrun" bench -ngl all -r 3 "$@" > "$out/$log.txt" 2>&1
+  local settings=()
+  [ -n "$setting" ] && IFS=+ read -r -a settings <<< "$setting"
+  env "${settings[@]}" timeout 240 "$qrun" bench -ngl all -r 3 "$@" > "$out/$log.txt" 2>&1
   note "qrun ${setting:-default} $*: $(grep -E '^\| llama' "$out/$log.txt" | awk -F'|' '{print $7 $8 $10}' | tr -s ' ' | tr '\n' ';')"
 }
 llama() {  # $1: model file
@@ -145,6 +183,9 @@ for v in ${QRUN_VARIANTS:-} ${QRUN_BENCH_VARIANTS:-}; do
 done
 bench bench_qrun_small "" -m "$small" -p 512 -n 128
 llama "$small"
+# Half the layers on the GPU, the rest on this machine's CPU (-ngl N), decode only.
+timeout 240 "$qrun" bench -ngl 16 -m "$big" -p 0 -n 32 -r 3 > "$out/bench_split.txt" 2>&1
+note "qrun -ngl 16 (split): $(grep -E '^\| llama' "$out/bench_split.txt" | awk -F'|' '{print $7 $8}' | tr -s ' ' | tr '\n' ';')"
 tail -3 "$out/bench_qrun.txt"
 tar czf "${OUT:-.}/logs.tgz" -C "$out" .
 printf '%s\n' "${summary[@]}"
