@@ -1,8 +1,8 @@
 // CudaBackend's decode fusions (QRUN_CUDA_FUSE): Q, K and V (and gate and up) in one
 // launch, the residual add fused with the next RMS norm, the matmul inputs quantized by
 // the RMS norm, gated activation or attention that writes them, the K/V store done by the
-// RoPE launch, and attention's splits merged by its own last blocks. They change the number of launches,
-// never a bit of the result: synthetic models whose rows the grouped tile kernel takes
+// RoPE launch, and attention's splits merged by its own last blocks. They change the number of
+// launches, never a bit of the result: synthetic models whose rows the grouped tile kernel takes
 // (widths of 256 and 512), in llama (Q4_0), qwen2 (Q4_K_M: Q/K/V biases, and V of another
 // type in some layers, so that group falls back to one launch each) and gemma3 (Q8_0:
 // post-norms, GELU-gated FFN), prefill a prompt and decode steps with the fusions on and

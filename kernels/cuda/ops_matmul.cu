@@ -59,6 +59,11 @@ __device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
 
+// Tokens one pass over the weights serves (the kTokens of a launch) for n_tokens tokens.
+int token_group(int64_t n_tokens) {
+  return n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     mmvq_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x, float* y) {
@@ -157,7 +162,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
 template <class T, int kW, int kUnroll, bool kA16, int kRowWarps = 1>
 void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
                        int64_t n_tokens, float* y, Stream stream) {
-  const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+  const int tokens = token_group(n_tokens);
   constexpr int kRows = kRowsPerBlock / kRowWarps;
   const dim3 grid(static_cast<unsigned>((n_out + kRows - 1) / kRows),
                   static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
@@ -221,6 +226,44 @@ struct TileGroup {
   int count;
 };
 
+// The matrix block blockIdx.x works on and the group's first block of it, picked with
+// constant indices (the group stays in parameter space).
+struct GroupMatrix {
+  const uint8_t* w;
+  float* y;
+  int64_t n_out;
+  unsigned first;
+};
+__device__ __forceinline__ GroupMatrix pick_matrix(const TileGroup& group) {
+  GroupMatrix m{group.w[0], group.y[0], group.n_out[0], 0};
+  QRUN_UNROLL
+  for (int g = 1; g < kMaxGroup; ++g) {
+    if (g < group.count && blockIdx.x >= group.first_block[g]) {
+      m = GroupMatrix{group.w[g], group.y[g], group.n_out[g], group.first_block[g]};
+    }
+  }
+  return m;
+}
+
+// The group of jobs for a grid whose blocks take rows_per_block rows each; *blocks: the
+// grid's size.
+TileGroup make_group(std::span<const MmvqJob> jobs, int64_t rows_per_block, int64_t* blocks) {
+  QRUN_CHECK(!jobs.empty() && jobs.size() <= kMaxGroup, "mmvq: a group of %zu matrices",
+             jobs.size());
+  TileGroup group{};
+  *blocks = 0;
+  for (size_t g = 0; g < jobs.size(); ++g) {
+    group.w[g] = static_cast<const uint8_t*>(jobs[g].w);
+    group.y[g] = jobs[g].y;
+    group.n_out[g] = jobs[g].n_out;
+    group.first_block[g] = static_cast<unsigned>(*blocks);
+    *blocks += (jobs[g].n_out + rows_per_block - 1) / rows_per_block;
+  }
+  group.count = static_cast<int>(jobs.size());
+  QRUN_CHECK(*blocks <= 0x7fffffff, "mmvq: %lld blocks", static_cast<long long>(*blocks));
+  return group;
+}
+
 template <class T, int kTokens>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     mmvq_tile_kernel(TileGroup group, int64_t n_in, const BlockQ8_1* x, int64_t n_tokens) {
@@ -229,20 +272,11 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   constexpr int kTileVecsPerLane = (kTileBytes / 16 + kWarp - 1) / kWarp;
   static_assert(kTileChunks % kChunksPerBlock == 0 && kTileBytes % 16 == 0);
   __shared__ Tile<kTileBytes> tiles[kRowsPerBlock];
-  // This block's matrix, picked with constant indices (the group stays in parameter space).
-  const uint8_t* w = group.w[0];
-  float* y = group.y[0];
-  int64_t n_out = group.n_out[0];
-  unsigned first = 0;
-  QRUN_UNROLL
-  for (int g = 1; g < kMaxGroup; ++g) {
-    if (g < group.count && blockIdx.x >= group.first_block[g]) {
-      w = group.w[g];
-      y = group.y[g];
-      n_out = group.n_out[g];
-      first = group.first_block[g];
-    }
-  }
+  const GroupMatrix m = pick_matrix(group);
+  const uint8_t* w = m.w;
+  float* y = m.y;
+  const int64_t n_out = m.n_out;
+  const unsigned first = m.first;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t o = static_cast<int64_t>(blockIdx.x - first) * kRowsPerBlock + warp;
   if (o >= n_out) return;                                  // whole warps leave together
@@ -297,20 +331,9 @@ bool tile_rows(const void* w, int64_t n_in) {
 template <class T>
 void launch_mmvq_tile(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8_1* x,
                       int64_t n_tokens, Stream stream) {
-  QRUN_CHECK(!jobs.empty() && jobs.size() <= kMaxGroup, "mmvq: a group of %zu matrices",
-             jobs.size());
-  TileGroup group{};
   int64_t blocks = 0;
-  for (size_t g = 0; g < jobs.size(); ++g) {
-    group.w[g] = static_cast<const uint8_t*>(jobs[g].w);
-    group.y[g] = jobs[g].y;
-    group.n_out[g] = jobs[g].n_out;
-    group.first_block[g] = static_cast<unsigned>(blocks);
-    blocks += (jobs[g].n_out + kRowsPerBlock - 1) / kRowsPerBlock;
-  }
-  group.count = static_cast<int>(jobs.size());
-  QRUN_CHECK(blocks <= 0x7fffffff, "mmvq: %lld blocks", static_cast<long long>(blocks));
-  const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+  const TileGroup group = make_group(jobs, kRowsPerBlock, &blocks);
+  const int tokens = token_group(n_tokens);
   const dim3 grid(static_cast<unsigned>(blocks),
                   static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
   const dim3 block(kRowsPerBlock * kWarp);
@@ -378,19 +401,11 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     mmvq_g8_kernel(TileGroup group, int64_t n_in, const BlockQ8_1* x, int64_t n_tokens) {
   constexpr int kGroupBytes = 8 * (G::kQs + 2);
   constexpr int kQInts = G::kQs / 4;
-  const uint8_t* w = group.w[0];
-  float* y = group.y[0];
-  int64_t n_out = group.n_out[0];
-  unsigned first = 0;
-  QRUN_UNROLL
-  for (int g = 1; g < kMaxGroup; ++g) {
-    if (g < group.count && blockIdx.x >= group.first_block[g]) {
-      w = group.w[g];
-      y = group.y[g];
-      n_out = group.n_out[g];
-      first = group.first_block[g];
-    }
-  }
+  const GroupMatrix m = pick_matrix(group);
+  const uint8_t* w = m.w;
+  float* y = m.y;
+  const int64_t n_out = m.n_out;
+  const unsigned first = m.first;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x - first) * kRowsPerBlock + warp) * kRows;
   if (o0 >= n_out) return;  // whole warps leave together
@@ -442,25 +457,15 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
 template <class G, int kRows, int kUnroll>
 void launch_mmvq_g8(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8_1* x,
                     int64_t n_tokens, Stream stream) {
-  QRUN_CHECK(!jobs.empty() && jobs.size() <= kMaxGroup, "mmvq: a group of %zu matrices",
-             jobs.size());
   QRUN_CHECK(n_in % 256 == 0, "mmvq: grouped weights with rows of %lld",
              static_cast<long long>(n_in));
-  constexpr int kRowsPerCta = kRowsPerBlock * kRows;
-  TileGroup group{};
-  int64_t blocks = 0;
-  for (size_t g = 0; g < jobs.size(); ++g) {
-    QRUN_CHECK(reinterpret_cast<uintptr_t>(jobs[g].w) % 16 == 0,
-               "mmvq: grouped weights at %p, not 16-byte aligned", jobs[g].w);
-    group.w[g] = static_cast<const uint8_t*>(jobs[g].w);
-    group.y[g] = jobs[g].y;
-    group.n_out[g] = jobs[g].n_out;
-    group.first_block[g] = static_cast<unsigned>(blocks);
-    blocks += (jobs[g].n_out + kRowsPerCta - 1) / kRowsPerCta;
+  for (const MmvqJob& job : jobs) {
+    QRUN_CHECK(reinterpret_cast<uintptr_t>(job.w) % 16 == 0,
+               "mmvq: grouped weights at %p, not 16-byte aligned", job.w);
   }
-  group.count = static_cast<int>(jobs.size());
-  QRUN_CHECK(blocks <= 0x7fffffff, "mmvq: %lld blocks", static_cast<long long>(blocks));
-  const int tokens = n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+  int64_t blocks = 0;
+  const TileGroup group = make_group(jobs, kRowsPerBlock * kRows, &blocks);
+  const int tokens = token_group(n_tokens);
   const dim3 grid(static_cast<unsigned>(blocks),
                   static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
   const dim3 block(kRowsPerBlock * kWarp);

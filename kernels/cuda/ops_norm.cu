@@ -38,6 +38,23 @@ __device__ __forceinline__ double block_sum_f64(double v) {
   return v;
 }
 
+// Block blockIdx.x's row of x, delta, x_out, y and q (those a kernel without kAdd or
+// kQuant does not use stay at the arrays' starts).
+struct NormRow {
+  const float* x;
+  const float* delta;
+  float* x_out;
+  float* y;
+  BlockQ8_1* q;
+};
+template <bool kAdd, bool kQuant>
+__device__ __forceinline__ NormRow row_of(const float* x, const float* delta, float* x_out,
+                                          float* y, BlockQ8_1* q, int64_t n) {
+  const int64_t r = blockIdx.x;
+  return NormRow{x + r * n, delta + (kAdd ? r * n : 0), x_out + (kAdd ? r * n : 0), y + r * n,
+                 q + (kQuant ? r * (n / kWarp) : 0)};
+}
+
 // kAdd: x[i] + delta[i] is the row (written back to x_out), as an add launch would make
 // it; kQuant: y is also quantized into q (n a multiple of 32: each warp's 32 consecutive
 // elements are one block).
@@ -45,12 +62,7 @@ template <bool kAdd, bool kQuant>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(const float* x, const float* delta, float* x_out, const float* w, int64_t n,
                     float eps, float* y, BlockQ8_1* q) {
-  const int64_t r = blockIdx.x;
-  const float* xr = x + r * n;
-  const float* dr = delta + (kAdd ? r * n : 0);
-  float* sr = x_out + (kAdd ? r * n : 0);
-  float* yr = y + r * n;
-  BlockQ8_1* qr = q + (kQuant ? r * (n / kWarp) : 0);
+  const auto [xr, dr, sr, yr, qr] = row_of<kAdd, kQuant>(x, delta, x_out, y, q, n);
   // Element i of the row: x's, or x's plus delta's, stored back (each thread reads back
   // only what it wrote itself, and reads delta before anyone writes y, which may alias it:
   // block_sum_f64 syncs the block in between).
@@ -104,12 +116,7 @@ template <bool kAdd, bool kQuant, int kPer>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_regs_kernel(const float* x, const float* delta, float* x_out, const float* w,
                          int64_t n, float eps, float* y, BlockQ8_1* q) {
-  const int64_t r = blockIdx.x;
-  const float* xr = x + r * n;
-  const float* dr = delta + (kAdd ? r * n : 0);
-  float* sr = x_out + (kAdd ? r * n : 0);
-  float* yr = y + r * n;
-  BlockQ8_1* qr = q + (kQuant ? r * (n / kWarp) : 0);
+  const auto [xr, dr, sr, yr, qr] = row_of<kAdd, kQuant>(x, delta, x_out, y, q, n);
   float v[kPer], g[kPer];
   QRUN_UNROLL
   for (int u = 0; u < kPer; ++u) {
