@@ -101,6 +101,34 @@ TEST(SelectTop, NaNsNeverLeaveFewerThanK) {
   EXPECT_EQ(s.sample(logits), 0);
 }
 
+// A broken model's row of NaN logits (all of them, or all but -inf ones) still gives a
+// token through every chain make_sampler builds, never an empty candidate list: min-p
+// compared NaN against a max that ignores NaN and dropped every candidate.
+TEST(SamplerChains, ARowOfNaNsStillGivesAToken) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<SamplingParams> chains(6);
+  chains[1].typical_p = 0.9f;
+  chains[2].top_k = 0;
+  chains[2].top_p = 1.0f;
+  chains[3].mirostat = 1;
+  chains[4].mirostat = 2;
+  chains[5].repeat_penalty = 1.3f;
+  chains[5].logit_bias = {LogitBias{3, 2.0f}};
+  for (size_t i = 0; i < chains.size(); ++i) {
+    for (const bool some_neg_inf : {false, true}) {
+      std::vector<float> logits(1000, nan);
+      if (some_neg_inf) std::fill(logits.begin(), logits.begin() + 500, kNegInf);
+      Sampler s = make_sampler(chains[i]);
+      for (int step = 0; step < 3; ++step) {
+        const int32_t token = s.sample(logits);
+        EXPECT_GE(token, 0) << "chain " << i;
+        EXPECT_LT(token, 1000) << "chain " << i;
+        s.accept(token);
+      }
+    }
+  }
+}
+
 // Allows one token in `period` (a hash of the id and of the tokens accepted so far), and
 // token 0 too when `zero`. apply() masks as allows() says, with its own rule for a dead end.
 class EveryNth final : public ConstraintStage {

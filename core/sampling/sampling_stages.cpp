@@ -222,6 +222,15 @@ class MinPStage final : public SamplerStage {
         c.items[kept++] = c.items[i];
       }
     }
+    if (kept == 0) {
+      // Only NaN logits (a broken model's): none compares >= anything, and nothing was
+      // moved. Keep the lowest id, as greedy picks token 0 from a row of NaNs.
+      c.items[0] = *std::min_element(
+          c.items.begin(), c.items.end(),
+          [](const TokenCandidate& a, const TokenCandidate& b) { return a.id < b.id; });
+      kept = 1;
+      kept_sorted = 1;  // (one candidate is in order)
+    }
     // The survivors of the sorted prefix are still the highest, in order.
     c.items.resize(kept);
     c.n_sorted = kept_sorted;
