@@ -551,8 +551,10 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   dcache.v = it->second.v.data();
   // (O's matmul takes the output next: quantized here where it goes to mmvq)
   BlockQ8_1* qo = fused_quantized(out, n, n_tokens < kGemmMinTokens && params.head_dim % 32 == 0);
+  // (counters only for the decode kernel, whose splits they merge)
+  const bool merge_in_place = fuse_ && n_tokens < kPrefillMinTokens;
   cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream(), qo,
-                  fuse_ ? attention_counters(n_tokens * params.n_head) : nullptr);
+                  merge_in_place ? attention_counters(n_tokens * params.n_head) : nullptr);
   finish_output(out, dout, n);
   if (qo != nullptr) quantized_as(dout, n, qo);
 }
