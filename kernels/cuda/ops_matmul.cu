@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/q8_1.cuh"
@@ -62,6 +63,22 @@ __device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) {
 // Tokens one pass over the weights serves (the kTokens of a launch) for n_tokens tokens.
 int token_group(int64_t n_tokens) {
   return n_tokens >= 8 ? 8 : n_tokens >= 3 ? 4 : static_cast<int>(n_tokens);
+}
+
+// f(std::integral_constant<int, kTokens>{}) for the kTokens token_group gave (1, 2, 4, 8):
+// each kernel's launch instantiated for the four.
+template <class F>
+void with_token_group(int tokens, F&& f) {
+  switch (tokens) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
 }
 
 template <class T>
@@ -168,20 +185,10 @@ void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8
                   static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
   const dim3 block(kRowsPerBlock * kWarp);
   const auto* wb = static_cast<const uint8_t*>(w);
-  switch (tokens) {
-    case 1:
-      return launch(mmvq_split_kernel<T, kW, kUnroll, 1, kA16, kRowWarps>, grid, block, stream, wb,
-                    n_in, n_out, x, n_tokens, y);
-    case 2:
-      return launch(mmvq_split_kernel<T, kW, kUnroll, 2, kA16, kRowWarps>, grid, block, stream, wb,
-                    n_in, n_out, x, n_tokens, y);
-    case 4:
-      return launch(mmvq_split_kernel<T, kW, kUnroll, 4, kA16, kRowWarps>, grid, block, stream, wb,
-                    n_in, n_out, x, n_tokens, y);
-    default:
-      return launch(mmvq_split_kernel<T, kW, kUnroll, 8, kA16, kRowWarps>, grid, block, stream, wb,
-                    n_in, n_out, x, n_tokens, y);
-  }
+  with_token_group(tokens, [&](auto k) {
+    launch(mmvq_split_kernel<T, kW, kUnroll, decltype(k)::value, kA16, kRowWarps>, grid, block,
+           stream, wb, n_in, n_out, x, n_tokens, y);
+  });
 }
 
 // Copies of whole 64-chunk tiles of a row through shared memory: the warp reads each
@@ -337,16 +344,9 @@ void launch_mmvq_tile(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8
   const dim3 grid(static_cast<unsigned>(blocks),
                   static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
   const dim3 block(kRowsPerBlock * kWarp);
-  switch (tokens) {
-    case 1:
-      return launch(mmvq_tile_kernel<T, 1>, grid, block, stream, group, n_in, x, n_tokens);
-    case 2:
-      return launch(mmvq_tile_kernel<T, 2>, grid, block, stream, group, n_in, x, n_tokens);
-    case 4:
-      return launch(mmvq_tile_kernel<T, 4>, grid, block, stream, group, n_in, x, n_tokens);
-    default:
-      return launch(mmvq_tile_kernel<T, 8>, grid, block, stream, group, n_in, x, n_tokens);
-  }
+  with_token_group(tokens, [&](auto k) {
+    launch(mmvq_tile_kernel<T, decltype(k)::value>, grid, block, stream, group, n_in, x, n_tokens);
+  });
 }
 
 // Weights in WeightLayout::kGroups8, per type: kQs quant bytes a block (a multiple of 16),
@@ -469,20 +469,10 @@ void launch_mmvq_g8(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8_1
   const dim3 grid(static_cast<unsigned>(blocks),
                   static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
   const dim3 block(kRowsPerBlock * kWarp);
-  switch (tokens) {
-    case 1:
-      return launch(mmvq_g8_kernel<G, kRows, kUnroll, 1>, grid, block, stream, group, n_in, x,
-                    n_tokens);
-    case 2:
-      return launch(mmvq_g8_kernel<G, kRows, kUnroll, 2>, grid, block, stream, group, n_in, x,
-                    n_tokens);
-    case 4:
-      return launch(mmvq_g8_kernel<G, kRows, kUnroll, 4>, grid, block, stream, group, n_in, x,
-                    n_tokens);
-    default:
-      return launch(mmvq_g8_kernel<G, kRows, kUnroll, 8>, grid, block, stream, group, n_in, x,
-                    n_tokens);
-  }
+  with_token_group(tokens, [&](auto k) {
+    launch(mmvq_g8_kernel<G, kRows, kUnroll, decltype(k)::value>, grid, block, stream, group, n_in,
+           x, n_tokens);
+  });
 }
 
 // v7 (kRows 1, kUnroll 4) or v8 (2, 2) on the grouped weights of `type` (Q4_0 or Q8_0).
