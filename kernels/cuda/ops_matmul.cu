@@ -350,29 +350,21 @@ void launch_mmvq_tile(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8
 }
 
 // Weights in WeightLayout::kGroups8, per type: kQs quant bytes a block (a multiple of 16),
-// and the value of a block from its quants q (kQs / 4 words), scale d and activations.
+// Vec the vecdot traits whose part() gives the integer dot of a block's kQs / 4 quant
+// words with its activation words, and value() the block's float value from that sum and
+// the block's scale d, as Vec::finish computes it.
 struct G8Q4_0 {
   static constexpr int kQs = 16;
-  // As vecdot::Q4_0: word j's low nibbles pair with activation word j, its high with j + 4.
-  __device__ __forceinline__ static float dot(const int* q, float d, const int* aq,
-                                              const BlockQ8_1& a) {
-    int sumi = 0;
-    QRUN_UNROLL
-    for (int j = 0; j < 4; ++j) {
-      sumi = __dp4a(q[j] & 0x0F0F0F0F, aq[j], sumi);
-      sumi = __dp4a((q[j] >> 4) & 0x0F0F0F0F, aq[j + 4], sumi);
-    }
+  using Vec = vecdot::Q4_0;
+  __device__ __forceinline__ static float value(int sumi, float d, const BlockQ8_1& a) {
     return static_cast<float>(sumi - 8 * a.sum) * (d * a.d);
   }
 };
 
 struct G8Q8_0 {
   static constexpr int kQs = 32;
-  __device__ __forceinline__ static float dot(const int* q, float d, const int* aq,
-                                              const BlockQ8_1& a) {
-    int sumi = 0;
-    QRUN_UNROLL
-    for (int j = 0; j < 8; ++j) sumi = __dp4a(q[j], aq[j], sumi);
+  using Vec = vecdot::Q8_0;
+  __device__ __forceinline__ static float value(int sumi, float d, const BlockQ8_1& a) {
     return static_cast<float>(sumi) * (d * a.d);
   }
 };
@@ -419,7 +411,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_blocks;
   float sum[kRows][kTokens] = {};
   for (int64_t b0 = lane; b0 < n_blocks; b0 += kWarp * kUnroll) {
-    int q[kUnroll][kRows][kQInts];
+    vecdot::Words<kQInts> q[kUnroll][kRows];
     float d[kUnroll][kRows];
     QRUN_UNROLL
     for (int u = 0; u < kUnroll; ++u) {
@@ -429,7 +421,8 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
       QRUN_UNROLL
       for (int r = 0; r < kRows; ++r) {
         QRUN_UNROLL
-        for (int v = 0; v < kQInts; v += 4) load16(rows[r] + at + G::kQs * k + 4 * v, q[u][r] + v);
+        for (int v = 0; v < kQInts; v += 4)
+          load16(rows[r] + at + G::kQs * k + 4 * v, q[u][r].q + v);
         d[u][r] = f16_to_f32(*reinterpret_cast<const uint16_t*>(rows[r] + at + 8 * G::kQs + 2 * k));
       }
     }
@@ -442,7 +435,10 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
         int aq[8];
         load_act(a, aq);
         QRUN_UNROLL
-        for (int r = 0; r < kRows; ++r) sum[r][t] += G::dot(q[u][r], d[u][r], aq, a);
+        for (int r = 0; r < kRows; ++r) {
+          const int sumi = G::Vec::template part<kQInts>(nullptr, 0, q[u][r], aq, 0);
+          sum[r][t] += G::value(sumi, d[u][r], a);
+        }
       }
     }
   }
