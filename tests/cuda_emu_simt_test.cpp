@@ -13,6 +13,7 @@ namespace qrun::kernels::cuda {
 namespace {
 
 __global__ void ids_kernel(int* out) {
+  wait_for_prior_kernels();
   const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const unsigned n = blockDim.x * blockDim.y * blockDim.z;
@@ -34,6 +35,7 @@ TEST(CudaEmuSimt, EveryThreadOfEveryBlockRunsOnceWithItsIds) {
 // Reverses blockDim.x values through shared memory: needs the barrier between the writes
 // and the reads, because thread i reads what thread n - 1 - i wrote.
 __global__ void reverse_kernel(const int* in, int* out) {
+  wait_for_prior_kernels();
   __shared__ int buf[256];
   const int i = static_cast<int>(threadIdx.x);
   const int n = static_cast<int>(blockDim.x);
@@ -57,6 +59,7 @@ TEST(CudaEmuSimt, SharedMemoryAndSyncthreads) {
 }
 
 __global__ void shuffle_kernel(int* out) {
+  wait_for_prior_kernels();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int base = static_cast<int>(threadIdx.x) * 5;
   const int v = 100 * (static_cast<int>(threadIdx.x) / 32) + lane;
@@ -83,6 +86,7 @@ TEST(CudaEmuSimt, WarpShufflesReadTheLanesCudaDefines) {
 }
 
 __global__ void block_sum_kernel(const float* in, float* out) {
+  wait_for_prior_kernels();
   const float s = block_sum(in[threadIdx.x]);
   const float s2 = block_sum(2.0f * in[threadIdx.x]);  // partial[] reused safely
   if (threadIdx.x == 0) {
@@ -112,6 +116,7 @@ TEST(CudaEmuSimt, Dp4aIsFourSignedByteProducts) {
 }
 
 __global__ void divergent_sync_kernel(int* out) {
+  wait_for_prior_kernels();
   if (threadIdx.x < 16) {
     __syncthreads();
   }
@@ -119,6 +124,7 @@ __global__ void divergent_sync_kernel(int* out) {
 }
 
 __global__ void two_sync_sites_kernel(int* out) {
+  wait_for_prior_kernels();
   if (threadIdx.x % 2 == 0) {
     __syncthreads();
   } else {
@@ -128,6 +134,7 @@ __global__ void two_sync_sites_kernel(int* out) {
 }
 
 __global__ void partial_warp_shuffle_kernel(int* out) {
+  wait_for_prior_kernels();
   if (threadIdx.x < 31) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
 }
 
@@ -139,6 +146,20 @@ TEST(CudaEmuSimtDeathTest, WaitsThatCannotEndAbort) {
                "divergent __syncthreads");
   EXPECT_DEATH(launch(partial_warp_shuffle_kernel, dim3(1), dim3(32), Stream{}, out.data()),
                "deadlock");
+}
+
+// On the GPU a kernel may start before the one ahead of it has finished (runtime.h's
+// programmatic_launch); one that touches memory without waiting races with it.
+__global__ void no_wait_kernel(int* out) {
+  if (threadIdx.x != 5) wait_for_prior_kernels();
+  out[threadIdx.x] = 1;
+}
+
+TEST(CudaEmuSimtDeathTest, AThreadThatDoesNotWaitForPriorKernelsAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DeviceArray<int> out(64);
+  EXPECT_DEATH(launch(no_wait_kernel, dim3(2), dim3(64), Stream{}, out.data()),
+               "wait_for_prior_kernels");
 }
 
 TEST(CudaEmuSimtDeathTest, LaunchesAGpuWouldRefuseAbort) {

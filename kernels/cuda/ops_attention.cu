@@ -101,6 +101,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     attention_split_kernel(const float* q, const uint16_t* k, const uint16_t* v, Geometry g,
                            float* scratch, float* direct_out, BlockQ8_1* direct_q,
                            unsigned* counters, float* out, BlockQ8_1* out_q) {
+  wait_for_prior_kernels();
   __shared__ float warp_m[kWarps];
   __shared__ float warp_l[kWarps];
   __shared__ float warp_acc[kWarps][kWarp * kMaxDimsPerLane];
@@ -220,6 +221,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
 
 __global__ void __launch_bounds__(kWarps* kWarp)
     attention_merge_kernel(Geometry g, const float* scratch, float* out, BlockQ8_1* q) {
+  wait_for_prior_kernels();
   merge_splits(g, scratch, blockIdx.y, blockIdx.x, out, q);
 }
 

@@ -88,6 +88,7 @@ __device__ __forceinline__ int64_t token_major(const Chunk& c, int64_t i) {
 }
 
 __global__ void __launch_bounds__(kThreads) gather_q_kernel(const float* q, Chunk c, uint16_t* qh) {
+  wait_for_prior_kernels();
   const int64_t n = c.tokens * c.n_head * c.head_dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -97,6 +98,7 @@ __global__ void __launch_bounds__(kThreads) gather_q_kernel(const float* q, Chun
 
 __global__ void __launch_bounds__(kThreads)
     scatter_out_kernel(const float* o, const float* inv_l, Chunk c, float* out) {
+  wait_for_prior_kernels();
   const int64_t n = c.tokens * c.n_head * c.head_dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -122,6 +124,7 @@ __device__ __forceinline__ float block_max(float v) {
 // and 1 / their sum (of the rounded values, so P and l agree).
 __global__ void __launch_bounds__(kThreads)
     softmax_kernel(const float* s, Chunk c, uint16_t* p, float* inv_l) {
+  wait_for_prior_kernels();
   const int64_t row = blockIdx.x;
   const int64_t t = (row % (c.tokens * c.group)) / c.group;
   const int64_t pos = c.first_pos + t;

@@ -27,14 +27,17 @@ __device__ __forceinline__ int64_t grid_stride() {
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
+  wait_for_prior_kernels();
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
 }
 
 __global__ void scale_kernel(const float* x, int64_t n, float s, float* out) {
+  wait_for_prior_kernels();
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = x[i] * s;
 }
 
 __global__ void softcap_kernel(const float* x, int64_t n, float cap, float* out) {
+  wait_for_prior_kernels();
   const float inv = 1.0f / cap;
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = cap * tanhf(x[i] * inv);
 }
@@ -45,6 +48,7 @@ __global__ void softcap_kernel(const float* x, int64_t n, float cap, float* out)
 template <class Act, bool kQuant>
 __global__ void gated_kernel(const float* gate, const float* up, int64_t n, float* out,
                              BlockQ8_1* q) {
+  wait_for_prior_kernels();
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float v = Act::apply(gate[i]) * up[i];
     out[i] = v;
@@ -90,6 +94,7 @@ void gated(const float* gate, const float* up, int64_t n, float* out, Stream str
 __global__ void store_kv_f16_kernel(const float* k, const float* v, int64_t n_tokens,
                                     int64_t row_elems, int64_t pos, int64_t n_rows, uint16_t* k_dst,
                                     uint16_t* v_dst) {
+  wait_for_prior_kernels();
   const int64_t n = n_tokens * row_elems;
   for (int64_t i = first_index(); i < 2 * n; i += grid_stride()) {
     const bool is_v = i >= n;

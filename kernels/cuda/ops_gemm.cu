@@ -155,6 +155,7 @@ struct DqQ6_K {
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     dequantize_f16_kernel(const uint8_t* src, int64_t n, uint16_t* dst) {
+  wait_for_prior_kernels();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += stride) {

@@ -62,6 +62,7 @@ template <bool kAdd, bool kQuant>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(const float* x, const float* delta, float* x_out, const float* w, int64_t n,
                     float eps, float* y, BlockQ8_1* q) {
+  wait_for_prior_kernels();
   const auto [xr, dr, sr, yr, qr] = row_of<kAdd, kQuant>(x, delta, x_out, y, q, n);
   // Element i of the row: x's, or x's plus delta's, stored back (each thread reads back
   // only what it wrote itself, and reads delta before anyone writes y, which may alias it:
@@ -116,6 +117,7 @@ template <bool kAdd, bool kQuant, int kPer>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_regs_kernel(const float* x, const float* delta, float* x_out, const float* w,
                          int64_t n, float eps, float* y, BlockQ8_1* q) {
+  wait_for_prior_kernels();
   const auto [xr, dr, sr, yr, qr] = row_of<kAdd, kQuant>(x, delta, x_out, y, q, n);
   float v[kPer], g[kPer];
   QRUN_UNROLL

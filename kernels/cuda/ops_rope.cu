@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(kThreads)
     rope_kernel(float* a, int64_t n_head_a, float* b, int64_t n_head_b, int64_t head_dim,
                 const int32_t* positions, int64_t n_rot, float theta_scale, float freq_scale,
                 const float* freq_factors, float attn_factor, bool neox, KvDestination store) {
+  wait_for_prior_kernels();
   __shared__ float cos_sin[2 * kMaxPairs];
   const int64_t t = blockIdx.x;
   const int64_t n_pairs = n_rot / 2;

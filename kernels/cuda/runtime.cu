@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "ggml-like/result.h"
 #include "kernels/cuda/runtime.h"
@@ -39,6 +41,22 @@ cublasHandle_t cublas() {
 
 const char* runtime_name() {
   return "cuda";
+}
+
+bool programmatic_launch() {
+  static const bool on = [] {
+    const char* env = std::getenv("QRUN_CUDA_PDL");
+    QRUN_CHECK(env == nullptr || std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0,
+               "QRUN_CUDA_PDL=%s: not 0 or 1", env);
+    if (env != nullptr && env[0] == '0') return false;
+    int device = 0;
+    int major = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+          "cudaDeviceGetAttribute");
+    return major >= 9;
+  }();
+  return on;
 }
 
 void* device_alloc(size_t bytes) {

@@ -37,6 +37,13 @@ void pinned_free(void* ptr);
 Stream create_stream();
 void destroy_stream(Stream stream);
 
+// Whether launch() (simt.h) lets each kernel start while the one queued ahead of it on the
+// stream still runs (programmatic dependent launch): on devices of compute capability 9.0
+// and later, unless QRUN_CUDA_PDL=0. Kernels then overlap their launch, and the weights
+// they prefetch, with the kernel before them. Always false for the emulated runtime,
+// which runs kernels one after another.
+bool programmatic_launch();
+
 // The executable graph end_capture_and_launch keeps between captures (cudaGraphExec_t).
 struct GraphExec {
   void* handle = nullptr;

@@ -72,18 +72,54 @@ __device__ __forceinline__ uint16_t f32_to_f16(float f) {
   return __half_as_ushort(__float2half_rn(f));
 }
 
+// With programmatic_launch() (runtime.h), the kernel may start before the one queued
+// ahead of it on the stream has finished; it waits for it in wait_for_prior_kernels().
 template <class... P, class... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream stream, A&&... args) {
-  // clang-format reads this .h as C++ and would split the launch chevrons.
-  // clang-format off
-  kernel<<<grid, block, 0, static_cast<cudaStream_t>(stream.handle)>>>(
-      static_cast<P>(std::forward<A>(args))...);
-  // clang-format on
-  const cudaError_t err = cudaGetLastError();
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = static_cast<cudaStream_t>(stream.handle);
+  config.attrs = &early;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
+  const cudaError_t err =
+      cudaLaunchKernelEx(&config, kernel, static_cast<P>(std::forward<A>(args))...);
   QRUN_CHECK(err == cudaSuccess, "kernel launch: %s", cudaGetErrorString(err));
 }
 
 #endif
+
+// Called once by every thread of every kernel, before any other memory access (the
+// emulator checks that each thread calls it): lets the next kernel on the stream launch
+// early (its blocks take the SMs this grid leaves free and run up to their own call), then
+// waits until the kernels queued before this one have finished and their writes are
+// visible. Above it a kernel may only compute from its parameters and read or prefetch
+// weights (device memory that no kernel writes); reading an earlier kernel's output, or
+// writing anything, there races with the kernels still running.
+// A no-op before compute capability 9.0 and without programmatic_launch(), where kernels
+// start only after the previous one has finished.
+__device__ __forceinline__ void wait_for_prior_kernels() {
+#if defined(QRUN_SIMT_EMU)
+  simt::emu::note_prior_kernels_waited();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Asks for the 128-byte line holding p to be brought into L2 (weights that the kernel
+// will read once wait_for_prior_kernels() returns). A no-op under the emulator.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(QRUN_SIMT_EMU)
+  (void)p;
+#else
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
 
 // A 32-bit little-endian load from an address that is only 2-byte aligned (the quant
 // blocks of 18, 22, 34 and 210 bytes), as two 16-bit loads.

@@ -63,6 +63,10 @@ const char* runtime_name() {
   return "emulated";
 }
 
+bool programmatic_launch() {
+  return false;
+}
+
 void* device_alloc(size_t bytes) {
   check_not_capturing("device_alloc");
   const size_t rounded = (bytes + 255) / 256 * 256;

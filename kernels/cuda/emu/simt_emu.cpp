@@ -47,6 +47,7 @@ struct Fiber {
   LaunchIds ids{};
   int linear = 0;
   bool done = false;
+  bool waited = false;  // called wait_for_prior_kernels()
 #if defined(QRUN_EMU_ASAN)
   void* fake_stack = nullptr;
 #endif
@@ -103,6 +104,11 @@ void fiber_main() {
   __sanitizer_finish_switch_fiber(nullptr, &r.scheduler_stack_bottom, &r.scheduler_stack_size);
 #endif
   r.body(r.arg);
+  if (!r.current->waited) {
+    fail(
+        "a thread returned without calling wait_for_prior_kernels() (every kernel must, as "
+        "its first statement: on the GPU it may start before the kernel ahead of it ends)");
+  }
   r.current->done = true;
   r.progress = true;
   yield_to_scheduler(r, true);
@@ -125,6 +131,7 @@ void arrive_and_wait(BlockRun& r, Barrier& b, int expected) {
 void run_block(BlockRun& r) {
   for (Fiber& f : r.fibers) {
     f.done = false;
+    f.waited = false;
     if (getcontext(&f.context) != 0) fail("getcontext failed");
     f.context.uc_stack.ss_sp = f.stack.get();
     f.context.uc_stack.ss_size = kStackBytes;
@@ -201,6 +208,10 @@ void run_grid(dim3 grid, dim3 block, void (*body)(void*), void* arg) {
     }
   }
   t_run = nullptr;
+}
+
+void note_prior_kernels_waited() {
+  run().current->waited = true;
 }
 
 void sync_threads(const char* file, int line) {

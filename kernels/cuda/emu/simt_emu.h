@@ -48,6 +48,9 @@ void sync_warp();
 // lanes meet again (so the slots can be reused).
 void warp_exchange(const void* value, int src_lane, void* out, size_t bytes, unsigned mask);
 int lane_id();
+// Records that the calling thread has called wait_for_prior_kernels() (simt.h); a thread
+// whose kernel returns without it aborts the run.
+void note_prior_kernels_waited();
 
 }  // namespace qrun::simt::emu
 
