@@ -16,6 +16,13 @@
 #   LLAMA_BENCH: or an llama-bench already built with CUDA.
 #   QRUN_BENCH_VARIANTS: settings under which only the decode benchmark runs again (several
 #     at once joined by '+', e.g. QRUN_CUDA_NORM=v1+QRUN_CUDA_MMVQ=v5).
+#   QRUN_SMALL_VARIANTS: the same for the 1.1B-shaped file's decode benchmark (and the
+#     Gemma-shaped one's).
+#   QRUN_GEMMA_VOCAB: a GGUF file (or .gguf.xz) that carries Gemma 3's tokenizer, such as
+#     `qrun synth --arch gemma3 --vocab gemma-3-270m-q4_k_m.gguf --n-embd 32 --n-layer 1
+#     --n-head 1 --n-head-kv 1 --head-dim 32 --n-ff 32 --type q8_0 --tied` writes: qrun and
+#     llama.cpp are then benchmarked on a file of Gemma 3 270M Q4_K_M's shapes and tensor
+#     types (the real file, 253 MB, is too large to bring along), random weights.
 #   QRUN_KERNEL_BENCH_ARGS: arguments for the kernel benchmarks (bin/cuda_*_bench).
 #   QRUN_NCU: when set and ncu is installed, Nsight Compute times every kernel of one
 #     decode step of the large file (graphs off) and prints the sum per kernel name.
@@ -183,6 +190,25 @@ for v in ${QRUN_VARIANTS:-} ${QRUN_BENCH_VARIANTS:-}; do
 done
 bench bench_qrun_small "" -m "$small" -p 512 -n 128
 llama "$small"
+for v in ${QRUN_SMALL_VARIANTS:-}; do
+  bench "bench_qrun_small.$v" "$v" -m "$small" -p 0 -n 128
+done
+if [ -n "${QRUN_GEMMA_VOCAB:-}" ]; then
+  vocab=$QRUN_GEMMA_VOCAB
+  if [[ $vocab == *.xz ]]; then
+    xz -dc "$vocab" > /tmp/gemma-vocab.gguf
+    vocab=/tmp/gemma-vocab.gguf
+  fi
+  gemma=/tmp/gemma-3-270m-shape-q4_k_m.gguf
+  "$qrun" synth --arch gemma3 --vocab "$vocab" --n-embd 640 --n-layer 18 --n-head 4 \
+    --n-head-kv 1 --head-dim 256 --n-ff 2048 --sliding-window 512 --ctx 32768 \
+    --type q4_k_m --tied -o "$gemma" 2>&1 | tail -1
+  bench bench_qrun_gemma "" -m "$gemma" -p 512 -n 128
+  llama "$gemma"
+  for v in ${QRUN_SMALL_VARIANTS:-}; do
+    bench "bench_qrun_gemma.$v" "$v" -m "$gemma" -p 0 -n 128
+  done
+fi
 # Half the layers on the GPU, the rest on this machine's CPU (-ngl N), decode only.
 timeout 240 "$qrun" bench -ngl 16 -m "$big" -p 0 -n 32 -r 3 > "$out/bench_split.txt" 2>&1
 note "qrun -ngl 16 (split): $(grep -E '^\| llama' "$out/bench_split.txt" | awk -F'|' '{print $7 $8}' | tr -s ' ' | tr '\n' ';')"
