@@ -203,6 +203,18 @@ class Backend {
     rms_norm(x, weight, n_rows, n, eps, y);
   }
 
+  // delta = rms_norm(delta) with delta_weight, then add_rms_norm(x, delta, weight, ..., y):
+  // a block's output normed once more (Gemma's post-norms) before the residual add and the
+  // next block's norm. y may alias x or delta; delta holds its normed rows afterwards
+  // unless y aliases it. The default runs the two; a backend may fuse them, with the same
+  // results.
+  virtual void norm_add_rms_norm(float* x, float* delta, const Tensor& delta_weight,
+                                 const Tensor& weight, int64_t n_rows, int64_t n, float eps,
+                                 float* y) {
+    rms_norm(delta, delta_weight, n_rows, n, eps, delta);
+    add_rms_norm(x, delta, weight, n_rows, n, eps, y);
+  }
+
   // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
 

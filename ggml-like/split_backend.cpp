@@ -71,6 +71,16 @@ void SplitBackend::add_rms_norm(float* x, const float* delta, const Tensor& weig
   place(weight).add_rms_norm(x, delta, weight, n_rows, n, eps, y);
 }
 
+void SplitBackend::norm_add_rms_norm(float* x, float* delta, const Tensor& delta_weight,
+                                     const Tensor& weight, int64_t n_rows, int64_t n, float eps,
+                                     float* y) {
+  if (&owner(delta_weight) == &owner(weight)) {
+    place(weight).norm_add_rms_norm(x, delta, delta_weight, weight, n_rows, n, eps, y);
+  } else {
+    Backend::norm_add_rms_norm(x, delta, delta_weight, weight, n_rows, n, eps, y);
+  }
+}
+
 void SplitBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
                         std::span<const int32_t> positions, const RopeParams& params) {
   current_->rope(x, n_tokens, n_head, head_dim, positions, params);

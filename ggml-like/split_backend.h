@@ -47,6 +47,10 @@ class SplitBackend final : public Backend {
   void get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) override;
   void rms_norm(const float* x, const Tensor& weight, int64_t n_rows, int64_t n, float eps,
                 float* y) override;
+  // Fused where both weights live on one backend (a layer's post-norm and the next
+  // layer's norm may not).
+  void norm_add_rms_norm(float* x, float* delta, const Tensor& delta_weight, const Tensor& weight,
+                         int64_t n_rows, int64_t n, float eps, float* y) override;
   void add_rms_norm(float* x, const float* delta, const Tensor& weight, int64_t n_rows, int64_t n,
                     float eps, float* y) override;
   void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,

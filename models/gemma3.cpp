@@ -220,20 +220,21 @@ void Gemma3Model::forward_step(Backend& backend, const ForwardStep& step) {
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const Gemma3Layer& l = layers_[static_cast<size_t>(il)];
-    // Attention. x += xn (the last layer's FFN output, normed), xn: [n, n_embd] x normed,
-    // the attention output, normed again
+    // Attention. x += xn (the last layer's FFN output) normed by its post-norm, xn: [n,
+    // n_embd] x normed, then the attention output
     if (il == 0) {
       backend.rms_norm(x, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
     } else {
-      backend.add_rms_norm(x, xn, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
+      const Tensor& post_norm = layers_[static_cast<size_t>(il - 1)].ffn_post_norm;
+      backend.norm_add_rms_norm(x, xn, post_norm, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
     }
     self_attention(backend, l.attn, l.config, il, step, xn, s, xn);
-    backend.rms_norm(xn, l.attn_post_norm, n, n_embd, hp_.norm_eps, xn);
-    // Feed-forward. x += xn, xn: x normed, the FFN output, normed again
-    backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
+    // Feed-forward. x += xn normed by the attention's post-norm, xn: x normed, then the
+    // FFN output
+    backend.norm_add_rms_norm(x, xn, l.attn_post_norm, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
     gated_ffn(backend, l.ffn, FfnActivation::kGelu, xn, n, s, xn);
-    backend.rms_norm(xn, l.ffn_post_norm, n, n_embd, hp_.norm_eps, xn);
   }
+  backend.rms_norm(xn, layers_.back().ffn_post_norm, n, n_embd, hp_.norm_eps, xn);
   backend.add(x, xn, n * n_embd, x);
 
   // Output: the rows each sequence asks for (every token, or its last), normed, projected,

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -201,6 +202,55 @@ TEST(CudaEmuOps, FusedQuantizedOutputsMatchSeparateLaunches) {
         op(dx.data(), dd.data(), total, dy.data(), Stream{}, dq.data());
         expect_same_bits(dy.download(), gated, "gated activation with its quantized output");
         expect_same_blocks(dq, gated, "gated activation's quantized output");
+      }
+    }
+  }
+}
+
+// norm_add_rms_norm (Gemma's post-norm, residual add and next norm in one launch) leaves in
+// x, delta and y the bits of rms_norm of delta in place, then add_rms_norm. Rows a thread
+// holds 1, 2, 4 and 8 elements of, and y aliasing delta (as the model calls it) or not.
+// Under QRUN_CUDA_NORM=v1 (streaming norms) the fused kernel is not offered.
+TEST(CudaEmuOps, NormAddRmsNormHasTheBitsOfItsTwoLaunches) {
+  const char* norm = std::getenv("QRUN_CUDA_NORM");
+  if (norm != nullptr && std::strcmp(norm, "v1") == 0) {
+    EXPECT_FALSE(norm_add_rms_norm_fits(640));
+    return;
+  }
+  EXPECT_FALSE(norm_add_rms_norm_fits(8193));
+  for (int64_t n : {32, 640, 1056, 2080, 4128}) {
+    ASSERT_TRUE(norm_add_rms_norm_fits(n)) << n;
+    for (int64_t n_rows : {1, 3}) {
+      const int64_t total = n * n_rows;
+      const std::vector<float> x = random_vector(total, 8);
+      const std::vector<float> delta = random_vector(total, 9, 40.0f);
+      const std::vector<float> wd = random_vector(n, 10, 1.0f);
+      const std::vector<float> w = random_vector(n, 11, 1.0f);
+      DeviceArray<float> dwd{std::span<const float>(wd)};
+      DeviceArray<float> dw{std::span<const float>(w)};
+      // The two launches.
+      DeviceArray<float> ux{std::span<const float>(x)};
+      DeviceArray<float> ud{std::span<const float>(delta)};
+      DeviceArray<float> uy(static_cast<size_t>(total));
+      rms_norm(ud.data(), dwd.data(), n_rows, n, 1e-6f, ud.data(), Stream{});
+      add_rms_norm(ux.data(), ud.data(), dw.data(), n_rows, n, 1e-6f, uy.data(), Stream{});
+      const std::vector<float> want_x = ux.download();
+      const std::vector<float> want_d = ud.download();
+      const std::vector<float> want_y = uy.download();
+      DeviceArray<BlockQ8_1> dq(static_cast<size_t>(total / 32));
+      for (BlockQ8_1* q : {static_cast<BlockQ8_1*>(nullptr), dq.data()}) {
+        for (bool alias : {false, true}) {
+          DeviceArray<float> fx{std::span<const float>(x)};
+          DeviceArray<float> fd{std::span<const float>(delta)};
+          DeviceArray<float> fy(static_cast<size_t>(total));
+          float* y = alias ? fd.data() : fy.data();
+          norm_add_rms_norm(fx.data(), fd.data(), dwd.data(), dw.data(), n_rows, n, 1e-6f, y,
+                            Stream{}, q);
+          expect_same_bits(fx.download(), want_x, "norm_add_rms_norm's x");
+          expect_same_bits(alias ? fd.download() : fy.download(), want_y, "norm_add_rms_norm's y");
+          if (!alias) expect_same_bits(fd.download(), want_d, "norm_add_rms_norm's delta");
+          if (q != nullptr) expect_same_blocks(dq, want_y, "norm_add_rms_norm's quantized output");
+        }
       }
     }
   }

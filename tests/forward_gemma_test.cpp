@@ -17,6 +17,7 @@
 #include "models/registry.h"
 #include "models/synth.h"
 #include "tests/support/golden.h"
+#include "tests/support/recording_backend.h"
 #include "tests/support/test_data.h"
 
 namespace qrun {
@@ -119,6 +120,28 @@ TEST(Gemma3Synth, RingCacheGivesTheSameLogitsForAnyBatching) {
           << "row " << r;
     }
   }
+}
+
+// Each post-norm goes to the backend with the residual add and the next norm it precedes
+// (Backend::norm_add_rms_norm, one launch on the GPU): two a layer, less the last layer's
+// FFN post-norm, which precedes the output norm instead.
+TEST(Gemma3Synth, PostNormsReachTheBackendWithTheAddAndNormAfterThem) {
+  const gguf::File file = synth_gemma(kWindow);
+  Result<std::unique_ptr<Model>> model = models::load_model(file, ModelOptions{16});
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  kernels::CpuBackend cpu(1);
+  test::RecordingBackend backend(cpu);
+  Result<KvCache> kv = make_kv_cache(**model, 64, DType::kF32);
+  ASSERT_TRUE(kv.ok());
+  const std::vector<int32_t> tokens = prompt();
+  std::vector<float> logits(static_cast<size_t>((*model)->hparams().n_vocab));
+  ASSERT_TRUE((*model)
+                  ->forward(backend, std::span<const int32_t>(tokens).first(3), 0, *kv, false,
+                            logits.data())
+                  .ok());
+  const int64_t n_layer = (*model)->hparams().n_layer;
+  EXPECT_EQ(backend.count("norm_add_rms_norm"), 2 * n_layer - 1);
+  EXPECT_EQ(backend.count("add_rms_norm"), 0);
 }
 
 }  // namespace

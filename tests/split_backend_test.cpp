@@ -97,6 +97,28 @@ TEST(SplitBackend, OpsRunWhereTheirWeightsAreAndWeightlessOpsFollow) {
   EXPECT_TRUE(s.second->ops().empty());
 }
 
+// Gemma's post-norm, residual add and next norm: one op where both norm weights are, else
+// the post-norm where its weight is and the add and norm where theirs is (the last layer
+// on one side, the next on the other).
+TEST(SplitBackend, NormAddRmsNormRunsWhereBothWeightsAreOrIsSplitBetweenThem) {
+  const int64_t n = 8;
+  std::vector<float> placed_norms(2 * n, 0.5f), other_norm(n, 2.0f);
+  const SplitBackend::Placement placed[] = {
+      {placed_norms.data(), placed_norms.size() * sizeof(float)}};
+  Split s(placed);
+  const Tensor post{DType::kF32, 1, {n, 1, 1, 1}, placed_norms.data(), "post"};
+  const Tensor next{DType::kF32, 1, {n, 1, 1, 1}, placed_norms.data() + n, "next"};
+  const Tensor first_side{DType::kF32, 1, {n, 1, 1, 1}, other_norm.data(), "first"};
+  std::vector<float> x(n, 1.0f), delta(n, 3.0f);
+  s.backend->norm_add_rms_norm(x.data(), delta.data(), post, next, 1, n, 1e-5f, delta.data());
+  EXPECT_EQ(s.second->ops(), (std::vector<std::string>{"norm_add_rms_norm"}));
+  EXPECT_TRUE(s.first->ops().empty());
+  s.second->clear();
+  s.backend->norm_add_rms_norm(x.data(), delta.data(), post, first_side, 1, n, 1e-5f, delta.data());
+  EXPECT_EQ(s.second->ops(), (std::vector<std::string>{"rms_norm"}));
+  EXPECT_EQ(s.first->ops(), (std::vector<std::string>{"add_rms_norm"}));
+}
+
 TEST(SplitBackend, APointerJustPastAPlacedTensorIsNotPlaced) {
   std::vector<float> both(32, 1.0f), x(4, 1.0f), y(4);
   const SplitBackend::Placement placed[] = {{both.data(), 16 * sizeof(float)}};

@@ -373,6 +373,33 @@ void CudaBackend::add_rms_norm(float* x, const float* delta, const Tensor& weigh
   if (q != nullptr) quantized_as(dy, n_rows * n, q);
 }
 
+void CudaBackend::norm_add_rms_norm(float* x, float* delta, const Tensor& delta_weight,
+                                    const Tensor& weight, int64_t n_rows, int64_t n, float eps,
+                                    float* y) {
+  float* dx = resident(x, n_rows * n);
+  float* dd = resident(delta, n_rows * n);
+  if (!fuse_ || dx == nullptr || dd == nullptr || !cuda::norm_add_rms_norm_fits(n)) {
+    Backend::norm_add_rms_norm(x, delta, delta_weight, weight, n_rows, n, eps, y);
+    return;
+  }
+  for (const Tensor* w : {&delta_weight, &weight}) {
+    QRUN_CHECK(w->type == DType::kF32 && w->n_elements() == n,
+               "cuda norm_add_rms_norm: weight %s of %lld elements for rows of %lld",
+               dtype_name(w->type), static_cast<long long>(w->n_elements()),
+               static_cast<long long>(n));
+  }
+  const auto* dwd =
+      static_cast<const float*>(device_copy(delta_weight.data, delta_weight.n_bytes()));
+  const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
+  float* dy = output(kOut, y, n_rows * n);
+  BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
+  cuda::norm_add_rms_norm(dx, dd, dwd, dw, n_rows, n, eps, dy, stream(), q);
+  wrote(dx, n_rows * n);
+  wrote(dd, n_rows * n);
+  finish_output(y, dy, n_rows * n);
+  if (q != nullptr) quantized_as(dy, n_rows * n, q);
+}
+
 void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
                        std::span<const int32_t> positions, const RopeParams& params) {
   QRUN_CHECK(static_cast<int64_t>(positions.size()) >= n_tokens,

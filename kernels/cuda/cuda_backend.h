@@ -80,6 +80,10 @@ class CudaBackend final : public Backend {
                 float* y) override;
   void add_rms_norm(float* x, const float* delta, const Tensor& weight, int64_t n_rows, int64_t n,
                     float eps, float* y) override;
+  // One launch where x and delta are resident, fusions are on and the rows fit
+  // (cuda::norm_add_rms_norm_fits); else the default's two.
+  void norm_add_rms_norm(float* x, float* delta, const Tensor& delta_weight, const Tensor& weight,
+                         int64_t n_rows, int64_t n, float eps, float* y) override;
   void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
             std::span<const int32_t> positions, const RopeParams& params) override;
   void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,

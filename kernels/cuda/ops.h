@@ -54,6 +54,12 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float e
 // alias x or delta.
 void add_rms_norm(float* x, const float* delta, const float* w, int64_t n_rows, int64_t n,
                   float eps, float* y, Stream stream, BlockQ8_1* q = nullptr);
+// delta = rms_norm(delta) with w_delta, then add_rms_norm(x, delta, w, ...), in one launch
+// with the same bits as the two (Backend::norm_add_rms_norm); y may alias x or delta. Only
+// where norm_add_rms_norm_fits(n): rows of up to 8192, and not under QRUN_CUDA_NORM=v1.
+bool norm_add_rms_norm_fits(int64_t n);
+void norm_add_rms_norm(float* x, float* delta, const float* w_delta, const float* w, int64_t n_rows,
+                       int64_t n, float eps, float* y, Stream stream, BlockQ8_1* q = nullptr);
 
 // ---- ops_rope.cu ----
 // Backend::rope on x: [n_tokens, n_head, head_dim]; positions: [n_tokens] and

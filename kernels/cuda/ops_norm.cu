@@ -14,6 +14,7 @@
 // row (A/B measurement).
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/q8_1.cuh"
@@ -151,6 +152,65 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// rms_norm_regs_kernel<false, false, kPer> on delta with w_delta, then
+// rms_norm_regs_kernel<true, kQuant, kPer> on x and that normed delta: the same sums in
+// the same order, so the same bits as the two launches. Every input is loaded before the
+// first sum, so the kernel waits on memory once.
+template <bool kQuant, int kPer>
+__global__ void __launch_bounds__(kThreads)
+    norm_add_rms_norm_kernel(float* x, float* delta, const float* w_delta, const float* w,
+                             int64_t n, float eps, float* y, BlockQ8_1* q) {
+  wait_for_prior_kernels();
+  const int64_t r = blockIdx.x;
+  float* xr = x + r * n;
+  float* dr = delta + r * n;
+  float* yr = y + r * n;
+  BlockQ8_1* qr = q + (kQuant ? r * (n / kWarp) : 0);
+  float d[kPer], gd[kPer], v[kPer], g[kPer];
+  QRUN_UNROLL
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+    d[u] = gd[u] = v[u] = g[u] = 0.0f;
+    if (i < n) {
+      d[u] = dr[i];
+      gd[u] = w_delta[i];
+      v[u] = xr[i];
+      g[u] = w[i];
+    }
+  }
+  double sum = 0.0;
+  QRUN_UNROLL
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+    if (i < n) sum += static_cast<double>(d[u] * d[u]);
+  }
+  sum = block_sum_f64(sum);
+  const float mean_d = static_cast<float>(sum / static_cast<double>(n));
+  const float scale_d = 1.0f / sqrtf(mean_d + eps);
+  sum = 0.0;
+  QRUN_UNROLL
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+    d[u] = (d[u] * scale_d) * gd[u];
+    v[u] = v[u] + d[u];
+    if (i < n) sum += static_cast<double>(v[u] * v[u]);
+  }
+  __syncthreads();  // every thread has read block_sum_f64's partial sums before they are reused
+  sum = block_sum_f64(sum);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / sqrtf(mean + eps);
+  QRUN_UNROLL
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+    if (i >= n) break;  // whole warps where kQuant (n a multiple of 32)
+    dr[i] = d[u];
+    xr[i] = v[u];
+    const float out = (v[u] * scale) * g[u];
+    yr[i] = out;
+    if constexpr (kQuant) quantize_q8_1_warp(out, qr + i / kWarp);
+  }
+}
+
 // QRUN_CUDA_NORM, read once: whether rows that fit run rms_norm_regs_kernel.
 bool registers_enabled() {
   static const bool enabled = [] {
@@ -160,29 +220,29 @@ bool registers_enabled() {
   return enabled;
 }
 
+// f(std::integral_constant<int, kPer>{}) for the fewest elements a thread, 1, 2, 4 or 8,
+// that hold a row of n <= 8 * kThreads.
+template <class F>
+void with_norm_width(int64_t n, F&& f) {
+  if (n <= kThreads) return f(std::integral_constant<int, 1>{});
+  if (n <= 2 * kThreads) return f(std::integral_constant<int, 2>{});
+  if (n <= 4 * kThreads) return f(std::integral_constant<int, 4>{});
+  f(std::integral_constant<int, 8>{});
+}
+
 // rms_norm_kernel<kAdd, kQuant>, or the register kernel for rows that fit.
 template <bool kAdd, bool kQuant>
 void launch_norm(const float* x, const float* delta, float* x_out, const float* w, int64_t n_rows,
                  int64_t n, float eps, float* y, BlockQ8_1* q, Stream stream) {
   const dim3 grid(static_cast<unsigned>(n_rows)), block(kThreads);
-  const bool regs = registers_enabled();
-  if (regs && n <= kThreads) {
-    return launch(rms_norm_regs_kernel<kAdd, kQuant, 1>, grid, block, stream, x, delta, x_out, w, n,
-                  eps, y, q);
+  if (!registers_enabled() || n > 8 * kThreads) {
+    launch(rms_norm_kernel<kAdd, kQuant>, grid, block, stream, x, delta, x_out, w, n, eps, y, q);
+    return;
   }
-  if (regs && n <= 2 * kThreads) {
-    return launch(rms_norm_regs_kernel<kAdd, kQuant, 2>, grid, block, stream, x, delta, x_out, w, n,
-                  eps, y, q);
-  }
-  if (regs && n <= 4 * kThreads) {
-    return launch(rms_norm_regs_kernel<kAdd, kQuant, 4>, grid, block, stream, x, delta, x_out, w, n,
-                  eps, y, q);
-  }
-  if (regs && n <= 8 * kThreads) {
-    return launch(rms_norm_regs_kernel<kAdd, kQuant, 8>, grid, block, stream, x, delta, x_out, w, n,
-                  eps, y, q);
-  }
-  launch(rms_norm_kernel<kAdd, kQuant>, grid, block, stream, x, delta, x_out, w, n, eps, y, q);
+  with_norm_width(n, [&](auto per) {
+    launch(rms_norm_regs_kernel<kAdd, kQuant, decltype(per)::value>, grid, block, stream, x, delta,
+           x_out, w, n, eps, y, q);
+  });
 }
 
 void check_rows(const char* op, int64_t n_rows, int64_t n, const BlockQ8_1* q) {
@@ -208,6 +268,29 @@ void add_rms_norm(float* x, const float* delta, const float* w, int64_t n_rows, 
   if (n_rows == 0) return;
   if (q != nullptr) return launch_norm<true, true>(x, delta, x, w, n_rows, n, eps, y, q, stream);
   launch_norm<true, false>(x, delta, x, w, n_rows, n, eps, y, q, stream);
+}
+
+bool norm_add_rms_norm_fits(int64_t n) {
+  return registers_enabled() && n <= 8 * kThreads;
+}
+
+void norm_add_rms_norm(float* x, float* delta, const float* w_delta, const float* w, int64_t n_rows,
+                       int64_t n, float eps, float* y, Stream stream, BlockQ8_1* q) {
+  check_rows("norm_add_rms_norm", n_rows, n, q);
+  QRUN_CHECK(norm_add_rms_norm_fits(n), "norm_add_rms_norm: rows of %lld",
+             static_cast<long long>(n));
+  if (n_rows == 0) return;
+  with_norm_width(n, [&](auto per) {
+    constexpr int kPer = decltype(per)::value;
+    const dim3 grid(static_cast<unsigned>(n_rows)), block(kThreads);
+    if (q != nullptr) {
+      launch(norm_add_rms_norm_kernel<true, kPer>, grid, block, stream, x, delta, w_delta, w, n,
+             eps, y, q);
+    } else {
+      launch(norm_add_rms_norm_kernel<false, kPer>, grid, block, stream, x, delta, w_delta, w, n,
+             eps, y, q);
+    }
+  });
 }
 
 QRUN_CUDA_NAMESPACE_END

@@ -56,6 +56,11 @@ class RecordingBackend final : public Backend {
     ops_.emplace_back("add_rms_norm");
     inner_.add_rms_norm(x, delta, weight, n_rows, n, eps, y);
   }
+  void norm_add_rms_norm(float* x, float* delta, const Tensor& delta_weight, const Tensor& weight,
+                         int64_t n_rows, int64_t n, float eps, float* y) override {
+    ops_.emplace_back("norm_add_rms_norm");
+    inner_.norm_add_rms_norm(x, delta, delta_weight, weight, n_rows, n, eps, y);
+  }
   void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
             std::span<const int32_t> positions, const RopeParams& params) override {
     ops_.emplace_back("rope");
