@@ -112,6 +112,22 @@ __global__ void __launch_bounds__(kThreads)
   for (; i < n; i += kThreads) store(i, (row(i) * scale) * w[i]);
 }
 
+// 1 / sqrt(mean of squares + eps) of a row of n, of which this thread holds the elements
+// threadIdx.x + u * kThreads (u < kPer; those below n count) in v, summed as
+// rms_norm_kernel sums them.
+template <int kPer>
+__device__ __forceinline__ float regs_rms_scale(const float (&v)[kPer], int64_t n, float eps) {
+  double sum = 0.0;
+  QRUN_UNROLL
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+    if (i < n) sum += static_cast<double>(v[u] * v[u]);
+  }
+  sum = block_sum_f64(sum);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  return 1.0f / sqrtf(mean + eps);
+}
+
 // As rms_norm_kernel for rows of n <= kPer * kThreads, thread j holding elements
 // j + u * kThreads (u < kPer, the order in which rms_norm_kernel adds them) in registers.
 template <bool kAdd, bool kQuant, int kPer>
@@ -131,16 +147,8 @@ __global__ void __launch_bounds__(kThreads)
       g[u] = w[i];
     }
   }
-  double sum = 0.0;
-  QRUN_UNROLL
-  for (int u = 0; u < kPer; ++u) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
-    if (i < n) sum += static_cast<double>(v[u] * v[u]);
-  }
   // (delta is read before anyone writes y, which may alias it: block_sum_f64 syncs.)
-  sum = block_sum_f64(sum);
-  const float mean = static_cast<float>(sum / static_cast<double>(n));
-  const float scale = 1.0f / sqrtf(mean + eps);
+  const float scale = regs_rms_scale(v, n, eps);
   QRUN_UNROLL
   for (int u = 0; u < kPer; ++u) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
@@ -178,27 +186,14 @@ __global__ void __launch_bounds__(kThreads)
       g[u] = w[i];
     }
   }
-  double sum = 0.0;
+  const float scale_d = regs_rms_scale(d, n, eps);
   QRUN_UNROLL
   for (int u = 0; u < kPer; ++u) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
-    if (i < n) sum += static_cast<double>(d[u] * d[u]);
-  }
-  sum = block_sum_f64(sum);
-  const float mean_d = static_cast<float>(sum / static_cast<double>(n));
-  const float scale_d = 1.0f / sqrtf(mean_d + eps);
-  sum = 0.0;
-  QRUN_UNROLL
-  for (int u = 0; u < kPer; ++u) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
     d[u] = (d[u] * scale_d) * gd[u];
     v[u] = v[u] + d[u];
-    if (i < n) sum += static_cast<double>(v[u] * v[u]);
   }
   __syncthreads();  // every thread has read block_sum_f64's partial sums before they are reused
-  sum = block_sum_f64(sum);
-  const float mean = static_cast<float>(sum / static_cast<double>(n));
-  const float scale = 1.0f / sqrtf(mean + eps);
+  const float scale = regs_rms_scale(v, n, eps);
   QRUN_UNROLL
   for (int u = 0; u < kPer; ++u) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kThreads;
