@@ -24,8 +24,10 @@
 #     llama.cpp are then benchmarked on a file of Gemma 3 270M Q4_K_M's shapes and tensor
 #     types (the real file, 253 MB, is too large to bring along), random weights.
 #   QRUN_KERNEL_BENCH_ARGS: arguments for the kernel benchmarks (bin/cuda_*_bench).
-#   QRUN_NCU: when set and ncu is installed, Nsight Compute times every kernel of one
-#     decode step of the large file (graphs off) and prints the sum per kernel name.
+#   QRUN_NCU: the files to profile, of 8b, 1.1b and gemma (e.g. "8b gemma"): Nsight Compute
+#     (where installed) times every kernel of a decode step (graphs off) and prints the sum
+#     per kernel name; Nsight Systems (where installed) sums the CUDA calls and kernels of a
+#     whole decode run.
 set -uo pipefail
 dir=${1:-.dev}
 out=/tmp/qrun-device-logs  # everything, packed into $OUT/logs.tgz (default ./logs.tgz) at the end
@@ -144,22 +146,57 @@ for b in "$dir"/bin/cuda_*_bench; do
   timeout 120 "$b" ${QRUN_KERNEL_BENCH_ARGS:-} > "$out/$(basename "$b").txt" 2>&1
   tail -25 "$out/$(basename "$b").txt"
 done
-if [ -n "${QRUN_NCU:-}" ] && command -v ncu > /dev/null; then
-  # A decode step is n_layer times the same kernels: skip the load, the warm-up and the
-  # first steps, then time 400 launches (a step of the 8B file and more) one by one.
-  # No cache flush and no clock lock, so that the small kernels' times are those of a real
-  # decode step.
-  QRUN_CUDA_GRAPHS=0 timeout 120 ncu --launch-skip 3000 --launch-count 400 --csv \
-    --cache-control none --clock-control none \
-    --print-kernel-base function --metrics gpu__time_duration.sum \
-    "$qrun" bench -ngl all -m "$big" -p 0 -n 32 -r 1 > "$out/ncu.csv" 2> "$out/ncu.err"
-  # Sum and count per kernel (the CSV's 5th field; times in the last, in the unit before).
-  grep '"gpu__time_duration.sum"' "$out/ncu.csv" |
-    awk -F'","' '{name=$5; t=$NF; gsub(/[",]/, "", t);
-                  unit=$(NF-1); s[name]+=t; n[name]++; u[name]=unit}
-                 END {for (k in s) printf "%10.1f %s x%d %s\n", s[k], u[k], n[k], k}' |
-    sort -rn | head -20 | tee "$out/ncu_summary.txt"
+# A file of Gemma 3 270M Q4_K_M's shapes and types, when its tokenizer came along.
+gemma=
+if [ -n "${QRUN_GEMMA_VOCAB:-}" ]; then
+  vocab=$QRUN_GEMMA_VOCAB
+  if [[ $vocab == *.xz ]]; then
+    xz -dc "$vocab" > /tmp/gemma-vocab.gguf
+    vocab=/tmp/gemma-vocab.gguf
+  fi
+  gemma=/tmp/gemma-3-270m-shape-q4_k_m.gguf
+  "$qrun" synth --arch gemma3 --vocab "$vocab" --n-embd 640 --n-layer 18 --n-head 4 \
+    --n-head-kv 1 --head-dim 256 --n-ff 2048 --sliding-window 512 --ctx 32768 \
+    --type q4_k_m --tied -o "$gemma" 2>&1 | tail -1
 fi
+profile() {  # $1: a name for the logs, $2: the model file
+  # A decode step is n_layer times the same kernels: skip the load, the warm-up and the
+  # first steps, then time 400 launches (a step of the 8B file and more, a step and a half
+  # of the Gemma-shaped one) one by one. No cache flush and no clock lock, so that the
+  # small kernels' times are those of a real decode step.
+  local name=$1 file=$2
+  if command -v ncu > /dev/null; then
+    QRUN_CUDA_GRAPHS=0 timeout 120 ncu --launch-skip 3000 --launch-count 400 --csv \
+      --cache-control none --clock-control none \
+      --print-kernel-base function --metrics gpu__time_duration.sum \
+      "$qrun" bench -ngl all -m "$file" -p 0 -n 32 -r 1 > "$out/ncu_$name.csv" 2> "$out/ncu_$name.err"
+    # Sum and count per kernel (the CSV's 5th field; times in the last, in the unit before).
+    echo "== ncu, $name: the sum per kernel over 400 launches"
+    grep '"gpu__time_duration.sum"' "$out/ncu_$name.csv" |
+      awk -F'","' '{name=$5; t=$NF; gsub(/[",]/, "", t);
+                    unit=$(NF-1); s[name]+=t; n[name]++; u[name]=unit}
+                   END {for (k in s) printf "%10.1f %s x%d %s\n", s[k], u[k], n[k], k}' |
+      sort -rn | head -24 | tee "$out/ncu_summary_$name.txt"
+  fi
+  # Nsight Systems, where the machine has it: the time the host spends in each CUDA call
+  # and the GPU in each kernel over a whole decode run, graphs off, PDL as set.
+  if command -v nsys > /dev/null; then
+    timeout 120 nsys profile -o "/tmp/nsys_$name" --force-overwrite true \
+      "$qrun" bench -ngl all -m "$file" -p 0 -n 64 -r 1 > "$out/nsys_$name.log" 2>&1
+    timeout 120 nsys stats --report cuda_api_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum \
+      --format csv --output "$out/nsys_$name" "/tmp/nsys_$name.nsys-rep" > /dev/null 2>&1
+    for f in "$out/nsys_$name"_*.csv; do
+      [ -f "$f" ] && { echo "== $(basename "$f")"; head -14 "$f" | cut -c1-200; }
+    done
+  fi
+}
+for name in ${QRUN_NCU:-}; do
+  case $name in
+    8b) profile 8b "$big" ;;
+    1.1b) profile 1.1b "$small" ;;
+    gemma) [ -n "$gemma" ] && profile gemma "$gemma" ;;
+  esac
+done
 # Benchmarks on an idle machine: wait for llama.cpp's build first.
 if [ -n "$llama_pid" ]; then
   if wait "$llama_pid"; then
@@ -174,13 +211,13 @@ bench() {  # $1: log name, $2: environment settings joined by '+', or empty; the
   local settings=()
   [ -n "$setting" ] && IFS=+ read -r -a settings <<< "$setting"
   env "${settings[@]}" timeout 240 "$qrun" bench -ngl all -r 3 "$@" > "$out/$log.txt" 2>&1
-  note "qrun ${setting:-default} $*: $(grep -E '^\| llama' "$out/$log.txt" | awk -F'|' '{print $7 $8 $10}' | tr -s ' ' | tr '\n' ';')"
+  note "qrun ${setting:-default} $*: $(grep -E '^\|.*\| *(pp|tg)[0-9]+ *\|' "$out/$log.txt" | awk -F'|' '{print $7 $8 $10}' | tr -s ' ' | tr '\n' ';')"
 }
 llama() {  # $1: model file
   [ -n "${LLAMA_BENCH:-}" ] || return 0
   local log="$out/bench_llama_$(basename "$1").txt"
   timeout 240 "$LLAMA_BENCH" -m "$1" -ngl 99 -p 512 -n 128 -r 3 > "$log" 2>&1
-  note "llama.cpp $(basename "$1"): $(grep -E '^\| llama' "$log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+  note "llama.cpp $(basename "$1"): $(grep -E '^\|.*\| *(pp|tg)[0-9]+ *\|' "$log" | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
 }
 # The two tools alternate on each file, the most important comparison first.
 bench bench_qrun "" -m "$big" -p 512 -n 128
@@ -193,16 +230,7 @@ llama "$small"
 for v in ${QRUN_SMALL_VARIANTS:-}; do
   bench "bench_qrun_small.$v" "$v" -m "$small" -p 0 -n 128
 done
-if [ -n "${QRUN_GEMMA_VOCAB:-}" ]; then
-  vocab=$QRUN_GEMMA_VOCAB
-  if [[ $vocab == *.xz ]]; then
-    xz -dc "$vocab" > /tmp/gemma-vocab.gguf
-    vocab=/tmp/gemma-vocab.gguf
-  fi
-  gemma=/tmp/gemma-3-270m-shape-q4_k_m.gguf
-  "$qrun" synth --arch gemma3 --vocab "$vocab" --n-embd 640 --n-layer 18 --n-head 4 \
-    --n-head-kv 1 --head-dim 256 --n-ff 2048 --sliding-window 512 --ctx 32768 \
-    --type q4_k_m --tied -o "$gemma" 2>&1 | tail -1
+if [ -n "$gemma" ]; then
   bench bench_qrun_gemma "" -m "$gemma" -p 512 -n 128
   llama "$gemma"
   for v in ${QRUN_SMALL_VARIANTS:-}; do
@@ -211,7 +239,7 @@ if [ -n "${QRUN_GEMMA_VOCAB:-}" ]; then
 fi
 # Half the layers on the GPU, the rest on this machine's CPU (-ngl N), decode only.
 timeout 240 "$qrun" bench -ngl 16 -m "$big" -p 0 -n 32 -r 3 > "$out/bench_split.txt" 2>&1
-note "qrun -ngl 16 (split): $(grep -E '^\| llama' "$out/bench_split.txt" | awk -F'|' '{print $7 $8}' | tr -s ' ' | tr '\n' ';')"
+note "qrun -ngl 16 (split): $(grep -E '^\|.*\| *(pp|tg)[0-9]+ *\|' "$out/bench_split.txt" | awk -F'|' '{print $7 $8}' | tr -s ' ' | tr '\n' ';')"
 tail -3 "$out/bench_qrun.txt"
 tar czf "${OUT:-.}/logs.tgz" -C "$out" .
 printf '%s\n' "${summary[@]}"
