@@ -176,6 +176,27 @@ class Backend {
     kv_store(cache, pos, n_tokens, k, v);
   }
 
+  // What comes around RoPE in Qwen 3's and Gemma 3's attention: per-head RMS norms of q and
+  // k before it (each head_dim row on its own, with weights of head_dim; none where null),
+  // and q scaled after it (1: not scaled).
+  struct HeadNorms {
+    const Tensor* q = nullptr;
+    const Tensor* k = nullptr;
+    float eps = 0.0f;
+    float q_scale = 1.0f;
+  };
+  // rms_norm of q's and k's heads as `norms` asks, rope_qk_store, then q *= norms.q_scale.
+  // The default runs the ops one by one; a backend may fuse them, with the same results.
+  virtual void norm_rope_qk_store(float* q, int64_t n_head, float* k, const float* v,
+                                  int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
+                                  std::span<const int32_t> positions, const RopeParams& params,
+                                  const HeadNorms& norms, const KvLayerView& cache, int64_t pos) {
+    if (norms.q != nullptr) rms_norm(q, *norms.q, n_tokens * n_head, head_dim, norms.eps, q);
+    if (norms.k != nullptr) rms_norm(k, *norms.k, n_tokens * n_head_kv, head_dim, norms.eps, k);
+    rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params, cache, pos);
+    if (norms.q_scale != 1.0f) scale(q, n_tokens * n_head * head_dim, norms.q_scale, q);
+  }
+
   // out[t] = softmax(scale * q[t] K^T) V over cache positions 0 .. pos0 + t for each head
   // (the last `window` of them with a sliding window), in position order;
   // q, out: [n_tokens, n_head, head_dim]. Online softmax: no n_tokens x n_ctx matrix.

@@ -105,6 +105,21 @@ void SplitBackend::rope_qk_store(float* q, int64_t n_head, float* k, const float
                           pos);
 }
 
+void SplitBackend::norm_rope_qk_store(float* q, int64_t n_head, float* k, const float* v,
+                                      int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
+                                      std::span<const int32_t> positions, const RopeParams& params,
+                                      const HeadNorms& norms, const KvLayerView& cache,
+                                      int64_t pos) {
+  const auto here = [&](const Tensor* w) { return w == nullptr || &owner(*w) == current_; };
+  if (here(norms.q) && here(norms.k)) {
+    current_->norm_rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params,
+                                 norms, cache, pos);
+  } else {
+    Backend::norm_rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params,
+                                norms, cache, pos);
+  }
+}
+
 void SplitBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
                              const KvLayerView& cache, const AttentionParams& params, float* out) {
   current_->attention(q, n_tokens, pos0, cache, params, out);

@@ -63,6 +63,12 @@ class SplitBackend final : public Backend {
   void rope_qk_store(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
                      int64_t n_tokens, int64_t head_dim, std::span<const int32_t> positions,
                      const RopeParams& params, const KvLayerView& cache, int64_t pos) override;
+  // Where both norms' weights are on the backend the step runs on, that backend runs the
+  // whole op; else each op runs where its weight is.
+  void norm_rope_qk_store(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                          int64_t n_tokens, int64_t head_dim, std::span<const int32_t> positions,
+                          const RopeParams& params, const HeadNorms& norms,
+                          const KvLayerView& cache, int64_t pos) override;
   void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                  const AttentionParams& params, float* out) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;

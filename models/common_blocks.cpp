@@ -336,23 +336,27 @@ void self_attention(Backend& backend, const AttentionWeights& w, const Attention
   add_bias(backend, w.bq, n, s.q);
   add_bias(backend, w.bk, n, s.k);
   add_bias(backend, w.bv, n, s.v);
-  // Per-head RMS norm: each head_dim row of q and k on its own.
-  if (w.q_norm.data != nullptr)
-    backend.rms_norm(s.q, w.q_norm, n * shape.n_head, shape.head_dim, c.norm_eps, s.q);
-  if (w.k_norm.data != nullptr)
-    backend.rms_norm(s.k, w.k_norm, n * shape.n_head_kv, shape.head_dim, c.norm_eps, s.k);
-  // RoPE turns each token by its own position, whichever sequence it belongs to. One
-  // sequence's step rotates and stores its keys in one op (a backend may fuse the two).
+  // Per-head RMS norms (each head_dim row of q and k on its own), then RoPE, which turns
+  // each token by its own position, whichever sequence it belongs to, then q's scale. One
+  // sequence's step does all of it and stores its keys and values in one op (a backend may
+  // fuse them).
+  const Backend::HeadNorms norms{w.q_norm.data != nullptr ? &w.q_norm : nullptr,
+                                 w.k_norm.data != nullptr ? &w.k_norm : nullptr, c.norm_eps,
+                                 c.q_scale};
   const bool one_piece = step.pieces.size() == 1 && step.pieces[0].n == n;
   if (one_piece) {
     const StepPiece& p = step.pieces[0];
-    backend.rope_qk_store(s.q, shape.n_head, s.k, s.v, shape.n_head_kv, n, shape.head_dim,
-                          step.positions, c.rope, p.kv->layer(il), p.pos);
+    backend.norm_rope_qk_store(s.q, shape.n_head, s.k, s.v, shape.n_head_kv, n, shape.head_dim,
+                               step.positions, c.rope, norms, p.kv->layer(il), p.pos);
   } else {
+    if (norms.q != nullptr)
+      backend.rms_norm(s.q, *norms.q, n * shape.n_head, shape.head_dim, c.norm_eps, s.q);
+    if (norms.k != nullptr)
+      backend.rms_norm(s.k, *norms.k, n * shape.n_head_kv, shape.head_dim, c.norm_eps, s.k);
     backend.rope_qk(s.q, shape.n_head, s.k, shape.n_head_kv, n, shape.head_dim, step.positions,
                     c.rope);
+    if (c.q_scale != 1.0f) backend.scale(s.q, n * n_q, c.q_scale, s.q);
   }
-  if (c.q_scale != 1.0f) backend.scale(s.q, n * n_q, c.q_scale, s.q);
   for (const StepPiece& p : step.pieces) {
     const KvLayerView cache = p.kv->layer(il);
     if (!one_piece)

@@ -4,8 +4,9 @@
 // RoPE launch, and attention's splits merged by its own last blocks. They change the number of
 // launches, never a bit of the result: synthetic models whose rows the grouped tile kernel takes
 // (widths of 256 and 512), in llama (Q4_0), qwen2 (Q4_K_M: Q/K/V biases, and V of another
-// type in some layers, so that group falls back to one launch each) and gemma3 (Q8_0:
-// post-norms, GELU-gated FFN), prefill a prompt and decode steps with the fusions on and
+// type in some layers, so that group falls back to one launch each), qwen3 (per-head Q/K
+// norms, done by the RoPE launch) and gemma3 (Q8_0: post-norms, GELU-gated FFN, Q/K norms
+// and q's scale in the RoPE launch), prefill a prompt and decode steps with the fusions on and
 // off, and every logit must have the same bits. Built against the nvcc target
 // (cuda_gpu_fusion_test), the same check runs on the GPU.
 #include <gtest/gtest.h>
@@ -108,13 +109,11 @@ TEST_P(CudaEmuFusion, FusedDecodeHasTheBitsOfUnfused) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, CudaEmuFusion,
-                         ::testing::Values(FusionCase{"llama", "q4_0"},
-                                           FusionCase{"qwen2", "q4_k_m"},
-                                           FusionCase{"gemma3", "q8_0"}),
-                         [](const auto& p) {
-                           return std::string(p.param.arch) + "_" + p.param.recipe;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Architectures, CudaEmuFusion,
+    ::testing::Values(FusionCase{"llama", "q4_0"}, FusionCase{"qwen2", "q4_k_m"},
+                      FusionCase{"qwen3", "q4_k_m"}, FusionCase{"gemma3", "q8_0"}),
+    [](const auto& p) { return std::string(p.param.arch) + "_" + p.param.recipe; });
 
 }  // namespace
 }  // namespace qrun

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ggml-like/fp16.h"
@@ -250,6 +251,81 @@ TEST(CudaEmuOps, NormAddRmsNormHasTheBitsOfItsTwoLaunches) {
           expect_same_bits(alias ? fd.download() : fy.download(), want_y, "norm_add_rms_norm's y");
           if (!alias) expect_same_bits(fd.download(), want_d, "norm_add_rms_norm's delta");
           if (q != nullptr) expect_same_blocks(dq, want_y, "norm_add_rms_norm's quantized output");
+        }
+      }
+    }
+  }
+}
+
+// norm_rope_qk (the per-head Q/K norms, RoPE with the K/V store and q's scale in one
+// launch) leaves in q, k and the cache rows the bits of its separate launches: rms_norm of
+// q's and of k's heads, rope_qk with the store, then scale. Heads a block's threads fill
+// exactly (32, 128, 256) or not (80), groups of four heads full and partial, only one side
+// normed, and rotations of part of each head.
+TEST(CudaEmuOps, NormRopeQkHasTheBitsOfItsLaunches) {
+  EXPECT_TRUE(norm_rope_fits(256));
+  EXPECT_FALSE(norm_rope_fits(257));
+  EXPECT_FALSE(norm_rope_fits(0));
+  const int64_t n_head = 5, n_head_kv = 2, n_rows = 8;
+  for (const auto& [head_dim, n_rot] :
+       {std::pair<int64_t, int64_t>{32, 32}, {80, 80}, {128, 64}, {256, 256}}) {
+    for (int64_t n_tokens : {1, 3}) {
+      const int64_t nq = n_tokens * n_head * head_dim, nk = n_tokens * n_head_kv * head_dim;
+      const std::vector<float> q = random_vector(nq, 12, 20.0f);
+      const std::vector<float> k = random_vector(nk, 13, 20.0f);
+      const std::vector<float> v = random_vector(nk, 14);
+      const std::vector<float> wq = random_vector(head_dim, 15, 1.0f);
+      const std::vector<float> wk = random_vector(head_dim, 16, 1.0f);
+      const std::vector<int32_t> positions = {6, 41, 1000};
+      DeviceArray<float> dwq{std::span<const float>(wq)}, dwk{std::span<const float>(wk)};
+      DeviceArray<float> dv{std::span<const float>(v)};
+      DeviceArray<int32_t> dpos{std::span<const int32_t>(positions)};
+      RopeParams p;
+      p.n_rot = n_rot;
+      p.freq_base = 10000.0f;
+      p.mode = RopeMode::kNeox;
+      for (const auto& [norm_q, norm_k] : {std::pair{true, true}, {true, false}, {false, true}}) {
+        for (float q_scale : {1.0f, 0.0625f}) {
+          const HeadNormWeights norms{norm_q ? dwq.data() : nullptr, norm_k ? dwk.data() : nullptr,
+                                      1e-6f, q_scale};
+          // The launches it replaces, then the fused one.
+          std::vector<std::vector<float>> got_q, got_k;
+          std::vector<std::vector<uint16_t>> got_kc, got_vc;
+          for (bool fused : {false, true}) {
+            DeviceArray<float> dq{std::span<const float>(q)}, dk{std::span<const float>(k)};
+            DeviceArray<uint16_t> kc(static_cast<size_t>(n_rows * n_head_kv * head_dim));
+            DeviceArray<uint16_t> vc(kc.size());
+            fill_zero(kc.data(), kc.size() * sizeof(uint16_t));
+            fill_zero(vc.data(), vc.size() * sizeof(uint16_t));
+            const KvDestination store{dv.data(), 5, n_rows, kc.data(), vc.data()};
+            if (fused) {
+              norm_rope_qk(dq.data(), n_head, dk.data(), n_head_kv, n_tokens, head_dim, dpos.data(),
+                           p, norms, Stream{}, &store);
+            } else {
+              if (norm_q) {
+                rms_norm(dq.data(), dwq.data(), n_tokens * n_head, head_dim, 1e-6f, dq.data(),
+                         Stream{});
+              }
+              if (norm_k) {
+                rms_norm(dk.data(), dwk.data(), n_tokens * n_head_kv, head_dim, 1e-6f, dk.data(),
+                         Stream{});
+              }
+              rope_qk(dq.data(), n_head, dk.data(), n_head_kv, n_tokens, head_dim, dpos.data(), p,
+                      Stream{}, &store);
+              if (q_scale != 1.0f) scale(dq.data(), nq, q_scale, dq.data(), Stream{});
+            }
+            got_q.push_back(dq.download());
+            got_k.push_back(dk.download());
+            got_kc.push_back(kc.download());
+            got_vc.push_back(vc.download());
+          }
+          SCOPED_TRACE(testing::Message()
+                       << "head_dim " << head_dim << ", " << n_tokens << " tokens, norms " << norm_q
+                       << norm_k << ", scale " << q_scale);
+          expect_same_bits(got_q[1], got_q[0], "norm_rope_qk's q");
+          expect_same_bits(got_k[1], got_k[0], "norm_rope_qk's k");
+          EXPECT_EQ(got_kc[1], got_kc[0]) << "norm_rope_qk's stored keys";
+          EXPECT_EQ(got_vc[1], got_vc[0]) << "norm_rope_qk's stored values";
         }
       }
     }

@@ -144,5 +144,32 @@ TEST(Gemma3Synth, PostNormsReachTheBackendWithTheAddAndNormAfterThem) {
   EXPECT_EQ(backend.count("add_rms_norm"), 0);
 }
 
+// The per-head Q/K norms, RoPE with the K/V store and q's scale reach the backend as one op
+// a layer (Backend::norm_rope_qk_store, one launch on the GPU): no norm, rope, store or
+// scale of their own (the one scale is the embeddings').
+TEST(Gemma3Synth, HeadNormsReachTheBackendWithRopeAndQsScale) {
+  const gguf::File file = synth_gemma(kWindow);
+  Result<std::unique_ptr<Model>> model = models::load_model(file, ModelOptions{16});
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  kernels::CpuBackend cpu(1);
+  test::RecordingBackend backend(cpu);
+  Result<KvCache> kv = make_kv_cache(**model, 64, DType::kF32);
+  ASSERT_TRUE(kv.ok());
+  const std::vector<int32_t> tokens = prompt();
+  std::vector<float> logits(static_cast<size_t>((*model)->hparams().n_vocab));
+  for (int64_t pos = 0; pos < 2; ++pos) {  // a prefill of 3, then a decode step
+    const int64_t n = pos == 0 ? 3 : 1;
+    ASSERT_TRUE((*model)
+                    ->forward(backend, std::span<const int32_t>(tokens).subspan(pos * 3, n),
+                              pos * 3, *kv, false, logits.data())
+                    .ok());
+  }
+  const int64_t n_layer = (*model)->hparams().n_layer;
+  EXPECT_EQ(backend.count("norm_rope_qk_store"), 2 * n_layer);
+  EXPECT_EQ(backend.count("scale"), 2);
+  EXPECT_EQ(backend.count("rope_qk"), 0);
+  EXPECT_EQ(backend.count("kv_store"), 0);
+}
+
 }  // namespace
 }  // namespace qrun

@@ -119,6 +119,45 @@ TEST(SplitBackend, NormAddRmsNormRunsWhereBothWeightsAreOrIsSplitBetweenThem) {
   EXPECT_EQ(s.first->ops(), (std::vector<std::string>{"add_rms_norm"}));
 }
 
+// The per-head Q/K norms, RoPE with the K/V store and q's scale: one op on the backend the
+// layer runs on where both norm weights are there, else each op where its weight is (the
+// rope, store and scale then following the last norm).
+TEST(SplitBackend, NormRopeQkStoreRunsWhereBothNormWeightsAreOrIsSplit) {
+  const int64_t head_dim = 4, n_head = 2, n_head_kv = 1;
+  std::vector<float> placed(2 * head_dim + head_dim * head_dim, 1.0f), other_norm(head_dim, 2.0f);
+  const SplitBackend::Placement on_second[] = {{placed.data(), placed.size() * sizeof(float)}};
+  Split s(on_second);
+  const Tensor wq{DType::kF32, 1, {head_dim, 1, 1, 1}, placed.data(), "q_norm"};
+  const Tensor wk{DType::kF32, 1, {head_dim, 1, 1, 1}, placed.data() + head_dim, "k_norm"};
+  const Tensor wk_first{DType::kF32, 1, {head_dim, 1, 1, 1}, other_norm.data(), "k_norm"};
+  const Tensor layer_w{
+      DType::kF32, 2, {head_dim, head_dim, 1, 1}, placed.data() + 2 * head_dim, "wq"};
+  std::vector<float> q(n_head * head_dim, 1.5f), k(n_head_kv * head_dim, 0.5f), v(k);
+  std::vector<float> x(head_dim, 1.0f), kc(4 * head_dim), vc(4 * head_dim);
+  KvLayerView cache;
+  cache.k_type = cache.v_type = DType::kF32;
+  cache.k = kc.data();
+  cache.v = vc.data();
+  cache.n_rows = 4;
+  cache.n_head_kv = n_head_kv;
+  cache.head_dim = head_dim;
+  RopeParams rope;
+  rope.n_rot = head_dim;
+  const std::vector<int32_t> positions = {2};
+  SplitBackend& b = *s.backend;
+  b.matmul(layer_w, x.data(), 1, q.data());  // the layer runs on the second backend
+  s.second->clear();
+  b.norm_rope_qk_store(q.data(), n_head, k.data(), v.data(), n_head_kv, 1, head_dim, positions,
+                       rope, Backend::HeadNorms{&wq, &wk, 1e-6f, 0.5f}, cache, 2);
+  EXPECT_EQ(s.second->ops(), (std::vector<std::string>{"norm_rope_qk_store"}));
+  EXPECT_TRUE(s.first->ops().empty());
+  s.second->clear();
+  b.norm_rope_qk_store(q.data(), n_head, k.data(), v.data(), n_head_kv, 1, head_dim, positions,
+                       rope, Backend::HeadNorms{&wq, &wk_first, 1e-6f, 0.5f}, cache, 2);
+  EXPECT_EQ(s.second->ops(), (std::vector<std::string>{"rms_norm"}));
+  EXPECT_EQ(s.first->ops(), (std::vector<std::string>{"rms_norm", "rope_qk", "kv_store", "scale"}));
+}
+
 TEST(SplitBackend, APointerJustPastAPlacedTensorIsNotPlaced) {
   std::vector<float> both(32, 1.0f), x(4, 1.0f), y(4);
   const SplitBackend::Placement placed[] = {{both.data(), 16 * sizeof(float)}};

@@ -338,12 +338,16 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, fl
   scope_decode_ = true;
 }
 
+const float* CudaBackend::norm_weight(const Tensor& weight, int64_t n, const char* op) {
+  QRUN_CHECK(weight.type == DType::kF32 && weight.n_elements() == n,
+             "cuda %s: weight %s of %lld elements for rows of %lld", op, dtype_name(weight.type),
+             static_cast<long long>(weight.n_elements()), static_cast<long long>(n));
+  return static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
+}
+
 void CudaBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows, int64_t n,
                            float eps, float* y) {
-  QRUN_CHECK(weight.type == DType::kF32 && weight.n_elements() == n,
-             "cuda rms_norm: weight %s of %lld elements for rows of %lld", dtype_name(weight.type),
-             static_cast<long long>(weight.n_elements()), static_cast<long long>(n));
-  const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
+  const float* dw = norm_weight(weight, n, "rms_norm");
   const float* dx = input(kIn0, x, n_rows * n);
   float* dy = output(kOut, y, n_rows * n);
   BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
@@ -359,11 +363,7 @@ void CudaBackend::add_rms_norm(float* x, const float* delta, const Tensor& weigh
     Backend::add_rms_norm(x, delta, weight, n_rows, n, eps, y);
     return;
   }
-  QRUN_CHECK(weight.type == DType::kF32 && weight.n_elements() == n,
-             "cuda add_rms_norm: weight %s of %lld elements for rows of %lld",
-             dtype_name(weight.type), static_cast<long long>(weight.n_elements()),
-             static_cast<long long>(n));
-  const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
+  const float* dw = norm_weight(weight, n, "add_rms_norm");
   const float* dd = input(kIn1, delta, n_rows * n);
   float* dy = output(kOut, y, n_rows * n);
   BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
@@ -382,15 +382,8 @@ void CudaBackend::norm_add_rms_norm(float* x, float* delta, const Tensor& delta_
     Backend::norm_add_rms_norm(x, delta, delta_weight, weight, n_rows, n, eps, y);
     return;
   }
-  for (const Tensor* w : {&delta_weight, &weight}) {
-    QRUN_CHECK(w->type == DType::kF32 && w->n_elements() == n,
-               "cuda norm_add_rms_norm: weight %s of %lld elements for rows of %lld",
-               dtype_name(w->type), static_cast<long long>(w->n_elements()),
-               static_cast<long long>(n));
-  }
-  const auto* dwd =
-      static_cast<const float*>(device_copy(delta_weight.data, delta_weight.n_bytes()));
-  const auto* dw = static_cast<const float*>(device_copy(weight.data, weight.n_bytes()));
+  const float* dwd = norm_weight(delta_weight, n, "norm_add_rms_norm");
+  const float* dw = norm_weight(weight, n, "norm_add_rms_norm");
   float* dy = output(kOut, y, n_rows * n);
   BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
   cuda::norm_add_rms_norm(dx, dd, dwd, dw, n_rows, n, eps, dy, stream(), q);
@@ -479,6 +472,37 @@ void CudaBackend::rope_qk_store(float* q, int64_t n_head, float* k, const float*
                                 int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
                                 std::span<const int32_t> positions, const RopeParams& params,
                                 const KvLayerView& cache, int64_t pos) {
+  if (!fused_rope_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params,
+                        cuda::HeadNormWeights{}, cache, pos)) {
+    Backend::rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params, cache,
+                           pos);
+  }
+}
+
+void CudaBackend::norm_rope_qk_store(float* q, int64_t n_head, float* k, const float* v,
+                                     int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
+                                     std::span<const int32_t> positions, const RopeParams& params,
+                                     const HeadNorms& norms, const KvLayerView& cache,
+                                     int64_t pos) {
+  if (cuda::norm_rope_fits(head_dim)) {
+    const auto weight = [&](const Tensor* w) {
+      return w != nullptr ? norm_weight(*w, head_dim, "norm_rope_qk_store") : nullptr;
+    };
+    const cuda::HeadNormWeights dn{weight(norms.q), weight(norms.k), norms.eps, norms.q_scale};
+    if (fused_rope_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params, dn,
+                         cache, pos)) {
+      return;
+    }
+  }
+  Backend::norm_rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params,
+                              norms, cache, pos);
+}
+
+bool CudaBackend::fused_rope_store(float* q, int64_t n_head, float* k, const float* v,
+                                   int64_t n_head_kv, int64_t n_tokens, int64_t head_dim,
+                                   std::span<const int32_t> positions, const RopeParams& params,
+                                   const cuda::HeadNormWeights& norms, const KvLayerView& cache,
+                                   int64_t pos) {
   const int64_t nq = n_tokens * n_head * head_dim;
   const int64_t nk = n_tokens * n_head_kv * head_dim;
   float* dq = resident(q, nq);
@@ -487,17 +511,16 @@ void CudaBackend::rope_qk_store(float* q, int64_t n_head, float* k, const float*
   if (!fuse_ || dq == nullptr || dk == nullptr || dv == nullptr ||
       cache.row_elems() != n_head_kv * head_dim ||
       static_cast<int64_t>(positions.size()) < n_tokens) {
-    Backend::rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params, cache,
-                           pos);
-    return;
+    return false;
   }
   DeviceKv& layer = device_kv(cache, pos, n_tokens);
   const int32_t* dpos = device_positions(positions.first(static_cast<size_t>(n_tokens)));
   const KvDestination store{dv, pos, cache.n_rows, layer.k.data(), layer.v.data()};
-  cuda::rope_qk(dq, n_head, dk, n_head_kv, n_tokens, head_dim, dpos, device_rope_params(params),
-                stream(), &store);
+  cuda::norm_rope_qk(dq, n_head, dk, n_head_kv, n_tokens, head_dim, dpos,
+                     device_rope_params(params), norms, stream(), &store);
   wrote(dq, nq);
   wrote(dk, nk);
+  return true;
 }
 
 unsigned* CudaBackend::attention_counters(int64_t n) {

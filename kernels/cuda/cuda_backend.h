@@ -96,6 +96,12 @@ class CudaBackend final : public Backend {
   void rope_qk_store(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
                      int64_t n_tokens, int64_t head_dim, std::span<const int32_t> positions,
                      const RopeParams& params, const KvLayerView& cache, int64_t pos) override;
+  // All of it in one launch where rope_qk_store's is and the heads fit
+  // (cuda::norm_rope_fits); else the default's ops.
+  void norm_rope_qk_store(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                          int64_t n_tokens, int64_t head_dim, std::span<const int32_t> positions,
+                          const RopeParams& params, const HeadNorms& norms,
+                          const KvLayerView& cache, int64_t pos) override;
   void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                  const AttentionParams& params, float* out) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
@@ -139,6 +145,14 @@ class CudaBackend final : public Backend {
   // Records that device[0 .. n) was written: forgets the quantized activations if they
   // were made from there.
   void wrote(const float* device, int64_t n);
+  // The device copy of an RMS norm's weight for rows of n (checked: F32, n elements).
+  const float* norm_weight(const Tensor& weight, int64_t n, const char* op);
+  // rope_qk_store's and norm_rope_qk_store's launch, where q, k and v are resident and
+  // fusions are on; false (nothing done) where not.
+  bool fused_rope_store(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                        int64_t n_tokens, int64_t head_dim, std::span<const int32_t> positions,
+                        const RopeParams& params, const cuda::HeadNormWeights& norms,
+                        const KvLayerView& cache, int64_t pos);
   // params with its freq_factors table (if any) in device memory.
   RopeParams device_rope_params(const RopeParams& params);
   // positions in device memory, uploaded (through pinned memory, so a capture can hold

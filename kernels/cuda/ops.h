@@ -80,6 +80,23 @@ struct KvDestination {
 void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
              int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream,
              const KvDestination* store = nullptr);
+// The per-head RMS norms around RoPE (Backend::HeadNorms): weights of head_dim floats in
+// device memory for q's and k's heads (null: not normed), and q's scale after RoPE.
+struct HeadNormWeights {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  float eps = 0.0f;
+  float q_scale = 1.0f;
+};
+// Whether norm_rope_qk takes heads of head_dim: up to 256 (a block holds four whole heads).
+bool norm_rope_fits(int64_t head_dim);
+// Backend::norm_rope_qk_store: rms_norm of each head of q and k as `norms` asks, rope_qk
+// (with `store`, the K/V store), then q scaled by norms.q_scale, in one launch with the
+// bits of the separate launches (rms_norm's sums in the same order).
+void norm_rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+                  int64_t head_dim, const int32_t* positions, const RopeParams& params,
+                  const HeadNormWeights& norms, Stream stream,
+                  const KvDestination* store = nullptr);
 
 // ---- ops_attention.cu ----
 // Backend::attention over an F16 cache in device memory (k, v, q, out device pointers),

@@ -28,15 +28,7 @@ constexpr int kThreads = 1024;
 constexpr int kUnroll = 4;  // loads in flight per thread
 
 __device__ __forceinline__ double block_sum_f64(double v) {
-  __shared__ double partial[kWarp];
-  for (int m = kWarp / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x) / kWarp ? partial[lane] : 0.0;
-  for (int m = kWarp / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
+  return segment_sum_f64(v, kThreads / kWarp);
 }
 
 // Block blockIdx.x's row of x, delta, x_out, y and q (those a kernel without kAdd or
@@ -192,7 +184,6 @@ __global__ void __launch_bounds__(kThreads)
     d[u] = (d[u] * scale_d) * gd[u];
     v[u] = v[u] + d[u];
   }
-  __syncthreads();  // every thread has read block_sum_f64's partial sums before they are reused
   const float scale = regs_rms_scale(v, n, eps);
   QRUN_UNROLL
   for (int u = 0; u < kPer; ++u) {

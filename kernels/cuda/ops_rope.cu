@@ -11,6 +11,10 @@
 // With a KvDestination (Backend::rope_qk_store), the blocks of K's heads then store those
 // heads' rotated keys and their values to the cache rows, as store_kv_f16 would (the same
 // F16 roundings), so a decode step's K/V store costs no launch of its own.
+// With HeadNormWeights (Backend::norm_rope_qk_store: Qwen 3's and Gemma 3's per-head norms
+// and Gemma's scale of q), a block of four heads normalizes each head first, summing its
+// squares as rms_norm's kernels sum a row of up to 1024 (segment_sum_f64), and scales q's
+// rotated pairs: the bits of the norm, rope and scale launches it replaces.
 #include <cmath>
 
 #include "kernels/cuda/ops.h"
@@ -20,19 +24,44 @@ QRUN_CUDA_NAMESPACE_BEGIN
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;      // a block that only rotates
+constexpr int kMaxThreads = 1024;  // a block that normalizes its heads first
 constexpr int kHeadsPerBlock = 4;
 constexpr int kMaxPairs = 512;  // head_dim <= 1024
+constexpr int64_t kMaxNormedHead = kMaxThreads / kHeadsPerBlock;
 
 // Rotates a = [n_tokens, n_head_a, head_dim] and b (n_head_b heads; none when 0) at the
-// same positions: grid.y covers a's groups of heads, then b's.
-__global__ void __launch_bounds__(kThreads)
+// same positions: grid.y covers a's groups of heads, then b's. Where norms has weights for
+// a's or b's heads, blockDim.x / kHeadsPerBlock threads (a power of two, at least a warp,
+// not below head_dim) normalize each of the block's heads first.
+__global__ void __launch_bounds__(kMaxThreads)
     rope_kernel(float* a, int64_t n_head_a, float* b, int64_t n_head_b, int64_t head_dim,
                 const int32_t* positions, int64_t n_rot, float theta_scale, float freq_scale,
-                const float* freq_factors, float attn_factor, bool neox, KvDestination store) {
+                const float* freq_factors, float attn_factor, bool neox, HeadNormWeights norms,
+                KvDestination store) {
   wait_for_prior_kernels();
   __shared__ float cos_sin[2 * kMaxPairs];
   const int64_t t = blockIdx.x;
+  const int64_t groups_a = (n_head_a + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const bool in_a = blockIdx.y < groups_a;
+  const int64_t n_head = in_a ? n_head_a : n_head_b;
+  float* token = (in_a ? a : b) + t * n_head * head_dim;
+  const int64_t h0 = (in_a ? blockIdx.y : blockIdx.y - groups_a) * int64_t{kHeadsPerBlock};
+  const int64_t heads = n_head - h0 < kHeadsPerBlock ? n_head - h0 : kHeadsPerBlock;
+  const float* norm_w = in_a ? norms.q : norms.k;
+  if (norm_w != nullptr) {  // (uniform over the block)
+    // Thread e of a head's threads holds element e, as in rms_norm's kernels.
+    const int per_head = static_cast<int>(blockDim.x) / kHeadsPerBlock;
+    const int64_t h = threadIdx.x / per_head;
+    const int64_t e = threadIdx.x % per_head;
+    const bool mine = h < heads && e < head_dim;
+    float* x = mine ? token + (h0 + h) * head_dim + e : nullptr;
+    const float v = mine ? *x : 0.0f;
+    const double sum = segment_sum_f64(mine ? static_cast<double>(v * v) : 0.0, per_head / kWarp);
+    const float mean = static_cast<float>(sum / static_cast<double>(head_dim));
+    const float scale = 1.0f / sqrtf(mean + norms.eps);
+    if (mine) *x = (v * scale) * norm_w[e];
+  }
   const int64_t n_pairs = n_rot / 2;
   for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
     float theta = static_cast<float>(positions[t]);
@@ -42,16 +71,11 @@ __global__ void __launch_bounds__(kThreads)
     cos_sin[2 * i] = cosf(angle) * attn_factor;
     cos_sin[2 * i + 1] = sinf(angle) * attn_factor;
   }
-  __syncthreads();
+  __syncthreads();  // the angles formed, and every normalized element written
   // Pair i of a head is (v[i * stride], v[i * stride + offset]).
   const int64_t stride = neox ? 1 : 2;
   const int64_t offset = neox ? n_pairs : 1;
-  const int64_t groups_a = (n_head_a + kHeadsPerBlock - 1) / kHeadsPerBlock;
-  const bool in_a = blockIdx.y < groups_a;
-  const int64_t n_head = in_a ? n_head_a : n_head_b;
-  float* token = (in_a ? a : b) + t * n_head * head_dim;
-  const int64_t h0 = (in_a ? blockIdx.y : blockIdx.y - groups_a) * int64_t{kHeadsPerBlock};
-  const int64_t heads = n_head - h0 < kHeadsPerBlock ? n_head - h0 : kHeadsPerBlock;
+  const bool scaled = in_a && norms.q_scale != 1.0f;
   for (int64_t j = threadIdx.x; j < heads * n_pairs; j += blockDim.x) {
     const int64_t h = h0 + j / n_pairs;
     const int64_t i = j % n_pairs;
@@ -61,8 +85,21 @@ __global__ void __launch_bounds__(kThreads)
     float* p1 = p0 + offset;
     const float x0 = *p0;
     const float x1 = *p1;
-    *p0 = x0 * c - x1 * s;
-    *p1 = x0 * s + x1 * c;
+    float y0 = x0 * c - x1 * s;
+    float y1 = x0 * s + x1 * c;
+    if (scaled) {
+      y0 *= norms.q_scale;
+      y1 *= norms.q_scale;
+    }
+    *p0 = y0;
+    *p1 = y1;
+  }
+  // The elements past n_rot are not rotated, but scaled all the same.
+  const int64_t n_rest = head_dim - n_rot;
+  if (scaled) {
+    for (int64_t j = threadIdx.x; j < heads * n_rest; j += blockDim.x) {
+      token[(h0 + j / n_rest) * head_dim + n_rot + j % n_rest] *= norms.q_scale;
+    }
   }
   if (in_a || store.k_dst == nullptr) return;  // (uniform over the block)
   __syncthreads();                             // every pair of these heads rotated
@@ -75,11 +112,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-}  // namespace
-
-void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
-             int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream,
-             const KvDestination* store) {
+// The launch of rope_kernel behind rope_qk and norm_rope_qk.
+void launch_rope(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+                 int64_t head_dim, const int32_t* positions, const RopeParams& params,
+                 const HeadNormWeights& norms, Stream stream, const KvDestination* store) {
   const int64_t n_rot = params.n_rot;
   QRUN_CHECK(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim && n_rot / 2 <= kMaxPairs,
              "rope: n_rot %lld must be even, positive and <= head_dim %lld (at most %d)",
@@ -95,12 +131,37 @@ void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_to
              static_cast<long long>(n_tokens),
              static_cast<long long>(store != nullptr ? store->n_rows : 0),
              static_cast<long long>(n_head_kv));
+  const bool normed = norms.q != nullptr || norms.k != nullptr;
+  QRUN_CHECK(!normed || norm_rope_fits(head_dim), "norm_rope_qk: heads of %lld (at most %lld)",
+             static_cast<long long>(head_dim), static_cast<long long>(kMaxNormedHead));
   if (n_tokens == 0 || groups == 0) return;
+  int per_head = kWarp;  // threads a head when normed
+  while (per_head < head_dim) per_head *= 2;
+  const unsigned threads = normed ? static_cast<unsigned>(kHeadsPerBlock * per_head) : kThreads;
   const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(n_rot));
   launch(rope_kernel, dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(groups)),
-         dim3(kThreads), stream, q, n_head, k, n_head_kv, head_dim, positions, n_rot, theta_scale,
+         dim3(threads), stream, q, n_head, k, n_head_kv, head_dim, positions, n_rot, theta_scale,
          params.freq_scale, params.freq_factors, params.attn_factor, params.mode == RopeMode::kNeox,
-         store != nullptr ? *store : KvDestination{});
+         norms, store != nullptr ? *store : KvDestination{});
+}
+
+}  // namespace
+
+void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+             int64_t head_dim, const int32_t* positions, const RopeParams& params, Stream stream,
+             const KvDestination* store) {
+  launch_rope(q, n_head, k, n_head_kv, n_tokens, head_dim, positions, params, HeadNormWeights{},
+              stream, store);
+}
+
+bool norm_rope_fits(int64_t head_dim) {
+  return head_dim > 0 && head_dim <= kMaxNormedHead;
+}
+
+void norm_rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t n_tokens,
+                  int64_t head_dim, const int32_t* positions, const RopeParams& params,
+                  const HeadNormWeights& norms, Stream stream, const KvDestination* store) {
+  launch_rope(q, n_head, k, n_head_kv, n_tokens, head_dim, positions, params, norms, stream, store);
 }
 
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,

@@ -162,4 +162,22 @@ __device__ __forceinline__ float block_sum(float v) {
   return v;
 }
 
+// Sums v over each segment of `warps` consecutive warps of the block (a power of two, at
+// most 32; blockDim.x / 32 sums the whole block), in double; every thread of a segment gets
+// its segment's total. Each warp's butterfly, then one over the segment's warp sums: the
+// same bits for a row whichever segment width holds it, as long as the warps past the row
+// sum zeros. Uses 32 doubles of shared memory and two __syncthreads().
+__device__ __forceinline__ double segment_sum_f64(double v, int warps) {
+  __shared__ double partial[kWarp];
+  for (int m = kWarp / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[warp / warps * warps + lane] : 0.0;
+  for (int m = kWarp / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  __syncthreads();  // partial may be reused by the caller's next sum
+  return v;
+}
+
 QRUN_CUDA_NAMESPACE_END

@@ -77,6 +77,14 @@ class RecordingBackend final : public Backend {
     ops_.emplace_back("kv_store");
     inner_.kv_store(cache, pos, n_tokens, k, v);
   }
+  void norm_rope_qk_store(float* q, int64_t n_head, float* k, const float* v, int64_t n_head_kv,
+                          int64_t n_tokens, int64_t head_dim, std::span<const int32_t> positions,
+                          const RopeParams& params, const HeadNorms& norms,
+                          const KvLayerView& cache, int64_t pos) override {
+    ops_.emplace_back("norm_rope_qk_store");
+    inner_.norm_rope_qk_store(q, n_head, k, v, n_head_kv, n_tokens, head_dim, positions, params,
+                              norms, cache, pos);
+  }
   void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                  const AttentionParams& params, float* out) override {
     ops_.emplace_back("attention");
