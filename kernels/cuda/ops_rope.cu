@@ -39,7 +39,6 @@ __global__ void __launch_bounds__(kMaxThreads)
                 const int32_t* positions, int64_t n_rot, float theta_scale, float freq_scale,
                 const float* freq_factors, float attn_factor, bool neox, HeadNormWeights norms,
                 KvDestination store) {
-  wait_for_prior_kernels();
   __shared__ float cos_sin[2 * kMaxPairs];
   const int64_t t = blockIdx.x;
   const int64_t groups_a = (n_head_a + kHeadsPerBlock - 1) / kHeadsPerBlock;
@@ -48,20 +47,9 @@ __global__ void __launch_bounds__(kMaxThreads)
   float* token = (in_a ? a : b) + t * n_head * head_dim;
   const int64_t h0 = (in_a ? blockIdx.y : blockIdx.y - groups_a) * int64_t{kHeadsPerBlock};
   const int64_t heads = n_head - h0 < kHeadsPerBlock ? n_head - h0 : kHeadsPerBlock;
-  const float* norm_w = in_a ? norms.q : norms.k;
-  if (norm_w != nullptr) {  // (uniform over the block)
-    // Thread e of a head's threads holds element e, as in rms_norm's kernels.
-    const int per_head = static_cast<int>(blockDim.x) / kHeadsPerBlock;
-    const int64_t h = threadIdx.x / per_head;
-    const int64_t e = threadIdx.x % per_head;
-    const bool mine = h < heads && e < head_dim;
-    float* x = mine ? token + (h0 + h) * head_dim + e : nullptr;
-    const float v = mine ? *x : 0.0f;
-    const double sum = segment_sum_f64(mine ? static_cast<double>(v * v) : 0.0, per_head / kWarp);
-    const float mean = static_cast<float>(sum / static_cast<double>(head_dim));
-    const float scale = 1.0f / sqrtf(mean + norms.eps);
-    if (mine) *x = (v * scale) * norm_w[e];
-  }
+  // Before the wait for the kernels ahead, what none of them writes: the angles (the
+  // positions are uploaded before the first launch that reads them, which starts only
+  // once the upload is done, and every later launch after it) and the norm's weights.
   const int64_t n_pairs = n_rot / 2;
   for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
     float theta = static_cast<float>(positions[t]);
@@ -70,6 +58,22 @@ __global__ void __launch_bounds__(kMaxThreads)
     const float angle = freq_scale * (theta / ff);
     cos_sin[2 * i] = cosf(angle) * attn_factor;
     cos_sin[2 * i + 1] = sinf(angle) * attn_factor;
+  }
+  const float* norm_w = in_a ? norms.q : norms.k;
+  // Thread e of a head's threads holds element e, as in rms_norm's kernels.
+  const int per_head = static_cast<int>(blockDim.x) / kHeadsPerBlock;
+  const int64_t e = threadIdx.x % per_head;
+  const bool mine =
+      norm_w != nullptr && static_cast<int64_t>(threadIdx.x / per_head) < heads && e < head_dim;
+  const float g = mine ? norm_w[e] : 0.0f;
+  wait_for_prior_kernels();
+  if (norm_w != nullptr) {  // (uniform over the block)
+    float* x = mine ? token + (h0 + threadIdx.x / per_head) * head_dim + e : nullptr;
+    const float v = mine ? *x : 0.0f;
+    const double sum = segment_sum_f64(mine ? static_cast<double>(v * v) : 0.0, per_head / kWarp);
+    const float mean = static_cast<float>(sum / static_cast<double>(head_dim));
+    const float scale = 1.0f / sqrtf(mean + norms.eps);
+    if (mine) *x = (v * scale) * g;
   }
   __syncthreads();  // the angles formed, and every normalized element written
   // Pair i of a head is (v[i * stride], v[i * stride + offset]).
