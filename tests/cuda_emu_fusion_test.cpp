@@ -4,7 +4,7 @@
 // RoPE launch, and attention's splits merged by its own last blocks. They change the number of
 // launches, never a bit of the result: synthetic models whose rows the grouped tile kernel takes
 // (widths of 256 and 512), in llama (Q4_0), qwen2 (Q4_K_M: Q/K/V biases, and V of another
-// type in some layers, so that group falls back to one launch each), qwen3 (per-head Q/K
+// type in some layers, so that group takes a launch a type), qwen3 (per-head Q/K
 // norms, done by the RoPE launch) and gemma3 (Q8_0: post-norms, GELU-gated FFN, Q/K norms
 // and q's scale in the RoPE launch), prefill a prompt and decode steps with the fusions on and
 // off, and every logit must have the same bits. Built against the nvcc target

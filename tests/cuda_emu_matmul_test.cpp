@@ -216,13 +216,17 @@ TEST(CudaEmuMatmul, MmvqRunsTheSelectedVariant) {
 // mmvq_group (one launch for Q, K and V, or gate and up) writes each output with the bits
 // of mmvq on that matrix alone: groups of 1 to kMaxGroup matrices of odd row counts (a
 // partial last block of rows at each seam of the grid), rows the tile kernel takes and
-// rows it does not (Q4_0 at n_in 96: 54-byte rows; Q6_K below 2048: one launch each),
-// Q4_0 rows of 512 and 2048 in the layout of mmvq's variant (grouped for v7 and v8), 1 to 5
-// tokens.
+// rows it does not (Q4_0 at n_in 96: 54-byte rows; Q5_0 at 640: 440-byte rows, as Gemma 3
+// 270M's; Q6_K below 2048), Q4_0 rows of 512 and 2048 in the layout of mmvq's variant
+// (grouped for v7 and v8), 1 to 5 tokens. Under the emulator, the group is one launch
+// where the variant has a group kernel (v5, v7, v8), tiled or not.
 TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
   const int64_t rows[] = {13, 1, 6, 33};
-  for (const DType type : {DType::kQ4_0, DType::kQ6_K}) {
-    for (const int64_t n_in : {int64_t{96}, int64_t{512}, int64_t{2048}}) {
+  const char* env = std::getenv("QRUN_CUDA_MMVQ");
+  const bool one_launch = env == nullptr || *env == '\0' || std::strcmp(env, "v5") == 0 ||
+                          std::strcmp(env, "v7") == 0 || std::strcmp(env, "v8") == 0;
+  for (const DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ6_K}) {
+    for (const int64_t n_in : {int64_t{96}, int64_t{512}, int64_t{640}, int64_t{2048}}) {
       if (n_in % type_traits(type).block_elems != 0) continue;
       const TypeTraits& tt = type_traits(type);
       for (const int64_t n_tokens : {1, 2, 5}) {
@@ -251,7 +255,14 @@ TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
             alone.emplace_back(std::span<const float>(nans));
             jobs.push_back(MmvqJob{dw.back().data(), rows[g], grouped.back().data()});
           }
+#if defined(QRUN_SIMT_EMU)
+          const int64_t launched = kernels_launched();
+#endif
           mmvq_group(type, n_in, jobs, dq.data(), n_tokens, Stream{});
+#if defined(QRUN_SIMT_EMU)
+          EXPECT_EQ(kernels_launched() - launched, one_launch ? 1 : count)
+              << dtype_name(type) << " n_in " << n_in << ", a group of " << count;
+#endif
           for (int g = 0; g < count; ++g) {
             mmvq(type, dw[g].data(), n_in, rows[g], dq.data(), n_tokens, alone[g].data(), Stream{});
             const std::vector<float> got = grouped[g].download(), want = alone[g].download();

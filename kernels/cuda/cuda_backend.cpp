@@ -276,30 +276,38 @@ void CudaBackend::quantized_as(const float* dy, int64_t n, const BlockQ8_1* q) {
 }
 
 void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) {
-  // One launch for products of one type and width (as a layer's Q, K and V of a file with
-  // one quantization type, or its gate and up), into resident outputs, in decode.
-  const Tensor& w0 = *products.front().w;
-  const int64_t n_in = w0.ne[0];
-  bool group = fuse_ && products.size() > 1 && products.size() <= kMaxGroup &&
-               n_tokens < kGemmMinTokens && mmvq_supports(w0.type);
-  std::array<MmvqJob, kMaxGroup> jobs{};
-  for (size_t i = 0; group && i < products.size(); ++i) {
+  // In decode, one launch for the products of each type (of one width, into resident
+  // outputs): a layer's Q, K and V, or its gate and up, are of one type in most files, but
+  // Gemma 3 270M's V is Q8_0 in layers whose Q and K are Q5_0.
+  const int64_t n_in = products.front().w->ne[0];
+  bool fused =
+      fuse_ && products.size() > 1 && products.size() <= kMaxGroup && n_tokens < kGemmMinTokens;
+  std::array<float*, kMaxGroup> dy{};
+  for (size_t i = 0; fused && i < products.size(); ++i) {
     const Tensor& w = *products[i].w;
-    jobs[i] = MmvqJob{nullptr, w.n_rows(), resident(products[i].y, n_tokens * w.n_rows())};
-    group = w.type == w0.type && w.ne[0] == n_in && jobs[i].y != nullptr;
+    dy[i] = resident(products[i].y, n_tokens * w.n_rows());
+    fused = mmvq_supports(w.type) && w.ne[0] == n_in && dy[i] != nullptr;
   }
-  if (!group) {
+  if (!fused) {
     Backend::matmuls(x, n_tokens, products);
     return;
   }
-  for (size_t i = 0; i < products.size(); ++i) {
-    jobs[i].w = device_matrix(*products[i].w, mmvq_layout(w0.type, n_in));
-  }
   const float* dx = input(kIn0, x, n_tokens * n_in);
-  mmvq_group(w0.type, n_in, std::span(jobs.data(), products.size()), quantized(dx, n_tokens, n_in),
-             n_tokens, stream());
+  std::array<bool, kMaxGroup> done{};
   for (size_t i = 0; i < products.size(); ++i) {
-    wrote(jobs[i].y, n_tokens * jobs[i].n_out);
+    if (done[i]) continue;
+    const DType type = products[i].w->type;
+    std::array<MmvqJob, kMaxGroup> jobs{};
+    size_t n_jobs = 0;
+    for (size_t j = i; j < products.size(); ++j) {
+      const Tensor& w = *products[j].w;
+      if (done[j] || w.type != type) continue;
+      jobs[n_jobs++] = MmvqJob{device_matrix(w, mmvq_layout(type, n_in)), w.n_rows(), dy[j]};
+      done[j] = true;
+    }
+    const std::span<const MmvqJob> group(jobs.data(), n_jobs);
+    mmvq_group(type, n_in, group, quantized(dx, n_tokens, n_in), n_tokens, stream());
+    for (const MmvqJob& job : group) wrote(job.y, n_tokens * job.n_out);
   }
 }
 

@@ -130,7 +130,8 @@ void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvL
                        const AttentionParams& params, int64_t chunk_tokens, float* scratch,
                        float* out, Stream stream);
 
-// ---- quantized matrix-vector products (ops_matmul.cu) ----
+// ---- quantized matrix-vector products (ops_matmul.cu; quantize_q8_1 and mmv_float in
+// ops_matmul_float.cu) ----
 // Quantizes n_rows rows of n elements (n a multiple of 32) into n / 32 blocks per row.
 void quantize_q8_1(const float* x, int64_t n_rows, int64_t n, BlockQ8_1* out, Stream stream);
 

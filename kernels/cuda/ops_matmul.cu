@@ -36,7 +36,6 @@
 #include <type_traits>
 
 #include "kernels/cuda/ops.h"
-#include "kernels/cuda/q8_1.cuh"
 #include "kernels/cuda/simt.h"
 #include "kernels/cuda/vecdot_q8_1.cuh"
 
@@ -44,18 +43,7 @@ QRUN_CUDA_NAMESPACE_BEGIN
 
 namespace {
 
-constexpr int kQuantThreads = 256;  // 8 warps, one activation block each
-constexpr int kRowsPerBlock = 4;    // one warp per output row
-
-// One warp per block of 32 values: lane j quantizes x[j] (see BlockQ8_1).
-__global__ void __launch_bounds__(kQuantThreads)
-    quantize_q8_1_kernel(const float* x, int64_t n_blocks, BlockQ8_1* out) {
-  wait_for_prior_kernels();
-  const int64_t b =
-      static_cast<int64_t>(blockIdx.x) * (kQuantThreads / kWarp) + threadIdx.x / kWarp;
-  if (b >= n_blocks) return;  // whole warps leave together
-  quantize_q8_1_warp(x[b * kWarp + threadIdx.x % kWarp], out + b);
-}
+constexpr int kRowsPerBlock = 4;  // one warp per output row
 
 __device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -108,122 +96,21 @@ void launch_mmvq(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
          n_in, n_out, x, y);
 }
 
-// kRowWarps warps per row (1 or all kRowsPerBlock of the block); kW words of a chunk per
-// lane, so kParts = kWords / kW lanes per chunk and kGroups chunks per step of a warp:
-// lane l of warp r of the row takes part l % kParts of chunks
-// kGroups * (r + kRowWarps * i) + l / kParts. Tokens blockIdx.y * kTokens ..+kTokens share
-// each load of the weights (the last group reads the last token again for its missing
-// ones). The row's warps add their sums in warp order.
-template <class T, int kW, int kUnroll, int kTokens, bool kA16, int kRowWarps>
-__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
-    mmvq_split_kernel(const uint8_t* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
-                      int64_t n_tokens, float* y) {
-  wait_for_prior_kernels();
-  constexpr int kParts = T::kWords / kW;
-  constexpr int kGroups = kWarp / kParts;
-  constexpr int kStride = kGroups * kRowWarps;  // chunks per step of the row's warps
-  static_assert(kParts * kW == T::kWords && kGroups * kParts == kWarp);
-  static_assert(kRowWarps == 1 || kRowWarps == kRowsPerBlock);
-  const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int64_t o =
-      static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / kRowWarps) + warp / kRowWarps;
-  if (o >= n_out) return;  // whole warps (kRowWarps > 1: the whole block) leave together
-  const int sub = warp % kRowWarps;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int part = lane % kParts;
-  const int w0 = part * kW;
-  const int64_t n_chunks = n_in / 32;
-  const uint8_t* row = w + o * (n_in / T::kBlockElems) * T::kBlockBytes;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-  const BlockQ8_1* xt[kTokens];
-  for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
-  float sum[kTokens] = {};
-  // Every lane runs every step (the shuffles need the whole warp); chunks past the end
-  // read the last chunk and are not added.
-  for (int64_t base = 0; base < n_chunks; base += kStride * kUnroll) {
-    const int64_t first = base + kGroups * sub + lane / kParts;
-    int64_t c[kUnroll];
-    vecdot::Words<kW> f[kUnroll];
-    for (int u = 0; u < kUnroll; ++u) {
-      c[u] = min_i64(first + u * kStride, n_chunks - 1);
-      T::template load<kW, kA16>(row, c[u], w0, f[u]);
-    }
-    for (int u = 0; u < kUnroll; ++u) {
-      const bool valid = part == 0 && first + u * kStride < n_chunks;
-      for (int t = 0; t < kTokens; ++t) {
-        const BlockQ8_1& a = xt[t][c[u]];
-        int total = T::part(row, c[u], f[u], vecdot::act_ints(a), w0);
-        for (int m = 1; m < kParts; m <<= 1) total += __shfl_xor_sync(0xffffffffu, total, m);
-        if (valid) sum[t] += T::finish(row, c[u], a, total);
-      }
-    }
-  }
-  if constexpr (kRowWarps == 1) {
-    for (int t = 0; t < kTokens; ++t) {
-      const float s = warp_sum(sum[t]);
-      if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
-    }
-  } else {
-    __shared__ float partial[kRowWarps][kTokens];
-    for (int t = 0; t < kTokens; ++t) {
-      const float s = warp_sum(sum[t]);
-      if (lane == 0) partial[sub][t] = s;
-    }
-    __syncthreads();
-    if (threadIdx.x < kTokens && t0 + static_cast<int>(threadIdx.x) < n_tokens) {
-      const int t = static_cast<int>(threadIdx.x);
-      float s = partial[0][t];
-      for (int r = 1; r < kRowWarps; ++r) s += partial[r][t];
-      y[(t0 + t) * n_out + o] = s;
-    }
-  }
-}
-
-template <class T, int kW, int kUnroll, bool kA16, int kRowWarps = 1>
-void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
-                       int64_t n_tokens, float* y, Stream stream) {
-  const int tokens = token_group(n_tokens);
-  constexpr int kRows = kRowsPerBlock / kRowWarps;
-  const dim3 grid(static_cast<unsigned>((n_out + kRows - 1) / kRows),
-                  static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
-  const dim3 block(kRowsPerBlock * kWarp);
-  const auto* wb = static_cast<const uint8_t*>(w);
-  with_token_group(tokens, [&](auto k) {
-    launch(mmvq_split_kernel<T, kW, kUnroll, decltype(k)::value, kA16, kRowWarps>, grid, block,
-           stream, wb, n_in, n_out, x, n_tokens, y);
-  });
-}
-
-// Copies of whole 64-chunk tiles of a row through shared memory: the warp reads each
-// tile with 16-byte loads of consecutive addresses (fully coalesced whatever the block
-// size), the next tile's loads in flight while the lanes dot the current one, lane l the
-// chunks l and l + 32 of the tile (vecdot::dot, as v1) for every token. Needs rows that
-// are a multiple of 16 bytes at a 16-byte aligned address (launch_variant checks).
-constexpr int kTileChunks = 64;
-
-template <int kBytes>
-struct alignas(16) Tile {
-  int ints[kBytes / 4];
-};
-
-// 16 bytes from global memory at p (16-byte aligned) to v, and from v to shared memory.
-__device__ __forceinline__ void load16(const uint8_t* p, int* v) {
-#if defined(QRUN_SIMT_EMU)
-  std::memcpy(v, p, 16);
-#else
-  const int4 q = *reinterpret_cast<const int4*>(p);
-  v[0] = q.x;
-  v[1] = q.y;
-  v[2] = q.z;
-  v[3] = q.w;
-#endif
-}
-__device__ __forceinline__ void store16(int* dst, const int* v) {
-#if defined(QRUN_SIMT_EMU)
-  std::memcpy(dst, v, 16);
-#else
-  *reinterpret_cast<int4*>(dst) = make_int4(v[0], v[1], v[2], v[3]);
-#endif
+// Bytes of each row the grouped kernel prefetches before it waits for the kernel ahead of
+// it (QRUN_CUDA_PREFETCH, 0 to 4096 in steps of 128). 512 by measurement: on an H100, the
+// 8B Q4_0 file decoded 396 tokens/s with 512, 390 with 0, 367 with 2048 and 364 with 4096
+// (large prefetches crowd the loads the kernel ahead of this one still makes).
+int prefetch_bytes() {
+  static const int bytes = [] {
+    const char* env = std::getenv("QRUN_CUDA_PREFETCH");
+    if (env == nullptr || *env == '\0') return 512;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    QRUN_CHECK(*end == '\0' && v >= 0 && v <= 4096 && v % 128 == 0,
+               "QRUN_CUDA_PREFETCH=%s: not a multiple of 128 from 0 to 4096", env);
+    return static_cast<int>(v);
+  }();
+  return bytes;
 }
 
 // Up to kMaxGroup matrices of one type and width (mmvq_group) in one launch: blocks
@@ -272,6 +159,135 @@ TileGroup make_group(std::span<const MmvqJob> jobs, int64_t rows_per_block, int6
   group.count = static_cast<int>(jobs.size());
   QRUN_CHECK(*blocks <= 0x7fffffff, "mmvq: %lld blocks", static_cast<long long>(*blocks));
   return group;
+}
+
+// kRowWarps warps per row (1 or all kRowsPerBlock of the block); kW words of a chunk per
+// lane, so kParts = kWords / kW lanes per chunk and kGroups chunks per step of a warp:
+// lane l of warp r of the row takes part l % kParts of chunks
+// kGroups * (r + kRowWarps * i) + l / kParts. Tokens blockIdx.y * kTokens ..+kTokens share
+// each load of the weights (the last group reads the last token again for its missing
+// ones). The row's warps add their sums in warp order. The matrix of a block from the
+// group as mmvq_tile_kernel's. (Prefetching each row's first 512 bytes to L2 before the
+// wait, as the grouped kernel does, changed nothing measurable on Gemma 3 270M's shapes:
+// H200, 1082 against 1085 tokens/s, docs/PERFORMANCE_CUDA.md.)
+template <class T, int kW, int kUnroll, int kTokens, bool kA16, int kRowWarps>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+    mmvq_split_kernel(TileGroup group, int64_t n_in, const BlockQ8_1* x, int64_t n_tokens) {
+  wait_for_prior_kernels();
+  constexpr int kParts = T::kWords / kW;
+  constexpr int kGroups = kWarp / kParts;
+  constexpr int kStride = kGroups * kRowWarps;  // chunks per step of the row's warps
+  static_assert(kParts * kW == T::kWords && kGroups * kParts == kWarp);
+  static_assert(kRowWarps == 1 || kRowWarps == kRowsPerBlock);
+  const GroupMatrix matrix = pick_matrix(group);
+  float* y = matrix.y;
+  const int64_t n_out = matrix.n_out;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t o = static_cast<int64_t>(blockIdx.x - matrix.first) * (kRowsPerBlock / kRowWarps) +
+                    warp / kRowWarps;
+  if (o >= n_out) return;  // whole warps (kRowWarps > 1: the whole block) leave together
+  const int sub = warp % kRowWarps;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int part = lane % kParts;
+  const int w0 = part * kW;
+  const int64_t n_chunks = n_in / 32;
+  const uint8_t* row = matrix.w + o * (n_in / T::kBlockElems) * T::kBlockBytes;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const BlockQ8_1* xt[kTokens];
+  for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
+  float sum[kTokens] = {};
+  // Every lane runs every step (the shuffles need the whole warp); chunks past the end
+  // read the last chunk and are not added.
+  for (int64_t base = 0; base < n_chunks; base += kStride * kUnroll) {
+    const int64_t first = base + kGroups * sub + lane / kParts;
+    int64_t c[kUnroll];
+    vecdot::Words<kW> f[kUnroll];
+    for (int u = 0; u < kUnroll; ++u) {
+      c[u] = min_i64(first + u * kStride, n_chunks - 1);
+      T::template load<kW, kA16>(row, c[u], w0, f[u]);
+    }
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool valid = part == 0 && first + u * kStride < n_chunks;
+      for (int t = 0; t < kTokens; ++t) {
+        const BlockQ8_1& a = xt[t][c[u]];
+        int total = T::part(row, c[u], f[u], vecdot::act_ints(a), w0);
+        for (int m = 1; m < kParts; m <<= 1) total += __shfl_xor_sync(0xffffffffu, total, m);
+        if (valid) sum[t] += T::finish(row, c[u], a, total);
+      }
+    }
+  }
+  if constexpr (kRowWarps == 1) {
+    for (int t = 0; t < kTokens; ++t) {
+      const float s = warp_sum(sum[t]);
+      if (lane == 0 && t0 + t < n_tokens) y[(t0 + t) * n_out + o] = s;
+    }
+  } else {
+    __shared__ float partial[kRowWarps][kTokens];
+    for (int t = 0; t < kTokens; ++t) {
+      const float s = warp_sum(sum[t]);
+      if (lane == 0) partial[sub][t] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < kTokens && t0 + static_cast<int>(threadIdx.x) < n_tokens) {
+      const int t = static_cast<int>(threadIdx.x);
+      float s = partial[0][t];
+      for (int r = 1; r < kRowWarps; ++r) s += partial[r][t];
+      y[(t0 + t) * n_out + o] = s;
+    }
+  }
+}
+
+template <class T, int kW, int kUnroll, bool kA16, int kRowWarps = 1>
+void launch_mmvq_split(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8_1* x,
+                       int64_t n_tokens, Stream stream) {
+  const int tokens = token_group(n_tokens);
+  int64_t blocks = 0;
+  const TileGroup group = make_group(jobs, kRowsPerBlock / kRowWarps, &blocks);
+  const dim3 grid(static_cast<unsigned>(blocks),
+                  static_cast<unsigned>((n_tokens + tokens - 1) / tokens));
+  const dim3 block(kRowsPerBlock * kWarp);
+  with_token_group(tokens, [&](auto k) {
+    launch(mmvq_split_kernel<T, kW, kUnroll, decltype(k)::value, kA16, kRowWarps>, grid, block,
+           stream, group, n_in, x, n_tokens);
+  });
+}
+template <class T, int kW, int kUnroll, bool kA16, int kRowWarps = 1>
+void launch_mmvq_split(const void* w, int64_t n_in, int64_t n_out, const BlockQ8_1* x,
+                       int64_t n_tokens, float* y, Stream stream) {
+  const MmvqJob job{w, n_out, y};
+  launch_mmvq_split<T, kW, kUnroll, kA16, kRowWarps>(std::span(&job, 1), n_in, x, n_tokens, stream);
+}
+
+// Copies of whole 64-chunk tiles of a row through shared memory: the warp reads each
+// tile with 16-byte loads of consecutive addresses (fully coalesced whatever the block
+// size), the next tile's loads in flight while the lanes dot the current one, lane l the
+// chunks l and l + 32 of the tile (vecdot::dot, as v1) for every token. Needs rows that
+// are a multiple of 16 bytes at a 16-byte aligned address (launch_variant checks).
+constexpr int kTileChunks = 64;
+
+template <int kBytes>
+struct alignas(16) Tile {
+  int ints[kBytes / 4];
+};
+
+// 16 bytes from global memory at p (16-byte aligned) to v, and from v to shared memory.
+__device__ __forceinline__ void load16(const uint8_t* p, int* v) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(v, p, 16);
+#else
+  const int4 q = *reinterpret_cast<const int4*>(p);
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
+#endif
+}
+__device__ __forceinline__ void store16(int* dst, const int* v) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(dst, v, 16);
+#else
+  *reinterpret_cast<int4*>(dst) = make_int4(v[0], v[1], v[2], v[3]);
+#endif
 }
 
 template <class T, int kTokens>
@@ -463,23 +479,6 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   }
 }
 
-// Bytes of each row the grouped kernel prefetches before it waits for the kernel ahead of
-// it (QRUN_CUDA_PREFETCH, 0 to 4096 in steps of 128). 512 by measurement: on an H100, the
-// 8B Q4_0 file decoded 396 tokens/s with 512, 390 with 0, 367 with 2048 and 364 with 4096
-// (large prefetches crowd the loads the kernel ahead of this one still makes).
-int prefetch_bytes() {
-  static const int bytes = [] {
-    const char* env = std::getenv("QRUN_CUDA_PREFETCH");
-    if (env == nullptr || *env == '\0') return 512;
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    QRUN_CHECK(*end == '\0' && v >= 0 && v <= 4096 && v % 128 == 0,
-               "QRUN_CUDA_PREFETCH=%s: not a multiple of 128 from 0 to 4096", env);
-    return static_cast<int>(v);
-  }();
-  return bytes;
-}
-
 template <class G, int kRows, int kUnroll>
 void launch_mmvq_g8(std::span<const MmvqJob> jobs, int64_t n_in, const BlockQ8_1* x,
                     int64_t n_tokens, Stream stream) {
@@ -600,58 +599,7 @@ bool tiles_blocks(int variant) {
   return variant == kTileVariant || variant >= kFirstGrouped;
 }
 
-// F16 and F32 weights (small models keep some matrices unquantized): one warp per output
-// row, lanes over every 32nd element, float sums. F16 weights see x rounded to F16, as
-// the CPU backend converts x to F16 (their vec_dot_type) before its dot.
-template <bool kF16>
-__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
-    mmv_float_kernel(const void* w, int64_t n_in, int64_t n_out, const float* x, float* y) {
-  wait_for_prior_kernels();
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  if (o >= n_out) return;  // whole warps leave together
-  const int64_t t = blockIdx.y;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const float* xt = x + t * n_in;
-  float sum = 0.0f;
-  for (int64_t j = lane; j < n_in; j += kWarp) {
-    if constexpr (kF16) {
-      const uint16_t* row = static_cast<const uint16_t*>(w) + o * n_in;
-      sum += f16_to_f32(row[j]) * f16_to_f32(f32_to_f16(xt[j]));
-    } else {
-      sum += static_cast<const float*>(w)[o * n_in + j] * xt[j];
-    }
-  }
-  sum = warp_sum(sum);
-  if (lane == 0) y[t * n_out + o] = sum;
-}
-
 }  // namespace
-
-void mmv_float(DType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
-               int64_t n_tokens, float* y, Stream stream) {
-  QRUN_CHECK(type == DType::kF16 || type == DType::kF32, "mmv_float: %s weights", dtype_name(type));
-  QRUN_CHECK(n_out >= 0 && n_tokens >= 0 && n_tokens <= 65535, "mmv_float: %lld rows, %lld tokens",
-             static_cast<long long>(n_out), static_cast<long long>(n_tokens));
-  if (n_out == 0 || n_tokens == 0) return;
-  const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
-                  static_cast<unsigned>(n_tokens));
-  if (type == DType::kF16) {
-    launch(mmv_float_kernel<true>, grid, dim3(kRowsPerBlock * kWarp), stream, w, n_in, n_out, x, y);
-  } else {
-    launch(mmv_float_kernel<false>, grid, dim3(kRowsPerBlock * kWarp), stream, w, n_in, n_out, x,
-           y);
-  }
-}
-
-void quantize_q8_1(const float* x, int64_t n_rows, int64_t n, BlockQ8_1* out, Stream stream) {
-  QRUN_CHECK(n % 32 == 0, "quantize_q8_1: %lld elements per row, not a multiple of 32",
-             static_cast<long long>(n));
-  const int64_t n_blocks = n_rows * n / 32;
-  if (n_blocks == 0) return;
-  const int64_t per_block = kQuantThreads / kWarp;
-  launch(quantize_q8_1_kernel, dim3(static_cast<unsigned>((n_blocks + per_block - 1) / per_block)),
-         dim3(kQuantThreads), stream, x, n_blocks, out);
-}
 
 bool mmvq_supports(DType type) {
   switch (type) {
@@ -782,6 +730,13 @@ void mmvq_group(DType type, int64_t n_in, std::span<const MmvqJob> jobs, const B
                          return job.n_out > 0 && tile_rows<T>(job.w, n_in);
                        });
     if (tiles) return launch_mmvq_tile<T>(jobs, n_in, x, n_tokens, stream);
+    // Rows the tiles cannot read run v5's fallback, v2 (the rows of Gemma 3 270M's Q5_0 and
+    // Q8_0 matrices, 640 wide, are no multiple of 16 bytes), the group in one launch too.
+    const bool split = tiles_blocks(variant) && jobs.size() <= kMaxGroup &&
+                       std::all_of(jobs.begin(), jobs.end(), [&](const MmvqJob& job) {
+                         return job.n_out > 0 && !tile_rows<T>(job.w, n_in);
+                       });
+    if (split) return launch_mmvq_split<T, 2, 2, false>(jobs, n_in, x, n_tokens, stream);
     for (const MmvqJob& job : jobs) {
       if (job.n_out > 0) mmvq(type, job.w, n_in, job.n_out, x, n_tokens, job.y, stream);
     }
