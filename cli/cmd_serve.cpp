@@ -161,9 +161,12 @@ Result<void> run_serve(ServeOptions o) {
   // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and
   // take half its connections; SO_REUSEADDR alone allows a restart past TIME_WAIT and makes
   // a port in use an error.
-  http.set_socket_options([](socket_t sock) {
+  // The listening socket is ours to listen on again once bound (below).
+  socket_t listener = INVALID_SOCKET;
+  http.set_socket_options([&listener](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listener = sock;
   });
   http.set_keep_alive_timeout(2);  // idle keep-alive connections do not hold up shutdown long
   server.install(http, o.max_body);
@@ -178,6 +181,14 @@ Result<void> run_serve(ServeOptions o) {
     return make_error(ErrorCode::kIo, format("cannot listen on %s:%d (in use, or not an address "
                                              "of this host)",
                                              o.host.c_str(), o.port));
+  }
+  // httplib listens with a backlog of 5 (Debian's build of it): a burst of clients
+  // connecting at once overflowed that queue, and the kernel reset some of their
+  // connections before a request was read. Listening again on the bound socket sets the
+  // system's maximum instead (Linux updates the backlog of a listening socket).
+  if (listener == INVALID_SOCKET || ::listen(listener, SOMAXCONN) != 0) {
+    return make_error(ErrorCode::kIo, format("cannot listen on %s:%d with a backlog of %d",
+                                             o.host.c_str(), port, SOMAXCONN));
   }
   if (!o.quiet && paged) {
     std::fprintf(stderr,
