@@ -122,10 +122,13 @@ TEST(Gemma3Synth, RingCacheGivesTheSameLogitsForAnyBatching) {
   }
 }
 
-// Each post-norm goes to the backend with the residual add and the next norm it precedes
-// (Backend::norm_add_rms_norm, one launch on the GPU): two a layer, less the last layer's
-// FFN post-norm, which precedes the output norm instead.
-TEST(Gemma3Synth, PostNormsReachTheBackendWithTheAddAndNormAfterThem) {
+// The ops a GPU fuses reach the backend as one op each, over a prefill of 3 and a decode
+// step: each post-norm with the residual add and the next norm it precedes
+// (Backend::norm_add_rms_norm), two a layer less the last layer's FFN post-norm, which
+// precedes the output norm instead; and the per-head Q/K norms, RoPE with the K/V store and
+// q's scale (Backend::norm_rope_qk_store), one a layer, with no norm, rope, store or scale
+// of their own (the one scale a step is the embeddings').
+TEST(Gemma3Synth, FusibleOpsReachTheBackendAsOneOpEach) {
   const gguf::File file = synth_gemma(kWindow);
   Result<std::unique_ptr<Model>> model = models::load_model(file, ModelOptions{16});
   ASSERT_TRUE(model.ok()) << model.error().message;
@@ -135,36 +138,16 @@ TEST(Gemma3Synth, PostNormsReachTheBackendWithTheAddAndNormAfterThem) {
   ASSERT_TRUE(kv.ok());
   const std::vector<int32_t> tokens = prompt();
   std::vector<float> logits(static_cast<size_t>((*model)->hparams().n_vocab));
-  ASSERT_TRUE((*model)
-                  ->forward(backend, std::span<const int32_t>(tokens).first(3), 0, *kv, false,
-                            logits.data())
-                  .ok());
-  const int64_t n_layer = (*model)->hparams().n_layer;
-  EXPECT_EQ(backend.count("norm_add_rms_norm"), 2 * n_layer - 1);
-  EXPECT_EQ(backend.count("add_rms_norm"), 0);
-}
-
-// The per-head Q/K norms, RoPE with the K/V store and q's scale reach the backend as one op
-// a layer (Backend::norm_rope_qk_store, one launch on the GPU): no norm, rope, store or
-// scale of their own (the one scale is the embeddings').
-TEST(Gemma3Synth, HeadNormsReachTheBackendWithRopeAndQsScale) {
-  const gguf::File file = synth_gemma(kWindow);
-  Result<std::unique_ptr<Model>> model = models::load_model(file, ModelOptions{16});
-  ASSERT_TRUE(model.ok()) << model.error().message;
-  kernels::CpuBackend cpu(1);
-  test::RecordingBackend backend(cpu);
-  Result<KvCache> kv = make_kv_cache(**model, 64, DType::kF32);
-  ASSERT_TRUE(kv.ok());
-  const std::vector<int32_t> tokens = prompt();
-  std::vector<float> logits(static_cast<size_t>((*model)->hparams().n_vocab));
-  for (int64_t pos = 0; pos < 2; ++pos) {  // a prefill of 3, then a decode step
-    const int64_t n = pos == 0 ? 3 : 1;
+  for (int64_t pos : {0, 3}) {
     ASSERT_TRUE((*model)
-                    ->forward(backend, std::span<const int32_t>(tokens).subspan(pos * 3, n),
-                              pos * 3, *kv, false, logits.data())
+                    ->forward(backend,
+                              std::span<const int32_t>(tokens).subspan(pos, pos == 0 ? 3 : 1), pos,
+                              *kv, false, logits.data())
                     .ok());
   }
   const int64_t n_layer = (*model)->hparams().n_layer;
+  EXPECT_EQ(backend.count("norm_add_rms_norm"), 2 * (2 * n_layer - 1));
+  EXPECT_EQ(backend.count("add_rms_norm"), 0);
   EXPECT_EQ(backend.count("norm_rope_qk_store"), 2 * n_layer);
   EXPECT_EQ(backend.count("scale"), 2);
   EXPECT_EQ(backend.count("rope_qk"), 0);
