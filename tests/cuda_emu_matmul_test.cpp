@@ -222,9 +222,11 @@ TEST(CudaEmuMatmul, MmvqRunsTheSelectedVariant) {
 // where the variant has a group kernel (v5, v7, v8), tiled or not.
 TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
   const int64_t rows[] = {13, 1, 6, 33};
+#if defined(QRUN_SIMT_EMU)
   const char* env = std::getenv("QRUN_CUDA_MMVQ");
   const bool one_launch = env == nullptr || *env == '\0' || std::strcmp(env, "v5") == 0 ||
                           std::strcmp(env, "v7") == 0 || std::strcmp(env, "v8") == 0;
+#endif
   for (const DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ6_K}) {
     for (const int64_t n_in : {int64_t{96}, int64_t{512}, int64_t{640}, int64_t{2048}}) {
       if (n_in % type_traits(type).block_elems != 0) continue;
