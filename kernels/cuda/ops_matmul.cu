@@ -179,11 +179,9 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   constexpr int kStride = kGroups * kRowWarps;  // chunks per step of the row's warps
   static_assert(kParts * kW == T::kWords && kGroups * kParts == kWarp);
   static_assert(kRowWarps == 1 || kRowWarps == kRowsPerBlock);
-  const GroupMatrix matrix = pick_matrix(group);
-  float* y = matrix.y;
-  const int64_t n_out = matrix.n_out;
+  const auto [w, y, n_out, first_block] = pick_matrix(group);
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int64_t o = static_cast<int64_t>(blockIdx.x - matrix.first) * (kRowsPerBlock / kRowWarps) +
+  const int64_t o = static_cast<int64_t>(blockIdx.x - first_block) * (kRowsPerBlock / kRowWarps) +
                     warp / kRowWarps;
   if (o >= n_out) return;  // whole warps (kRowWarps > 1: the whole block) leave together
   const int sub = warp % kRowWarps;
@@ -191,7 +189,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   const int part = lane % kParts;
   const int w0 = part * kW;
   const int64_t n_chunks = n_in / 32;
-  const uint8_t* row = matrix.w + o * (n_in / T::kBlockElems) * T::kBlockBytes;
+  const uint8_t* row = w + o * (n_in / T::kBlockElems) * T::kBlockBytes;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const BlockQ8_1* xt[kTokens];
   for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
@@ -298,11 +296,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   constexpr int kTileVecsPerLane = (kTileBytes / 16 + kWarp - 1) / kWarp;
   static_assert(kTileChunks % kChunksPerBlock == 0 && kTileBytes % 16 == 0);
   __shared__ Tile<kTileBytes> tiles[kRowsPerBlock];
-  const GroupMatrix m = pick_matrix(group);
-  const uint8_t* w = m.w;
-  float* y = m.y;
-  const int64_t n_out = m.n_out;
-  const unsigned first = m.first;
+  const auto [w, y, n_out, first] = pick_matrix(group);
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t o = static_cast<int64_t>(blockIdx.x - first) * kRowsPerBlock + warp;
   const bool has_row = o < n_out;
@@ -416,11 +410,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
                    int prefetch_bytes) {
   constexpr int kGroupBytes = 8 * (G::kQs + 2);
   constexpr int kQInts = G::kQs / 4;
-  const GroupMatrix m = pick_matrix(group);
-  const uint8_t* w = m.w;
-  float* y = m.y;
-  const int64_t n_out = m.n_out;
-  const unsigned first = m.first;
+  const auto [w, y, n_out, first] = pick_matrix(group);
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x - first) * kRowsPerBlock + warp) * kRows;
   const int lane = static_cast<int>(threadIdx.x % kWarp);

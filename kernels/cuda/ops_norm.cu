@@ -26,6 +26,8 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kUnroll = 4;  // loads in flight per thread
+// The longest row the register kernels hold, 8 elements a thread.
+constexpr int64_t kMaxRegisterRow = 8 * kThreads;
 
 __device__ __forceinline__ double block_sum_f64(double v) {
   return segment_sum_f64(v, kThreads / kWarp);
@@ -207,7 +209,7 @@ bool registers_enabled() {
 }
 
 // f(std::integral_constant<int, kPer>{}) for the fewest elements a thread, 1, 2, 4 or 8,
-// that hold a row of n <= 8 * kThreads.
+// that hold a row of n <= kMaxRegisterRow.
 template <class F>
 void with_norm_width(int64_t n, F&& f) {
   if (n <= kThreads) return f(std::integral_constant<int, 1>{});
@@ -221,7 +223,7 @@ template <bool kAdd, bool kQuant>
 void launch_norm(const float* x, const float* delta, float* x_out, const float* w, int64_t n_rows,
                  int64_t n, float eps, float* y, BlockQ8_1* q, Stream stream) {
   const dim3 grid(static_cast<unsigned>(n_rows)), block(kThreads);
-  if (!registers_enabled() || n > 8 * kThreads) {
+  if (!registers_enabled() || n > kMaxRegisterRow) {
     launch(rms_norm_kernel<kAdd, kQuant>, grid, block, stream, x, delta, x_out, w, n, eps, y, q);
     return;
   }
@@ -257,7 +259,7 @@ void add_rms_norm(float* x, const float* delta, const float* w, int64_t n_rows, 
 }
 
 bool norm_add_rms_norm_fits(int64_t n) {
-  return registers_enabled() && n <= 8 * kThreads;
+  return registers_enabled() && n <= kMaxRegisterRow;
 }
 
 void norm_add_rms_norm(float* x, float* delta, const float* w_delta, const float* w, int64_t n_rows,
