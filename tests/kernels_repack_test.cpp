@@ -9,6 +9,7 @@
 //   address it has already repacked, and holds no more copies than its budget.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -210,6 +211,38 @@ void expect_gemv_matches_vec_dot(const MatmulKernels& mk, DType type, int64_t n,
   }
 }
 
+// Weights of n_rows rows with every level at an extreme, and an activation row at +-127 (see
+// GemvMatchesVecDotBitForBit).
+void make_extremes(DType type, const MatmulKernels& mk, int64_t n, int64_t n_rows, uint32_t seed,
+                   std::vector<uint8_t>& w, std::vector<uint8_t>& a) {
+  const int64_t block = type_traits(type).block_elems;
+  w = random_weights(type, n, n_rows, seed);
+  a = random_act(mk, n, seed + 1);
+  const size_t block_bytes = row_size(type, block);
+  // The bytes after d (and dmin), or for Q6_K all but d at the end.
+  const size_t first_level = type == DType::kQ4_K ? 4 : type == DType::kQ6_K ? 0 : 2;
+  const size_t last_level = type == DType::kQ6_K ? block_bytes - 2 : block_bytes;
+  const uint8_t q8_levels[] = {0x7F, 0x81, 0x80};  // 127, -127, -128
+  for (size_t off = 0; off < w.size(); off += block_bytes) {
+    for (size_t i = first_level; i < last_level; ++i) {
+      w[off + i] = type == DType::kQ8_0 ? q8_levels[(off / block_bytes) % 3]
+                                        : ((off / block_bytes) % 2 ? 0x00 : 0xFF);
+    }
+  }
+  if (mk.act_type == DType::kQ8_K) {
+    for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_K)) {
+      auto* ab = reinterpret_cast<BlockQ8_K*>(a.data() + off);
+      const int8_t v = (off / sizeof(BlockQ8_K)) % 3 ? -127 : 127;
+      for (int8_t& q : ab->qs) q = v;
+      for (int16_t& s : ab->bsums) s = static_cast<int16_t>(16 * v);
+    }
+  } else {
+    for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_0)) {
+      for (size_t i = 2; i < sizeof(BlockQ8_0); ++i) a[off + i] = (off / 34) % 3 ? 0x81 : 0x7F;
+    }
+  }
+}
+
 TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
   uint32_t seed = 100;
   int tested = 0;
@@ -237,35 +270,139 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
       // all-one bits (63 and -1).
       SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " extremes");
       const int64_t n = 4 * block;
-      std::vector<uint8_t> w = random_weights(type, n, 5 * kRepackRows, ++seed);
-      std::vector<uint8_t> a = random_act(mk, n, ++seed);
-      const size_t block_bytes = row_size(type, block);
-      // The bytes after d (and dmin), or for Q6_K all but d at the end.
-      const size_t first_level = type == DType::kQ4_K ? 4 : type == DType::kQ6_K ? 0 : 2;
-      const size_t last_level = type == DType::kQ6_K ? block_bytes - 2 : block_bytes;
-      const uint8_t q8_levels[] = {0x7F, 0x81, 0x80};  // 127, -127, -128
-      for (size_t off = 0; off < w.size(); off += block_bytes) {
-        for (size_t i = first_level; i < last_level; ++i) {
-          w[off + i] = type == DType::kQ8_0 ? q8_levels[(off / block_bytes) % 3]
-                                            : ((off / block_bytes) % 2 ? 0x00 : 0xFF);
-        }
-      }
-      if (mk.act_type == DType::kQ8_K) {
-        for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_K)) {
-          auto* ab = reinterpret_cast<BlockQ8_K*>(a.data() + off);
-          const int8_t v = (off / sizeof(BlockQ8_K)) % 3 ? -127 : 127;
-          for (int8_t& q : ab->qs) q = v;
-          for (int16_t& s : ab->bsums) s = static_cast<int16_t>(16 * v);
-        }
-      } else {
-        for (size_t off = 0; off < a.size(); off += sizeof(BlockQ8_0)) {
-          for (size_t i = 2; i < sizeof(BlockQ8_0); ++i) a[off + i] = (off / 34) % 3 ? 0x81 : 0x7F;
-        }
-      }
+      std::vector<uint8_t> w;
+      std::vector<uint8_t> a;
+      make_extremes(type, mk, n, 5 * kRepackRows, ++seed, w, a);
+      ++seed;
       expect_gemv_matches_vec_dot(mk, type, n, w, a);
     }
   }
   if (tested == 0) GTEST_SKIP() << "no ISA on this host has a repacked gemv";
+}
+
+// gemv_repacked_rows of `w` (whole groups) with the activation rows `acts` against vec_dot,
+// bit for bit: the rows sit a little more than a row apart (a strided buffer) and the
+// outputs ldy apart with NaN guards between them.
+void expect_rows_match_vec_dot(const MatmulKernels& mk, DType type, int64_t n,
+                               const std::vector<uint8_t>& w,
+                               const std::vector<std::vector<uint8_t>>& acts) {
+  const size_t row_bytes = row_size(type, n);
+  const int64_t n_groups = static_cast<int64_t>(w.size() / row_bytes) / kRepackRows;
+  const auto n_act = static_cast<int64_t>(acts.size());
+  std::vector<uint8_t> p(w.size());
+  repack_rows(type, n, w.data(), n_groups * kRepackRows, p.data());
+  const size_t act_stride = row_size(mk.act_type, n) + 6;
+  std::vector<uint8_t> packed_acts(act_stride * acts.size());
+  for (size_t t = 0; t < acts.size(); ++t) {
+    std::memcpy(packed_acts.data() + t * act_stride, acts[t].data(), acts[t].size());
+  }
+  const int64_t ldy = n_groups * kRepackRows + 3;
+  std::vector<float> y(static_cast<size_t>(ldy * n_act), kNaN);
+  mk.gemv_repacked_rows(n, p.data(), n_groups, packed_acts.data(), act_stride, n_act, y.data(),
+                        ldy);
+  for (int64_t t = 0; t < n_act; ++t) {
+    for (int64_t r = 0; r < ldy; ++r) {
+      const float got = y[static_cast<size_t>(t * ldy + r)];
+      if (r >= n_groups * kRepackRows) {
+        ASSERT_TRUE(std::isnan(got)) << "wrote past the groups at row " << t << ", " << r;
+        continue;
+      }
+      const float want = mk.vec_dot(n, w.data() + static_cast<size_t>(r) * row_bytes,
+                                    acts[static_cast<size_t>(t)].data());
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+          << "activation row " << t << ", weight row " << r << ": " << got << " vs " << want;
+    }
+  }
+}
+
+// gemv_repacked_rows against vec_dot on activation-row counts around the kernels' passes
+// (up to 8 rows per pass), and with the extremes of GemvMatchesVecDotBitForBit.
+TEST(KernelsRepack, GemvRowsMatchVecDotBitForBit) {
+  uint32_t seed = 200;
+  int tested = 0;
+  for (Isa isa : host_isas()) {
+    for (DType type : kRepackTypes) {
+      const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
+      if (mk.gemv_repacked_rows == nullptr) continue;
+      ++tested;
+      const int64_t block = type_traits(type).block_elems;
+      for (int64_t n : {block, 3 * block, 17 * block}) {
+        for (int64_t n_groups : {1, 2, 5}) {
+          for (int64_t n_act : {1, 2, 3, 7, 8, 9, 16, 19}) {
+            SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n "
+                                            << n << " groups " << n_groups << " rows " << n_act);
+            const std::vector<uint8_t> w = random_weights(type, n, n_groups * kRepackRows, ++seed);
+            std::vector<std::vector<uint8_t>> acts;
+            for (int64_t t = 0; t < n_act; ++t) acts.push_back(random_act(mk, n, ++seed));
+            expect_rows_match_vec_dot(mk, type, n, w, acts);
+          }
+        }
+      }
+      SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " extremes");
+      const int64_t n = 4 * block;
+      std::vector<uint8_t> w;
+      std::vector<uint8_t> a;
+      make_extremes(type, mk, n, 3 * kRepackRows, ++seed, w, a);
+      ++seed;
+      // 9 rows (a pass of 8 and one more): the extreme row rotated by t blocks, so that the
+      // rows differ and every block meets each activation level.
+      std::vector<std::vector<uint8_t>> acts;
+      const auto act_block = static_cast<int64_t>(row_size(mk.act_type, block));
+      for (int64_t t = 0; t < 9; ++t) {
+        acts.push_back(a);
+        std::rotate(acts.back().begin(), acts.back().begin() + act_block * (t % 4),
+                    acts.back().end());
+      }
+      expect_rows_match_vec_dot(mk, type, n, w, acts);
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no ISA on this host has a multi-row repacked gemv";
+}
+
+// A batch of decode rows over a type with a rows kernel takes it below the type's
+// min_decode_tokens: each row is bit for bit the token decoded alone, also for the rows
+// after the last whole group (n_out 37) and on 1 or 2 threads.
+TEST(KernelsRepack, BackendDecodeRowsThroughTheRowsKernelAreEachRowAlone) {
+  uint32_t seed = 250;
+  int tested = 0;
+  for (Isa isa : host_isas()) {
+    for (int threads : {1, 2}) {
+      CpuBackend backend(threads, isa);
+      backend.set_repack_enabled(true);
+      for (DType type : kRepackTypes) {
+        const MatmulKernels& mk = cpu_kernels(isa).for_type(type);
+        if (mk.gemv_repacked_rows == nullptr) continue;
+        ++tested;
+        const int64_t n = type_traits(type).block_elems == kQKK ? 2 * kQKK : 9 * kQK;
+        for (int64_t n_out : {37, 16 * 9}) {
+          const std::vector<uint8_t> w = random_weights(type, n, n_out, ++seed);
+          const Tensor t{type, 2, {n, n_out, 1, 1}, w.data(), "w"};
+          for (int64_t n_tokens : {int64_t{2}, int64_t{9}, mk.gemm.min_decode_tokens - 1}) {
+            SCOPED_TRACE(testing::Message()
+                         << isa_name(isa) << " threads " << threads << " " << dtype_name(type)
+                         << " n_out " << n_out << " tokens " << n_tokens);
+            std::mt19937 rng(++seed);
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            std::vector<float> x(static_cast<size_t>(n * n_tokens));
+            for (float& v : x) v = dist(rng);
+            std::vector<float> batch(static_cast<size_t>(n_out * n_tokens), kNaN);
+            backend.set_decode_rows(true);
+            backend.matmul(t, x.data(), n_tokens, batch.data());
+            backend.set_decode_rows(false);
+            for (int64_t r = 0; r < n_tokens; ++r) {
+              std::vector<float> alone(static_cast<size_t>(n_out), kNaN);
+              backend.matmul(t, x.data() + r * n, 1, alone.data());
+              ASSERT_EQ(
+                  std::memcmp(alone.data(), batch.data() + r * n_out, alone.size() * sizeof(float)),
+                  0)
+                  << "row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no ISA on this host has a multi-row repacked gemv";
 }
 
 TEST(KernelsRepack, BackendDecodesTheSameBitsWithAndWithoutRepacking) {

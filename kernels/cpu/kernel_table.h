@@ -75,6 +75,8 @@ struct GemmKernels {
   int64_t min_tokens = 2;  // batches smaller than this use vec_dot or gemv
   // The same for a batch of decode rows (Backend::set_decode_rows), where one pass per row
   // over the weights (bit for bit a one-token matmul) costs less than the tiles below it.
+  // A repacked weight whose type has gemv_repacked_rows meets all the rows in one pass of
+  // that kernel instead, which reads and unpacks each block once for them.
   int64_t min_decode_tokens = 2;
 
   bool usable(int64_t n_tokens, bool decode_rows = false) const {
@@ -98,6 +100,14 @@ using GemvFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_
 using GemvRepackedFn = void (*)(int64_t n, const uint8_t* groups, int64_t n_groups,
                                 const uint8_t* act, float* y);
 
+// gemv_repacked for n_act activation rows at once (act rows act_stride bytes apart):
+// y[t * ldy + 16g + j] = the ISA's vec_dot(row 16g + j, act row t) bit for bit, for
+// t < n_act. Each weight block is loaded and unpacked once for all the rows, so a batch of
+// decode rows (Backend::set_decode_rows) costs less than n_act passes of gemv_repacked.
+using GemvRepackedRowsFn = void (*)(int64_t n, const uint8_t* groups, int64_t n_groups,
+                                    const uint8_t* act, size_t act_stride, int64_t n_act, float* y,
+                                    int64_t ldy);
+
 // How weights of one type are multiplied. A null vec_dot means the type is not a weight.
 struct MatmulKernels {
   DType act_type = DType::kF32;            // the activation row type (the weight's vec_dot_type)
@@ -105,7 +115,8 @@ struct MatmulKernels {
   VecDotFn vec_dot = nullptr;              // one weight row . one activation row
   GemvFn gemv = nullptr;                   // optional: rows . one activation row, as vec_dot
   GemvRepackedFn gemv_repacked = nullptr;  // optional: gemv over a repacked copy (repack.h)
-  GemmKernels gemm;                        // optional: batches on packed activations
+  GemvRepackedRowsFn gemv_repacked_rows = nullptr;  // optional: the same for several rows
+  GemmKernels gemm;                                 // optional: batches on packed activations
 };
 
 // Row r (< 2 * n_ring) of a ring of n_ring rows, as stored: wrapped once, then looked up

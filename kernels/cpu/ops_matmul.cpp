@@ -106,6 +106,8 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
     // core leaves the rest to the others; every token passes over a chunk while it is in
     // cache. Rows after the last group keep their GGML layout.
     const GemvRepackedFn gemv = mk.gemv_repacked;
+    // Several tokens meet each weight block once through the rows kernel where there is one.
+    const GemvRepackedRowsFn gemv_rows = n_tokens > 1 ? mk.gemv_repacked_rows : nullptr;
     const int64_t n_groups = n_out / kRepackRows;
     const size_t group_bytes = w_row_bytes * kRepackRows;
     const int64_t n_chunks = (n_groups + kRepackChunkGroups - 1) / kRepackChunkGroups;
@@ -116,6 +118,11 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
       for (int64_t c = next.fetch_add(1); c < n_chunks; c = next.fetch_add(1)) {
         const int64_t g = c * kRepackChunkGroups;
         const int64_t groups = std::min(kRepackChunkGroups, n_groups - g);
+        if (gemv_rows != nullptr) {
+          gemv_rows(n_in, packed + static_cast<size_t>(g) * group_bytes, groups, act, act_row_bytes,
+                    n_tokens, y + g * kRepackRows, n_out);
+          continue;
+        }
         for (int64_t t = 0; t < n_tokens; ++t) {
           gemv(n_in, packed + static_cast<size_t>(g) * group_bytes, groups,
                act + static_cast<size_t>(t) * act_row_bytes, y + t * n_out + g * kRepackRows);

@@ -133,4 +133,29 @@ void run_group_passes(int64_t n, int64_t block_elems, const uint8_t* groups, int
   }
 }
 
+// ---- for the multi-row kernels (GemvRepackedRowsFn) ----
+
+// What a Q4_0 activation row's block adds to that row's sums besides its quants: the
+// -8 * sum(a) seed of the integer sum and the block's scale as a float. The rows kernels
+// work these out once per call for every row and block, not once per group.
+struct Q4_0ActBlock {
+  int32_t corr;
+  float d;
+};
+
+// The walk of every GemvRepackedRowsFn: group after group (group_bytes apart), each met by
+// the activation rows kMaxRows at a time, so that a group is read from memory once and
+// stays in cache for the later passes: pass(rows, group, t) meets `group` with rows
+// t .. t + rows - 1.
+template <int64_t kMaxRows, class Pass>
+void run_row_passes(const uint8_t* groups, int64_t n_groups, size_t group_bytes, int64_t n_act,
+                    Pass&& pass) {
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* group = groups + static_cast<size_t>(g) * group_bytes;
+    for (int64_t t = 0; t < n_act; t += kMaxRows) {
+      pass(n_act - t < kMaxRows ? n_act - t : kMaxRows, group, g, t);
+    }
+  }
+}
+
 }  // namespace qrun::kernels

@@ -14,6 +14,13 @@ void fill_avx512_kernels(CpuKernels& k) {
   // for a few rows (qrun bench -p 2..16 on Q4_0, Q4_K_M, Q8_0 and Gemma 3, 2026-11-26:
   // docs/PERFORMANCE_SERVE.md).
   set_min_decode_tokens(k, 12);
+  // Types with a multi-row repacked gemv (gemv_repacked_rows) meet each weight block once
+  // for all the rows, which beats the tiles further: Q4_0 up to 48 rows, Q4_K and Q6_K up
+  // to 16 (qrun bench -n 16 -np 4..48 on TinyLlama-1.1B Q4_0 and Q4_K_M, the rows against
+  // the tiles, 2026-11-27: docs/PERFORMANCE_SERVE.md).
+  k.for_type(DType::kQ4_0).gemm.min_decode_tokens = 48;
+  k.for_type(DType::kQ4_K).gemm.min_decode_tokens = 16;
+  k.for_type(DType::kQ6_K).gemm.min_decode_tokens = 16;
   avx512::fill_op_kernels(k);  // attention (avx512/ops_*.cpp)
 }
 

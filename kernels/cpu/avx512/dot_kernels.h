@@ -37,6 +37,14 @@ void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
 void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
 
+// gemv_repacked_rows.cpp: GemvRepackedRowsFn over the same layouts.
+void gemv_q4_0_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                        size_t act_stride, int64_t n_act, float* y, int64_t ldy);
+void gemv_q4_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                        size_t act_stride, int64_t n_act, float* y, int64_t ldy);
+void gemv_q6_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                        size_t act_stride, int64_t n_act, float* y, int64_t ldy);
+
 // dot_kquants.cpp
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);

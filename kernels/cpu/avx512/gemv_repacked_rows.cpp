@@ -1,0 +1,397 @@
+// AVX-512 VNNI decode gemv over the x16 layouts of kernels/cpu/repack.h for several
+// activation rows at once (GemvRepackedRowsFn): a batch of decode rows, one per sequence of
+// a serve step. gemv_repacked.cpp reads a group's block and unpacks its nibbles for one row;
+// here each group is walked once per kMaxRows activation rows, every block unpacked once
+// and then met by each of them, so a row costs its vpdpbusd and its float step alone.
+// Each row's integer sums and float chain are gemv_repacked.cpp's (and so vec_dot's), bit
+// for bit. A group (16 rows, under 20 KiB at n = 2048) stays in L1 between the passes.
+//   Q4_0: per block, 4 vectors of nibbles give 8 vpdpbusd per activation row, seeded with
+//     -8 * sum(a) of that row's block; both that sum and the row's fp16 scale are worked out
+//     once per call (Q4_0ActBlock, repack.h), not once per group.
+//   Q4_K: gemv_repacked.cpp's q4_k_super keeps 8 int32 sums per row, sumi[l] over the
+//     columns q[8j + l] (j < 4), and 4 float mins terms. Here the columns go l by l (the 8
+//     sub-block scale vectors decoded once per super-block), each unpacked once, and each
+//     activation row keeps one live sum, as for Q6_K below. The mins' int16 pair sums of
+//     each row's bsums are formed once per call. Float steps and the end are q4_k_groups'.
+//   Q6_K: gemv_repacked.cpp's q6_k_super keeps 8 int32 sums per row, sumi[i] over the
+//     columns c with c mod 8 = i (ql columns 16h + i and 16h + i + 8 of both halves h), and
+//     adds d * float(sumi[i]) to acc[i] per super-block. Integer sums are exact, so their
+//     order is free: here the columns go i by i, each i's four ql columns (and its qh column)
+//     unpacked once into 6-bit levels, and each activation row keeps one live sum, which
+//     leaves registers for 8 rows. The rows' vpmaddubsw(32, a) offsets (q6_k_super's
+//     offset[]) are formed once per call. Float steps and the final hsum_f32x8 order are
+//     q6_k_groups'.
+#include <array>
+#include <utility>
+#include <vector>
+
+#include "ggml-like/quants.h"
+#include "kernels/cpu/avx512/dot_kernels.h"
+#include "kernels/cpu/repack.h"
+
+namespace qrun::kernels::avx512 {
+namespace {
+
+// Activation rows a pass meets each block with: 8 accumulators and 8 unpacked vectors fit
+// the 32 registers with room for the temporaries.
+constexpr int64_t kMaxRows = 8;
+
+// The 4 bytes at p, broadcast to all 16 lanes.
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+
+// How far ahead of the block being read a pass prefetches the group's quants, and its
+// scales: one group is one memory stream, which the hardware prefetcher alone leaves idle
+// between its requests (as gemv_repacked.cpp measured).
+constexpr size_t kPrefetchBytes = 2048;
+constexpr int64_t kPrefetchScales = 64;  // rows' scales: 4 blocks a line
+
+inline void prefetch_ahead(const uint8_t* quants, const uint16_t* scales) {
+  for (int l = 0; l < 4; ++l) {
+    _mm_prefetch(reinterpret_cast<const char*>(quants + kPrefetchBytes + 64 * l), _MM_HINT_T0);
+  }
+  _mm_prefetch(reinterpret_cast<const char*>(scales + kPrefetchScales * kRepackRows), _MM_HINT_T0);
+}
+
+// prep[b * n_act + t] for every block b of every activation row t.
+void prepare_q4_0_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_t n_act,
+                       Q4_0ActBlock* prep) {
+  const __m256i eight = _mm256_set1_epi8(8);
+  for (int64_t t = 0; t < n_act; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * act_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), eight, load256(a[b].qs));
+      __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+      h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+      prep[b * n_act + t] = {-_mm_cvtsi128_si32(h), fp16_load(a[b].d)};
+    }
+  }
+}
+
+// kR activation rows (act, act_stride apart; their Q4_0ActBlocks at prep[b * n_act]) against one
+// group of 16 Q4_0 rows: y[t * ldy + j].
+template <int kR>
+void q4_0_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
+                     const Q4_0ActBlock* prep, int64_t n_act, float* y, int64_t ldy) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const uint8_t* q = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  const auto* scales = reinterpret_cast<const uint16_t*>(group);
+  __m512 acc[kR];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* qb = q + static_cast<size_t>(b) * 4 * 64;
+    prefetch_ahead(qb, scales + b * kRepackRows);
+    __m512i lo[4];
+    __m512i hi[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m512i w = load512(qb + 64 * k);
+      lo[k] = _mm512_and_si512(w, m4);
+      hi[k] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+    }
+    const __m512 d = _mm512_cvtph_ps(load256(scales + b * kRepackRows));
+    const Q4_0ActBlock* p = prep + b * n_act;
+    for (int t = 0; t < kR; ++t) {
+      const int8_t* aq =
+          reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * act_stride)[b].qs;
+      __m512i s = _mm512_set1_epi32(p[t].corr);
+      for (int k = 0; k < 4; ++k) {
+        s = _mm512_dpbusd_epi32(s, lo[k], bcast32(aq + 4 * k));
+        s = _mm512_dpbusd_epi32(s, hi[k], bcast32(aq + 16 + 4 * k));
+      }
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(p[t].d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < kR; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
+}
+
+// Eight per-lane accumulators summed in hsum_f32x8's order: ((l0 + l4) + (l2 + l6)) +
+// ((l1 + l5) + (l3 + l7)).
+inline __m512 sum8_in_hsum_order(const __m512 l[8]) {
+  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                       _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+}
+
+// 16 fp16 values as floats (see gemv_repacked.cpp's widen_f16x16 on GCC 12's -Werror).
+inline __m512 widen_f16x16(__m256i h) {
+  return _mm512_maskz_cvtph_ps(0xffff, h);
+}
+inline __m512 to_float(__m512i v) {
+  return _mm512_maskz_cvtepi32_ps(0xffff, v);
+}
+
+// offsets[(b * n_act + t) * 64 + c]: vpmaddubsw(32, a) of activation row t's column c
+// (elements 4c .. 4c + 3) of super-block b, the int16 pair (32 (a0 + a1), 32 (a2 + a3)).
+void prepare_q6_k_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_t n_act,
+                       int32_t* offsets) {
+  const __m512i m32 = _mm512_set1_epi8(32);
+  for (int64_t t = 0; t < n_act; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t* o = offsets + (b * n_act + t) * (kQKK / 4);
+      for (int v = 0; v < 4; ++v) {
+        _mm512_storeu_si512(o + 16 * v, _mm512_maddubs_epi16(m32, load512(a[b].qs + 64 * v)));
+      }
+    }
+  }
+}
+
+// kR activation rows (act, act_stride apart; their offsets at offsets[b * n_act * 64])
+// against one group of 16 Q6_K rows: y[t * ldy + j].
+template <int kR>
+void q6_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
+                     const int32_t* offsets, int64_t n_act, float* y, int64_t ldy) {
+  constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
+  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
+  const __m512i sc_control[4] = {
+      _mm512_load_si512(kHighDupControls[0].bytes), _mm512_load_si512(kHighDupControls[1].bytes),
+      _mm512_load_si512(kHighDupControls[2].bytes), _mm512_load_si512(kHighDupControls[3].bytes)};
+  const auto* d16 = reinterpret_cast<const uint16_t*>(group);
+  const uint8_t* quants = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  const BlockQ8_K* a[kR];
+  for (int t = 0; t < kR; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride);
+  }
+  __m512 acc[kR][8];
+  for (auto& row : acc) {
+    for (auto& v : row) v = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* ql = quants + static_cast<size_t>(b) * kSuperBytes;
+    const uint8_t* qh = ql + kRepackRows * kQKK / 2;
+    const uint8_t* sc = qh + kRepackRows * kQKK / 4;
+    const __m512 dw = widen_f16x16(load256(d16 + b * kRepackRows));
+    __m512i scale[16];
+    for (int s = 0; s < 16; ++s) {
+      scale[s] =
+          _mm512_srai_epi16(_mm512_shuffle_epi8(load512(sc + 64 * (s / 4)), sc_control[s % 4]), 8);
+    }
+    const int32_t* off = offsets + b * n_act * (kQKK / 4);
+    for (int i = 0; i < 8; ++i) {
+      __m512i sumi[kR];
+      for (auto& v : sumi) v = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+        const __m512i th = load512(qh + static_cast<size_t>(8 * h + i) * 64);
+        for (int half = 0; half < 2; ++half) {
+          const int m = i + 8 * half;
+          // Two lines per column of the next super-block, as q6_k_super prefetches.
+          const size_t ahead = kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
+          _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T0);
+          const __m512i w = load512(ql + static_cast<size_t>(16 * h + m) * 64);
+          const __m512i t_lo = half == 0 ? _mm512_slli_epi16(th, 4) : _mm512_slli_epi16(th, 2);
+          const __m512i t_hi = half == 0 ? th : _mm512_srli_epi16(th, 2);
+          const __m512i lev_lo =
+              _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), t_lo, bits45, kOrAnd);
+          const __m512i lev_hi = _mm512_ternarylogic_epi32(
+              _mm512_and_si512(_mm512_srli_epi16(w, 4), m4), t_hi, bits45, kOrAnd);
+          const int c_lo = 32 * h + m;
+          const int c_hi = c_lo + 16;
+          for (int t = 0; t < kR; ++t) {
+            const int32_t* o = off + t * (kQKK / 4);
+            const __m512i p_lo = _mm512_sub_epi16(
+                _mm512_maddubs_epi16(lev_lo, bcast32(a[t][b].qs + 4 * c_lo)), bcast32(o + c_lo));
+            const __m512i p_hi = _mm512_sub_epi16(
+                _mm512_maddubs_epi16(lev_hi, bcast32(a[t][b].qs + 4 * c_hi)), bcast32(o + c_hi));
+            sumi[t] = _mm512_dpwssd_epi32(sumi[t], p_lo, scale[c_lo / 4]);
+            sumi[t] = _mm512_dpwssd_epi32(sumi[t], p_hi, scale[c_hi / 4]);
+          }
+        }
+      }
+      for (int t = 0; t < kR; ++t) {
+        const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(a[t][b].d), dw);
+        acc[t][i] = _mm512_fmadd_ps(dd, to_float(sumi[t]), acc[t][i]);
+      }
+    }
+  }
+  // q6_k_groups' end.
+  for (int t = 0; t < kR; ++t) _mm512_storeu_ps(y + t * ldy, sum8_in_hsum_order(acc[t]));
+}
+
+// mins[(b * n_act + t) * 4 + p]: activation row t's sub-block sums S[2p] and S[2p + 1] of
+// super-block b (from its bsums, added in wrapping int16 as q4_k_super adds them) as the
+// int16 pair that vpmaddwd meets with the mins.
+void prepare_q4_k_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_t n_act,
+                       int32_t* mins) {
+  for (int64_t t = 0; t < n_act; ++t) {
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int p = 0; p < 4; ++p) {
+        const auto s0 = static_cast<int16_t>(a[b].bsums[4 * p] + a[b].bsums[4 * p + 1]);
+        const auto s1 = static_cast<int16_t>(a[b].bsums[4 * p + 2] + a[b].bsums[4 * p + 3]);
+        mins[(b * n_act + t) * 4 + p] = static_cast<int32_t>(
+            static_cast<uint16_t>(s0) | static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16);
+      }
+    }
+  }
+}
+
+// kR activation rows (act, act_stride apart; their mins pairs at mins[b * n_act * 4])
+// against one group of 16 Q4_K rows: y[t * ldy + j].
+template <int kR>
+void q4_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
+                     const int32_t* mins, int64_t n_act, float* y, int64_t ldy) {
+  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f);
+  const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
+  const __m512i bits45 = _mm512_set1_epi32(0x30303030);
+  const __m512i pair01 = _mm512_load_si512(kPairControls[0].bytes);
+  const __m512i pair23 = _mm512_load_si512(kPairControls[1].bytes);
+  const BlockQ8_K* a[kR];
+  for (int t = 0; t < kR; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride);
+  }
+  __m512 acc[kR][8];
+  __m512 acc_m[kR][4];
+  for (int t = 0; t < kR; ++t) {
+    for (auto& v : acc[t]) v = _mm512_setzero_ps();
+    for (auto& v : acc_m[t]) v = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
+    const __m512 dw = widen_f16x16(load256(blk));
+    const __m512 dminw = widen_f16x16(load256(blk + 32));
+    // q4_k_super's unpack_scales_mins, lane-wise.
+    const __m512i w0 = load512(blk + 64);
+    const __m512i w1 = load512(blk + 128);
+    const __m512i w2 = load512(blk + 192);
+    const __m512i sc03 = _mm512_and_si512(w0, low6);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                         _mm512_and_si512(_mm512_srli_epi32(w0, 2), bits45));
+    const __m512i m03 = _mm512_and_si512(w1, low6);
+    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                        _mm512_and_si512(_mm512_srli_epi32(w1, 2), bits45));
+    const __m512i m_pairs[4] = {_mm512_shuffle_epi8(m03, pair01), _mm512_shuffle_epi8(m03, pair23),
+                                _mm512_shuffle_epi8(m47, pair01), _mm512_shuffle_epi8(m47, pair23)};
+    const int32_t* mb = mins + b * n_act * 4;
+    for (int t = 0; t < kR; ++t) {
+      const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-a[t][b].d), dminw);
+      for (int p = 0; p < 4; ++p) {
+        const __m512i sums = _mm512_set1_epi32(mb[t * 4 + p]);
+        acc_m[t][p] =
+            _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(m_pairs[p], sums)), acc_m[t][p]);
+      }
+    }
+    // (sc[s], sc[s]) int16 pairs for the low (s = 2j) and high (2j + 1) nibbles of j.
+    __m512i sc_lo[4];
+    __m512i sc_hi[4];
+    for (int j = 0; j < 4; ++j) {
+      sc_lo[j] = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47,
+                                     _mm512_load_si512(kDupControls[(2 * j) % 4].bytes));
+      sc_hi[j] = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47,
+                                     _mm512_load_si512(kDupControls[(2 * j + 1) % 4].bytes));
+    }
+    const uint8_t* q = blk + 64 + 3 * 64;
+    for (int l = 0; l < 8; ++l) {
+      __m512i sumi[kR];
+      for (auto& v : sumi) v = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchBytes), _MM_HINT_T0);
+        const __m512i w = load512(v);
+        const __m512i lo = _mm512_and_si512(w, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+        for (int t = 0; t < kR; ++t) {
+          const int8_t* aq = a[t][b].qs + 64 * j;
+          sumi[t] =
+              _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(lo, bcast32(aq + 4 * l)), sc_lo[j]);
+          sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(hi, bcast32(aq + 32 + 4 * l)),
+                                        sc_hi[j]);
+        }
+      }
+      for (int t = 0; t < kR; ++t) {
+        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(a[t][b].d), dw);
+        acc[t][l] = _mm512_fmadd_ps(d, to_float(sumi[t]), acc[t][l]);
+      }
+    }
+  }
+  // q4_k_groups' end: hsum_f32x8(acc) + hsum_f32x4(acc_m).
+  for (int t = 0; t < kR; ++t) {
+    const __m512* m = acc_m[t];
+    const __m512 sum4 = _mm512_add_ps(_mm512_add_ps(m[0], m[2]), _mm512_add_ps(m[1], m[3]));
+    _mm512_storeu_ps(y + t * ldy, _mm512_add_ps(sum8_in_hsum_order(acc[t]), sum4));
+  }
+}
+
+// One pass of a rows kernel: kR rows (from 1) against one group.
+template <class Prep>
+using GroupRowsFn = void (*)(int64_t nb, const uint8_t* group, const uint8_t* act,
+                             size_t act_stride, const Prep* prep, int64_t n_act, float* y,
+                             int64_t ldy);
+
+template <class Prep, template <int> class Kernel, size_t... kI>
+constexpr std::array<GroupRowsFn<Prep>, sizeof...(kI)> row_passes(std::index_sequence<kI...>) {
+  return {Kernel<static_cast<int>(kI) + 1>::run...};
+}
+
+template <int kR>
+struct Q4_0Rows {
+  static constexpr auto run = q4_0_group_rows<kR>;
+};
+template <int kR>
+struct Q4KRows {
+  static constexpr auto run = q4_k_group_rows<kR>;
+};
+template <int kR>
+struct Q6KRows {
+  static constexpr auto run = q6_k_group_rows<kR>;
+};
+
+// Every GemvRepackedRowsFn: the activations' per-call values (prep_per_block of Prep per
+// row and block, from `prepare`) for all rows, then run_row_passes over the groups with
+// passes[r - 1] for a pass of r rows.
+template <class Weight, class Prep>
+void run_rows(int64_t n, int64_t block_elems, const uint8_t* groups, int64_t n_groups,
+              const uint8_t* act, size_t act_stride, int64_t n_act, float* y, int64_t ldy,
+              int64_t prep_per_block,
+              void (*prepare)(int64_t, const uint8_t*, size_t, int64_t, Prep*),
+              const std::array<GroupRowsFn<Prep>, kMaxRows>& passes) {
+  const int64_t nb = n / block_elems;
+  const size_t group_bytes = static_cast<size_t>(nb) * kRepackRows * sizeof(Weight);
+  // Per thread, grown to the largest call and kept: decode steps call this per matmul.
+  thread_local std::vector<Prep> prep;
+  prep.resize(static_cast<size_t>(nb * n_act * prep_per_block));
+  prepare(nb, act, act_stride, n_act, prep.data());
+  run_row_passes<kMaxRows>(groups, n_groups, group_bytes, n_act,
+                           [&](int64_t rows, const uint8_t* group, int64_t g, int64_t t) {
+                             passes[static_cast<size_t>(rows - 1)](
+                                 nb, group, act + static_cast<size_t>(t) * act_stride, act_stride,
+                                 prep.data() + t * prep_per_block, n_act,
+                                 y + t * ldy + g * kRepackRows, ldy);
+                           });
+}
+
+}  // namespace
+
+void gemv_q6_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                        size_t act_stride, int64_t n_act, float* y, int64_t ldy) {
+  static constexpr auto kPasses =
+      row_passes<int32_t, Q6KRows>(std::make_index_sequence<kMaxRows>{});
+  run_rows<BlockQ6_K, int32_t>(n, kQKK, groups, n_groups, act, act_stride, n_act, y, ldy, kQKK / 4,
+                               prepare_q6_k_rows, kPasses);
+}
+
+void gemv_q4_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                        size_t act_stride, int64_t n_act, float* y, int64_t ldy) {
+  static constexpr auto kPasses =
+      row_passes<int32_t, Q4KRows>(std::make_index_sequence<kMaxRows>{});
+  run_rows<BlockQ4_K, int32_t>(n, kQKK, groups, n_groups, act, act_stride, n_act, y, ldy, 4,
+                               prepare_q4_k_rows, kPasses);
+}
+
+void gemv_q4_0_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                        size_t act_stride, int64_t n_act, float* y, int64_t ldy) {
+  static constexpr auto kPasses =
+      row_passes<Q4_0ActBlock, Q4_0Rows>(std::make_index_sequence<kMaxRows>{});
+  run_rows<BlockQ4_0, Q4_0ActBlock>(n, kQK, groups, n_groups, act, act_stride, n_act, y, ldy, 1,
+                                    prepare_q4_0_rows, kPasses);
+}
+
+}  // namespace qrun::kernels::avx512
