@@ -21,6 +21,10 @@
 // with it, from the same prompt (the -d tokens and one more), never stopping at an end
 // token; t/s counts the N - 1 tokens after the first, and stderr and the JSON add the
 // drafted and accepted tokens and the tokens per target pass.
+// With -np S (a comma list, llama-batched-bench's -npl), each tg test also runs with S
+// sequences decoded together, as `qrun serve` decodes them: S caches, and every step one
+// batched forward pass of one token per sequence ("tgN x S"); t/s counts the tokens of all
+// S sequences, and the effective bandwidth is per pass (the weights are read once for all).
 // stdout carries only the table or the JSON; progress goes to stderr.
 #include <algorithm>
 #include <chrono>
@@ -54,6 +58,7 @@ struct BenchOptions {
   std::vector<int64_t> n_prompt{512};
   std::vector<int64_t> n_gen{128};
   std::vector<int64_t> n_depth{0};
+  std::vector<int64_t> n_parallel{1};
   std::vector<int> threads;  // empty: the backend's default
   int repetitions = 5;
   bool json = false;
@@ -73,6 +78,7 @@ struct BenchRecord {
   int64_t n_prompt = 0;
   int64_t n_gen = 0;
   int64_t n_depth = 0;
+  int64_t n_parallel = 1;  // sequences decoded together (tg only)
   int n_threads = 0;
   TgMode mode = TgMode::kFixed;
   int64_t grammar_restarts = 0;  // times the grammar completed and started again
@@ -168,13 +174,15 @@ std::string test_name(const BenchRecord& r) {
   std::string name = r.n_prompt > 0
                          ? format("pp%lld", static_cast<long long>(r.n_prompt))
                          : format("tg%lld%s", static_cast<long long>(r.n_gen), mode_name(r.mode));
+  if (r.n_parallel > 1) name += format(" x%lld", static_cast<long long>(r.n_parallel));
   if (r.n_depth > 0) name += format(" @ d%lld", static_cast<long long>(r.n_depth));
   return name;
 }
 
 std::vector<double> samples_ts(const BenchRecord& r) {
   // (through generate(), the first token comes with the prompt: N - 1 are timed)
-  const double n = static_cast<double>(r.n_prompt + r.n_gen - (through_generate(r.mode) ? 1 : 0));
+  const double n = static_cast<double>(r.n_prompt + r.n_gen - (through_generate(r.mode) ? 1 : 0)) *
+                   static_cast<double>(r.n_parallel);
   std::vector<double> ts;
   for (int64_t ns : r.samples_ns) ts.push_back(n * 1e9 / static_cast<double>(ns));
   return ts;
@@ -237,6 +245,41 @@ Result<int64_t> run_once(Session& s, std::span<const int32_t> depth, int64_t n_b
       .count();
 }
 
+// One run of a tg test over caches.size() sequences decoded together: every cache cleared
+// and the `depth` tokens prefilled into each (untimed), then tokens.size() steps of one
+// batched forward pass with a token per sequence (sequence j takes the tokens from j on).
+// Returns the nanoseconds the steps took.
+Result<int64_t> run_parallel_once(Session& s, std::vector<KvCache>& caches,
+                                  std::span<const int32_t> depth, int64_t n_batch,
+                                  std::span<const int32_t> tokens, std::vector<float>& logits) {
+  const int64_t pos0 = static_cast<int64_t>(depth.size());
+  for (KvCache& kv : caches) {
+    kv.clear();
+    for (int64_t i = 0; i < pos0; i += n_batch) {
+      const int64_t n = std::min(n_batch, pos0 - i);
+      QRUN_TRY(s.model->forward(*s.backend,
+                                depth.subspan(static_cast<size_t>(i), static_cast<size_t>(n)), i,
+                                kv, false, logits.data()));
+    }
+  }
+  const size_t n_vocab = static_cast<size_t>(s.model->hparams().n_vocab);
+  std::vector<SeqForward> parts(caches.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    for (size_t j = 0; j < parts.size(); ++j) {
+      parts[j] = {tokens.subspan((i + j) % tokens.size(), 1), pos0 + static_cast<int64_t>(i),
+                  &caches[j], false, logits.data() + j * n_vocab};
+    }
+    // A step of decode rows only, as the batch scheduler marks it.
+    s.backend->set_decode_rows(true);
+    Result<void> step = s.model->forward_batch(*s.backend, parts);
+    s.backend->set_decode_rows(false);
+    QRUN_TRY(step);
+  }
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
 // One greedy generation of r.n_gen tokens after the -d tokens and one more, with the
 // drafter of `draft` if given; returns the nanoseconds of the tokens after the first.
 Result<int64_t> run_generate(Session& s, const BenchRecord& r, int64_t n_batch,
@@ -268,7 +311,13 @@ Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r,
   const bool tg = r.n_gen > 0;
   const std::vector<int32_t> tokens = bench_tokens(s, tg ? r.n_gen : r.n_prompt, 1234);
   const std::vector<int32_t> depth = bench_tokens(s, r.n_depth, 4321);
-  std::vector<float> logits(static_cast<size_t>(s.model->hparams().n_vocab));
+  std::vector<float> logits(static_cast<size_t>(s.model->hparams().n_vocab * r.n_parallel));
+  std::vector<KvCache> caches;
+  for (int64_t j = 0; r.n_parallel > 1 && j < r.n_parallel; ++j) {
+    Result<KvCache> kv = make_flagged_kv_cache(*s.model, o.model, s.kv.n_ctx());
+    if (!kv.ok()) return kv.error();
+    caches.push_back(std::move(*kv));
+  }
   std::optional<Sampler> sampler;
   if (r.mode != TgMode::kFixed) {
     SamplingParams params;  // llama.cpp's default chain, a fixed seed
@@ -285,17 +334,21 @@ Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r,
   std::span<const int32_t> warm_up(tokens);
   if (tg) warm_up = warm_up.first(1);
   GenerateTimings unused;
-  Result<int64_t> ns = through_generate(r.mode)
-                           ? run_generate(s, r, o.model.batch_size, drafter, unused)
-                           : run_once(s, depth, o.model.batch_size, warm_up, tg, logits, sp);
+  auto once = [&](std::span<const int32_t> test_tokens, GenerateTimings& timings,
+                  int64_t* restarts) -> Result<int64_t> {
+    if (through_generate(r.mode)) return run_generate(s, r, o.model.batch_size, drafter, timings);
+    if (!caches.empty()) {
+      return run_parallel_once(s, caches, depth, o.model.batch_size, test_tokens, logits);
+    }
+    return run_once(s, depth, o.model.batch_size, test_tokens, tg, logits, sp, restarts);
+  };
+  Result<int64_t> ns = once(warm_up, unused, nullptr);
   if (!ns.ok()) return ns.error();
   r.test_time = utc_now();
   for (int i = 0; i < o.repetitions; ++i) {
     std::fprintf(stderr, ", run %d", i + 1);
     std::fflush(stderr);
-    ns = through_generate(r.mode)
-             ? run_generate(s, r, o.model.batch_size, drafter, r.speculation)
-             : run_once(s, depth, o.model.batch_size, tokens, tg, logits, sp, &r.grammar_restarts);
+    ns = once(tokens, r.speculation, &r.grammar_restarts);
     if (!ns.ok()) return ns.error();
     r.samples_ns.push_back(std::max<int64_t>(1, *ns));
   }
@@ -321,7 +374,9 @@ struct Bandwidth {
 Bandwidth bandwidth_of(const BenchContext& c, const BenchRecord& r) {
   Bandwidth b;
   if (r.n_gen <= 0) return b;
-  b.effective_gbps = static_cast<double>(c.weight_bytes_per_token) * mean(samples_ts(r)) / 1e9;
+  // Per batched pass: the weights are read once for all r.n_parallel tokens.
+  b.effective_gbps = static_cast<double>(c.weight_bytes_per_token) * mean(samples_ts(r)) /
+                     static_cast<double>(r.n_parallel) / 1e9;
   if (r.memory && r.memory->gbps > 0) b.utilisation = *b.effective_gbps / r.memory->gbps;
   return b;
 }
@@ -360,6 +415,7 @@ nlohmann::ordered_json record_json(const BenchContext& c, const BenchRecord& r) 
             : 0.0;
   }
   j["n_depth"] = r.n_depth;
+  j["n_parallel"] = r.n_parallel;
   j["test_time"] = r.test_time;
   j["avg_ns"] = static_cast<int64_t>(std::llround(mean(ns)));
   j["stddev_ns"] = static_cast<int64_t>(std::llround(sample_stddev(ns)));
@@ -490,6 +546,7 @@ Result<void> run_bench(BenchOptions o) {
   for (int64_t n : o.n_gen) max_n = std::max(max_n, n);
   if (o.grammar.error) return *o.grammar.error;
   for (int64_t d : o.n_depth) max_d = std::max(max_d, d);
+  for (int64_t np : o.n_parallel) o.model.n_seq = std::max(o.model.n_seq, np);
   if (o.model.model.empty() && o.memory) return run_memory_only(o);
   if (max_p == 0 && max_n == 0 && !o.memory) {
     return make_error(ErrorCode::kUsage, "bench: nothing to measure: every -p and -n is 0");
@@ -572,12 +629,13 @@ Result<void> run_bench(BenchOptions o) {
                    m->gbps, m->passes, human_bytes(static_cast<double>(m->buffer_bytes)).c_str());
       memory.emplace(n_threads, *m);
     }
-    auto add_test = [&](int64_t p, int64_t n, int64_t d,
-                        TgMode mode = TgMode::kFixed) -> Result<void> {
+    auto add_test = [&](int64_t p, int64_t n, int64_t d, TgMode mode = TgMode::kFixed,
+                        int64_t n_parallel = 1) -> Result<void> {
       BenchRecord r;
       r.n_prompt = p;
       r.n_gen = n;
       r.n_depth = d;
+      r.n_parallel = n_parallel;
       r.n_threads = n_threads;
       r.mode = mode;
       QRUN_TRY(run_test(s, o, r, draft ? &*draft : nullptr));
@@ -590,7 +648,7 @@ Result<void> run_bench(BenchOptions o) {
       }
       for (int64_t n : o.n_gen) {
         if (n <= 0) continue;
-        QRUN_TRY(add_test(0, n, d));
+        for (int64_t np : o.n_parallel) QRUN_TRY(add_test(0, n, d, TgMode::kFixed, np));
         if (o.grammar.grammar != nullptr) {
           QRUN_TRY(add_test(0, n, d, TgMode::kSampled));
           QRUN_TRY(add_test(0, n, d, TgMode::kGrammar));
@@ -639,6 +697,12 @@ void register_bench(CLI::App& app, Action* selected) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, kMaxBenchTokens));
+  cmd->add_option("--parallel", o->n_parallel,
+                  "Sequences decoded together in tg tests, a comma list (llama-batched-bench's "
+                  "-npl; 'tgN xS')")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
   cmd->add_option("-r,--repetitions", o->repetitions, "Timed runs per test, after one warm-up")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
@@ -656,6 +720,8 @@ void register_bench(CLI::App& app, Action* selected) {
       "(about a\n"
       "second) and report weights read per token x t/s and its share of that bandwidth;\n"
       "--no-memory-probe skips the measurement and leaves the share out.\n"
+      "With -np S > 1, each tg test also decodes S sequences together, one batched pass\n"
+      "per step as qrun serve does ('tgN xS'; t/s counts every sequence's tokens).\n"
       "With a grammar flag, each tg test also runs sampled (the default chain, seed 1234)\n"
       "without and with the grammar: 'tgN sampled' and 'tgN grammar'.\n"
       "With -md/--model-draft or --lookup-ngram, each tg test also decodes greedily without\n"

@@ -252,6 +252,40 @@ TEST(CliBench, DraftAddsGreedyAndSpeculativeRows) {
   EXPECT_TRUE(mismatch.out.empty()) << mismatch.out;
 }
 
+// -np decodes several sequences together: one row per count ("tgN xS"), n_parallel in the
+// JSON, t/s over every sequence's tokens, and the effective bandwidth per batched pass
+// (weights read once per step: bytes per token x t/s / S).
+TEST(CliBench, ParallelDecodesSequencesTogether) {
+  const std::string model = synth_model(temp_dir(), false);
+  CommandResult r =
+      run_command(qrun() + " bench -m '" + model + "' -p 0 -n 6 -np 1,3 -d 4 -r 1 -t 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u) << r.out;
+  EXPECT_EQ(j[0]["n_parallel"], 1);
+  EXPECT_EQ(j[1]["n_parallel"], 3);
+  for (const nlohmann::json& rec : j) {
+    EXPECT_EQ(rec["n_gen"], 6);
+    const double ts = rec["avg_ts"].get<double>();
+    EXPECT_GT(ts, 0.0);
+    // t/s is the tokens of all the sequences over the time of the run.
+    EXPECT_NEAR(ts, 6.0 * rec["n_parallel"].get<double>() * 1e9 / rec["avg_ns"].get<double>(),
+                ts * 1e-3);
+    EXPECT_NEAR(rec["effective_gbps"].get<double>(),
+                static_cast<double>(rec["weight_bytes_per_token"].get<size_t>()) * ts /
+                    rec["n_parallel"].get<double>() / 1e9,
+                1e-9 + rec["effective_gbps"].get<double>() * 1e-9);
+  }
+  CommandResult md =
+      run_command(qrun() + " bench -m '" + model + "' -p 0 -n 4 -np 2 -d 4 -r 1 -t 1");
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_NE(md.out.find("tg4 x2 @ d4"), std::string::npos) << md.out;
+  for (const char* bad : {"-np 0", "-np 1,x", "-np 257"}) {
+    CommandResult e = run_command(qrun() + " bench -m '" + model + "' -p 0 -n 4 -r 1 " + bad);
+    EXPECT_EQ(e.exit_code, 2) << bad << ": " << e.err;
+  }
+}
+
 TEST(CliBench, BadInputIsAUsageOrContextError) {
   const std::string model = data_path("models/stories260K.gguf").string();
   for (const char* args : {"-p x", "-p -1", "-n 1,y", "-r 0", "-t 0", "--no-such-flag", "-p 0 -n 0",
