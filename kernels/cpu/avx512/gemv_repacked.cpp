@@ -27,17 +27,11 @@
 
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx512/dot_kernels.h"
+#include "kernels/cpu/avx512/repacked_common.h"
 #include "kernels/cpu/repack.h"
 
 namespace qrun::kernels::avx512 {
 namespace {
-
-// The 4 bytes at p, broadcast to all 16 lanes.
-inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
 
 // Minus the sum of the 8 int32 lanes of v, in all 16 lanes.
 inline __m512i neg_sum(__m256i v) {
@@ -46,27 +40,6 @@ inline __m512i neg_sum(__m256i v) {
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
   return _mm512_set1_epi32(-_mm_cvtsi128_si32(s));
 }
-
-// 16 fp16 values, and 16 int32 values, as floats. GCC 12 builds the plain intrinsics on an
-// "undefined" vector that -Werror=uninitialized rejects once they are inlined into the
-// k-quant kernels (the sanitizer build); the all-ones zero-masking forms are the same
-// instructions.
-inline __m512 widen_f16x16(__m256i h) {
-  return _mm512_maskz_cvtph_ps(0xffff, h);
-}
-inline __m512 to_float(__m512i v) {
-  return _mm512_maskz_cvtepi32_ps(0xffff, v);
-}
-
-// Eight per-lane accumulators summed in hsum_f32x8's order: ((l0 + l4) + (l2 + l6)) +
-// ((l1 + l5) + (l3 + l7)).
-inline __m512 sum8_in_hsum_order(const __m512 l[8]) {
-  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
-                       _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
-}
-
-// How far ahead of the block being read each group prefetches its quants.
-constexpr size_t kPrefetchBytes = 2048;
 
 // Prefetches the `lines` cache lines at kPrefetchBytes past p.
 inline void prefetch_ahead(const uint8_t* p, int lines) {
@@ -202,19 +175,6 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   for (int i = 0; i < kG; ++i) _mm512_storeu_ps(y + i * kRepackRows, sum8_in_hsum_order(acc[i]));
 }
 
-// The constants of the Q4_K kernel: byte masks and the vpshufb controls of repack.h.
-struct Q4KConstants {
-  __m512i m4 = _mm512_set1_epi8(15);
-  __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f);
-  __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
-  __m512i bits45 = _mm512_set1_epi32(0x30303030);
-  __m512i pair01 = _mm512_load_si512(kPairControls[0].bytes);
-  __m512i pair23 = _mm512_load_si512(kPairControls[1].bytes);
-  __m512i dup[4] = {
-      _mm512_load_si512(kDupControls[0].bytes), _mm512_load_si512(kDupControls[1].bytes),
-      _mm512_load_si512(kDupControls[2].bytes), _mm512_load_si512(kDupControls[3].bytes)};
-};
-
 // One super-block of one group of 16 Q4_K rows (at blk) against ab. Per row (lane) this is
 // vec_dot_q4_k_q8_k step for step: its 8 int32 lanes l become 8 vectors sumi[l] (vector
 // q[8j + l] feeds lane l as vec_dot's 32-byte load j does); the super-block adds d *
@@ -225,26 +185,12 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
   constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
   const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
   const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
-  // unpack_scales_mins, lane-wise: sc[0..3], sc[4..7], m[0..3], m[4..7] as bytes.
-  const __m512i w0 = load512(blk + 64);
-  const __m512i w1 = load512(blk + 128);
-  const __m512i w2 = load512(blk + 192);
-  const __m512i sc03 = _mm512_and_si512(w0, k.low6);
-  const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(w2, k.low4),
-                                       _mm512_and_si512(_mm512_srli_epi32(w0, 2), k.bits45));
-  const __m512i m03 = _mm512_and_si512(w1, k.low6);
-  const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), k.low4),
-                                      _mm512_and_si512(_mm512_srli_epi32(w1, 2), k.bits45));
-  // Mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s] the activation's sub-block sums.
-  const __m512i m_pairs[4] = {
-      _mm512_shuffle_epi8(m03, k.pair01), _mm512_shuffle_epi8(m03, k.pair23),
-      _mm512_shuffle_epi8(m47, k.pair01), _mm512_shuffle_epi8(m47, k.pair23)};
+  // unpack_scales_mins, lane-wise; the mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s]
+  // the activation's sub-block sums.
+  const Q4KScales sm = q4_k_scales(blk, k);
   for (int p = 0; p < 4; ++p) {
-    const auto s0 = static_cast<int16_t>(ab.bsums[4 * p] + ab.bsums[4 * p + 1]);
-    const auto s1 = static_cast<int16_t>(ab.bsums[4 * p + 2] + ab.bsums[4 * p + 3]);
-    const __m512i sums = _mm512_set1_epi32(static_cast<int32_t>(
-        static_cast<uint16_t>(s0) | static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16));
-    acc_m[p] = _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(m_pairs[p], sums)), acc_m[p]);
+    const __m512i sums = _mm512_set1_epi32(q4_k_mins_pair(ab, p));
+    acc_m[p] = _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(sm.m_pairs[p], sums)), acc_m[p]);
   }
   const uint8_t* q = blk + 64 + 3 * 64;
   _mm_prefetch(reinterpret_cast<const char*>(q + kSuperBytes), _MM_HINT_T0);
@@ -252,8 +198,8 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
   for (auto& v : sumi) v = _mm512_setzero_si512();
   for (int j = 0; j < 4; ++j) {
     // (sc[s], sc[s]) int16 pairs for the low (s = 2j) and high (2j + 1) nibbles.
-    const __m512i sc_lo = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47, k.dup[(2 * j) % 4]);
-    const __m512i sc_hi = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47, k.dup[(2 * j + 1) % 4]);
+    const __m512i sc_lo = q4_k_scale_pair(sm, j, /*high=*/false, k);
+    const __m512i sc_hi = q4_k_scale_pair(sm, j, /*high=*/true, k);
     const int8_t* aq = ab.qs + 64 * j;
     for (int l = 0; l < 8; ++l) {
       const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
@@ -296,15 +242,6 @@ void q4_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
-// The constants of the Q6_K kernel.
-struct Q6KConstants {
-  __m512i m4 = _mm512_set1_epi8(15);
-  __m512i bits45 = _mm512_set1_epi8(0x30);
-  __m512i sc_control[4] = {
-      _mm512_load_si512(kHighDupControls[0].bytes), _mm512_load_si512(kHighDupControls[1].bytes),
-      _mm512_load_si512(kHighDupControls[2].bytes), _mm512_load_si512(kHighDupControls[3].bytes)};
-};
-
 // One super-block of one group of 16 Q6_K rows (quants at ql, the rows' fp16 d at d16)
 // against ab, vec_dot_q6_k_q8_k lane-wise: column c (elements 4c .. 4c + 3) is what that
 // kernel's int32 lane c mod 16 of step (h, k) sums, and fold512 adds lanes i and i + 8, so
@@ -317,38 +254,25 @@ struct Q6KConstants {
 inline void q6_k_super(const uint8_t* ql, const uint16_t* d16, const BlockQ8_K& ab,
                        const int32_t* offset, const Q6KConstants& k, __m512 acc[8]) {
   constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
-  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
   const uint8_t* qh = ql + kRepackRows * kQKK / 2;
   const uint8_t* sc = qh + kRepackRows * kQKK / 4;
   const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(d16)));
-  // scale[s]: (sc[s], sc[s]) as sign-extended int16 pairs, for the 16-element sub-block s.
   __m512i scale[16];
-  for (int s = 0; s < 16; ++s) {
-    scale[s] =
-        _mm512_srai_epi16(_mm512_shuffle_epi8(load512(sc + 64 * (s / 4)), k.sc_control[s % 4]), 8);
-  }
+  q6_k_scales(sc, k, scale);
   __m512i sumi[8];
   for (auto& v : sumi) v = _mm512_setzero_si512();
   for (int h = 0; h < 2; ++h) {
     for (int m = 0; m < 16; ++m) {
-      // ql column 16h + m: low nibbles are column 32h + m, high ones column 32h + m + 16;
-      // their bits 4-5 are bit pairs m / 8 and 2 + m / 8 of qh column 8h + m % 8.
       const uint8_t* wp = ql + static_cast<size_t>(16 * h + m) * 64;
       // Two lines per column of the next super-block (52 lines: ql, qh and scales; the
       // last columns reach into the one after).
       const size_t ahead = kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
       _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T0);
-      const __m512i w = load512(wp);
-      const __m512i t = load512(qh + static_cast<size_t>(8 * h + m % 8) * 64);
-      // Within each byte: bit pair m / 8 of t moved to bits 4-5 for the low level, bit pair
-      // 2 + m / 8 for the high one (16-bit shifts: what crosses bytes is masked off).
-      const __m512i t_lo = m < 8 ? _mm512_slli_epi16(t, 4) : _mm512_slli_epi16(t, 2);
-      const __m512i t_hi = m < 8 ? t : _mm512_srli_epi16(t, 2);
-      const __m512i lev_lo =
-          _mm512_ternarylogic_epi32(_mm512_and_si512(w, k.m4), t_lo, k.bits45, kOrAnd);
-      const __m512i lev_hi = _mm512_ternarylogic_epi32(
-          _mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4), t_hi, k.bits45, kOrAnd);
+      __m512i lev_lo;
+      __m512i lev_hi;
+      q6_k_levels(load512(wp), load512(qh + static_cast<size_t>(8 * h + m % 8) * 64), m, k, lev_lo,
+                  lev_hi);
       const int c_lo = 32 * h + m;
       const int c_hi = c_lo + 16;
       const __m512i p_lo = _mm512_sub_epi16(_mm512_maddubs_epi16(lev_lo, bcast32(ab.qs + 4 * c_lo)),

@@ -27,6 +27,7 @@
 
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx512/dot_kernels.h"
+#include "kernels/cpu/avx512/repacked_common.h"
 #include "kernels/cpu/repack.h"
 
 namespace qrun::kernels::avx512 {
@@ -36,18 +37,10 @@ namespace {
 // the 32 registers with room for the temporaries.
 constexpr int64_t kMaxRows = 8;
 
-// The 4 bytes at p, broadcast to all 16 lanes.
-inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
-
-// How far ahead of the block being read a pass prefetches the group's quants, and its
-// scales: one group is one memory stream, which the hardware prefetcher alone leaves idle
-// between its requests (as gemv_repacked.cpp measured).
-constexpr size_t kPrefetchBytes = 2048;
-constexpr int64_t kPrefetchScales = 64;  // rows' scales: 4 blocks a line
+// A Q4_0 pass prefetches a group's quants kPrefetchBytes ahead, and its scales (4 blocks a
+// line) kPrefetchScales blocks ahead: one group is one memory stream, which the hardware
+// prefetcher alone leaves idle between its requests (as gemv_repacked.cpp measured).
+constexpr int64_t kPrefetchScales = 64;
 
 inline void prefetch_ahead(const uint8_t* quants, const uint16_t* scales) {
   for (int l = 0; l < 4; ++l) {
@@ -109,21 +102,6 @@ void q4_0_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
   for (int t = 0; t < kR; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
 }
 
-// Eight per-lane accumulators summed in hsum_f32x8's order: ((l0 + l4) + (l2 + l6)) +
-// ((l1 + l5) + (l3 + l7)).
-inline __m512 sum8_in_hsum_order(const __m512 l[8]) {
-  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
-                       _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
-}
-
-// 16 fp16 values as floats (see gemv_repacked.cpp's widen_f16x16 on GCC 12's -Werror).
-inline __m512 widen_f16x16(__m256i h) {
-  return _mm512_maskz_cvtph_ps(0xffff, h);
-}
-inline __m512 to_float(__m512i v) {
-  return _mm512_maskz_cvtepi32_ps(0xffff, v);
-}
-
 // offsets[(b * n_act + t) * 64 + c]: vpmaddubsw(32, a) of activation row t's column c
 // (elements 4c .. 4c + 3) of super-block b, the int16 pair (32 (a0 + a1), 32 (a2 + a3)).
 void prepare_q6_k_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_t n_act,
@@ -146,12 +124,7 @@ template <int kR>
 void q6_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
                      const int32_t* offsets, int64_t n_act, float* y, int64_t ldy) {
   constexpr size_t kSuperBytes = kRepackRows * (sizeof(BlockQ6_K) - sizeof(uint16_t));
-  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
-  const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i bits45 = _mm512_set1_epi8(0x30);
-  const __m512i sc_control[4] = {
-      _mm512_load_si512(kHighDupControls[0].bytes), _mm512_load_si512(kHighDupControls[1].bytes),
-      _mm512_load_si512(kHighDupControls[2].bytes), _mm512_load_si512(kHighDupControls[3].bytes)};
+  const Q6KConstants k;
   const auto* d16 = reinterpret_cast<const uint16_t*>(group);
   const uint8_t* quants = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
   const BlockQ8_K* a[kR];
@@ -168,10 +141,7 @@ void q6_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
     const uint8_t* sc = qh + kRepackRows * kQKK / 4;
     const __m512 dw = widen_f16x16(load256(d16 + b * kRepackRows));
     __m512i scale[16];
-    for (int s = 0; s < 16; ++s) {
-      scale[s] =
-          _mm512_srai_epi16(_mm512_shuffle_epi8(load512(sc + 64 * (s / 4)), sc_control[s % 4]), 8);
-    }
+    q6_k_scales(sc, k, scale);
     const int32_t* off = offsets + b * n_act * (kQKK / 4);
     for (int i = 0; i < 8; ++i) {
       __m512i sumi[kR];
@@ -184,13 +154,9 @@ void q6_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
           const size_t ahead = kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
           _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T0);
-          const __m512i w = load512(ql + static_cast<size_t>(16 * h + m) * 64);
-          const __m512i t_lo = half == 0 ? _mm512_slli_epi16(th, 4) : _mm512_slli_epi16(th, 2);
-          const __m512i t_hi = half == 0 ? th : _mm512_srli_epi16(th, 2);
-          const __m512i lev_lo =
-              _mm512_ternarylogic_epi32(_mm512_and_si512(w, m4), t_lo, bits45, kOrAnd);
-          const __m512i lev_hi = _mm512_ternarylogic_epi32(
-              _mm512_and_si512(_mm512_srli_epi16(w, 4), m4), t_hi, bits45, kOrAnd);
+          __m512i lev_lo;
+          __m512i lev_hi;
+          q6_k_levels(load512(ql + static_cast<size_t>(16 * h + m) * 64), th, m, k, lev_lo, lev_hi);
           const int c_lo = 32 * h + m;
           const int c_hi = c_lo + 16;
           for (int t = 0; t < kR; ++t) {
@@ -214,20 +180,13 @@ void q6_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
   for (int t = 0; t < kR; ++t) _mm512_storeu_ps(y + t * ldy, sum8_in_hsum_order(acc[t]));
 }
 
-// mins[(b * n_act + t) * 4 + p]: activation row t's sub-block sums S[2p] and S[2p + 1] of
-// super-block b (from its bsums, added in wrapping int16 as q4_k_super adds them) as the
-// int16 pair that vpmaddwd meets with the mins.
+// mins[(b * n_act + t) * 4 + p]: q4_k_mins_pair of activation row t's super-block b.
 void prepare_q4_k_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_t n_act,
                        int32_t* mins) {
   for (int64_t t = 0; t < n_act; ++t) {
     const auto* a = reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride);
     for (int64_t b = 0; b < nb; ++b) {
-      for (int p = 0; p < 4; ++p) {
-        const auto s0 = static_cast<int16_t>(a[b].bsums[4 * p] + a[b].bsums[4 * p + 1]);
-        const auto s1 = static_cast<int16_t>(a[b].bsums[4 * p + 2] + a[b].bsums[4 * p + 3]);
-        mins[(b * n_act + t) * 4 + p] = static_cast<int32_t>(
-            static_cast<uint16_t>(s0) | static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16);
-      }
+      for (int p = 0; p < 4; ++p) mins[(b * n_act + t) * 4 + p] = q4_k_mins_pair(a[b], p);
     }
   }
 }
@@ -238,12 +197,7 @@ template <int kR>
 void q4_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
                      const int32_t* mins, int64_t n_act, float* y, int64_t ldy) {
   constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
-  const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f);
-  const __m512i low4 = _mm512_set1_epi32(0x0f0f0f0f);
-  const __m512i bits45 = _mm512_set1_epi32(0x30303030);
-  const __m512i pair01 = _mm512_load_si512(kPairControls[0].bytes);
-  const __m512i pair23 = _mm512_load_si512(kPairControls[1].bytes);
+  const Q4KConstants k;
   const BlockQ8_K* a[kR];
   for (int t = 0; t < kR; ++t) {
     a[t] = reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride);
@@ -258,35 +212,21 @@ void q4_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
     const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
     const __m512 dw = widen_f16x16(load256(blk));
     const __m512 dminw = widen_f16x16(load256(blk + 32));
-    // q4_k_super's unpack_scales_mins, lane-wise.
-    const __m512i w0 = load512(blk + 64);
-    const __m512i w1 = load512(blk + 128);
-    const __m512i w2 = load512(blk + 192);
-    const __m512i sc03 = _mm512_and_si512(w0, low6);
-    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(w2, low4),
-                                         _mm512_and_si512(_mm512_srli_epi32(w0, 2), bits45));
-    const __m512i m03 = _mm512_and_si512(w1, low6);
-    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
-                                        _mm512_and_si512(_mm512_srli_epi32(w1, 2), bits45));
-    const __m512i m_pairs[4] = {_mm512_shuffle_epi8(m03, pair01), _mm512_shuffle_epi8(m03, pair23),
-                                _mm512_shuffle_epi8(m47, pair01), _mm512_shuffle_epi8(m47, pair23)};
+    const Q4KScales sm = q4_k_scales(blk, k);
     const int32_t* mb = mins + b * n_act * 4;
     for (int t = 0; t < kR; ++t) {
       const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-a[t][b].d), dminw);
       for (int p = 0; p < 4; ++p) {
         const __m512i sums = _mm512_set1_epi32(mb[t * 4 + p]);
         acc_m[t][p] =
-            _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(m_pairs[p], sums)), acc_m[t][p]);
+            _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(sm.m_pairs[p], sums)), acc_m[t][p]);
       }
     }
-    // (sc[s], sc[s]) int16 pairs for the low (s = 2j) and high (2j + 1) nibbles of j.
     __m512i sc_lo[4];
     __m512i sc_hi[4];
     for (int j = 0; j < 4; ++j) {
-      sc_lo[j] = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47,
-                                     _mm512_load_si512(kDupControls[(2 * j) % 4].bytes));
-      sc_hi[j] = _mm512_shuffle_epi8(j < 2 ? sc03 : sc47,
-                                     _mm512_load_si512(kDupControls[(2 * j + 1) % 4].bytes));
+      sc_lo[j] = q4_k_scale_pair(sm, j, /*high=*/false, k);
+      sc_hi[j] = q4_k_scale_pair(sm, j, /*high=*/true, k);
     }
     const uint8_t* q = blk + 64 + 3 * 64;
     for (int l = 0; l < 8; ++l) {
@@ -296,8 +236,8 @@ void q4_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
         const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
         _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchBytes), _MM_HINT_T0);
         const __m512i w = load512(v);
-        const __m512i lo = _mm512_and_si512(w, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+        const __m512i lo = _mm512_and_si512(w, k.m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4);
         for (int t = 0; t < kR; ++t) {
           const int8_t* aq = a[t][b].qs + 64 * j;
           sumi[t] =
