@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Aggregate generated tokens/s of `qrun serve` with 1, 2, 4, 8 and 16 concurrent clients,
-# each asking for N tokens (greedy, --ignore-eos) after a short distinct prompt: the batched
+# each asking for N tokens (greedy, --ignore-eos, streamed) after a short distinct prompt,
+# over the wall time and, without the prompts, as decode tokens/s (see load()): the batched
 # engine with -np NP (default 8), and as the baseline in the same run -np 1 (one sequence at
 # a time: the others wait in the queue); then, side by side, llama-server -np NP on the same
 # file and load when LLAMA_SERVER names it (default /tmp/llama.cpp/build/bin/llama-server,
@@ -73,32 +74,47 @@ stop() {
   pid=
 }
 
-# CLIENTS concurrent completions of N tokens, REPS rounds (after one warm-up round);
-# prints the aggregate generated tokens/s of the best round.
+# CLIENTS concurrent streamed completions of N tokens, REPS rounds (after one warm-up
+# round); prints two figures of the best round: generated tokens/s over the round's wall
+# time (prompts, HTTP and all), and aggregate decode tokens/s, the sum over clients of
+# (tokens after the first) / (time from its first token to its last). That leaves the
+# prompts out, and holds while every client decodes at once (clients <= -np; with more, the
+# later ones decode after the first ones end, and the sum means nothing: not printed).
 load() {
   python3 - "$port" "$1" "$n_gen" "$reps" <<'PY'
 import json, sys, threading, time, urllib.request
 port, clients, n, reps = (int(a) for a in sys.argv[1:])
 def ask(i, out):
     body = json.dumps({"prompt": f"Once upon a time, story {i} began with", "max_tokens": n,
-                       "temperature": 0}).encode()
+                       "temperature": 0, "stream": True}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
                                  {"Content-Type": "application/json"})
+    times = []
     with urllib.request.urlopen(req, timeout=600) as r:
-        out[i] = json.load(r)["usage"]["completion_tokens"]
+        for line in r:
+            line = line.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0].get("text"):
+                times.append(time.monotonic())
+    out[i] = times
 def round_():
-    out = [0] * clients
+    out = [[] for _ in range(clients)]
     threads = [threading.Thread(target=ask, args=(i, out)) for i in range(clients)]
     t0 = time.monotonic()
     for t in threads: t.start()
     for t in threads: t.join()
-    return sum(out) / (time.monotonic() - t0)
+    wall = sum(len(t) for t in out) / (time.monotonic() - t0)
+    decode = sum((len(t) - 1) / (t[-1] - t[0]) for t in out if len(t) > 1)
+    return wall, decode
 round_()  # warm-up: pages the weights in, makes the repacked copies
-print(f"{max(round_() for _ in range(reps)):.3f}")
+rounds = [round_() for _ in range(reps)]
+print(f"{max(w for w, _ in rounds):.3f} {max(d for _, d in rounds):.3f}")
 PY
 }
 
-declare -A tps
+declare -A tps dps
 configs="qrun-np$np qrun-np1"
 if [ "${1:--}" = "-" ]; then
   # llama-server parses what it generates as text and answers 500 to the invalid UTF-8 a
@@ -113,8 +129,14 @@ for config in $configs; do
     llama-np*) start_llama "${config#llama-np}" ;;
   esac
   for c in $clients; do
-    tps[$config,$c]=$(load "$c")
-    echo "$config, $c client(s): ${tps[$config,$c]} generated tok/s"
+    read -r wall decode < <(load "$c")
+    tps[$config,$c]=$wall
+    dps[$config,$c]=$decode
+    if [ "$config" = qrun-np1 ] || [ "$c" -gt "$np" ]; then  # not all decoding together
+      echo "$config, $c client(s): $wall generated tok/s"
+    else
+      echo "$config, $c client(s): $wall generated tok/s, $decode decode tok/s"
+    fi
   done
   stop
 done
@@ -122,7 +144,9 @@ ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 echo "ratios (same run, same machine):"
 for c in $clients; do
   [ "$c" = 1 ] && continue
-  echo "  qrun -np $np, $c clients / 1 client: $(ratio "${tps[qrun-np$np,$c]}" "${tps[qrun-np$np,1]}")x"
+  line="  qrun -np $np, $c clients / 1 client: $(ratio "${tps[qrun-np$np,$c]}" "${tps[qrun-np$np,1]}")x generated"
+  [ "$c" -le "$np" ] && line="$line, $(ratio "${dps[qrun-np$np,$c]}" "${dps[qrun-np$np,1]}")x decode"
+  echo "$line"
 done
 for c in $clients; do
   echo "  $c client(s), qrun -np $np / -np 1 (queued): $(ratio "${tps[qrun-np$np,$c]}" "${tps[qrun-np1,$c]}")x"
