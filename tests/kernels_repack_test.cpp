@@ -291,7 +291,9 @@ void expect_rows_match_vec_dot(const MatmulKernels& mk, DType type, int64_t n,
   const auto n_act = static_cast<int64_t>(acts.size());
   std::vector<uint8_t> p(w.size());
   repack_rows(type, n, w.data(), n_groups * kRepackRows, p.data());
-  const size_t act_stride = row_size(mk.act_type, n) + 6;
+  // 8 bytes more than a row: a stride the kernels must not assume away, that keeps every
+  // block as aligned as in a row (Q8_K's float d needs 4 bytes, as the backend's rows give).
+  const size_t act_stride = row_size(mk.act_type, n) + 8;
   std::vector<uint8_t> packed_acts(act_stride * acts.size());
   for (size_t t = 0; t < acts.size(); ++t) {
     std::memcpy(packed_acts.data() + t * act_stride, acts[t].data(), acts[t].size());
