@@ -21,11 +21,11 @@
 // with it, from the same prompt (the -d tokens and one more), never stopping at an end
 // token; t/s counts the N - 1 tokens after the first, and stderr and the JSON add the
 // drafted and accepted tokens and the tokens per target pass.
-// With -np S (a comma list, llama-batched-bench's -npl), each tg test also runs with S
-// sequences decoded together, as `qrun serve` decodes them: S caches, and every step one
-// batched forward pass of one token per sequence ("tgN x S"); t/s counts the tokens of all
-// S sequences, and the effective bandwidth is per pass (the weights are read once for all).
-// stdout carries only the table or the JSON; progress goes to stderr.
+// With -np S (a comma list, llama-batched-bench's -npl; default 1), each tg test runs once
+// per S with S sequences decoded together, as `qrun serve` decodes them: S caches, and every step
+// one batched forward pass of one token per sequence ("tgN x S"); t/s counts the tokens of all S
+// sequences, and the effective bandwidth is per pass (the weights are read once for all). stdout
+// carries only the table or the JSON; progress goes to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -201,6 +201,20 @@ std::vector<int32_t> bench_tokens(const Session& s, int64_t n, uint32_t seed) {
   return tokens;
 }
 
+// Clears `kv` and prefills the `depth` tokens into it in batches of n_batch (untimed).
+Result<void> prefill_depth(Session& s, KvCache& kv, std::span<const int32_t> depth, int64_t n_batch,
+                           std::vector<float>& logits) {
+  kv.clear();
+  const int64_t n_depth = static_cast<int64_t>(depth.size());
+  for (int64_t i = 0; i < n_depth; i += n_batch) {
+    const int64_t n = std::min(n_batch, n_depth - i);
+    QRUN_TRY(s.model->forward(*s.backend,
+                              depth.subspan(static_cast<size_t>(i), static_cast<size_t>(n)), i, kv,
+                              false, logits.data()));
+  }
+  return {};
+}
+
 // One run of a test: the cache cleared, the `depth` tokens prefilled in batches of
 // n_batch (untimed), then tokens in one forward (pp) or one by one (tg). With a sampler,
 // only the first token is taken from `tokens`; each next one is sampled from the logits
@@ -209,15 +223,9 @@ Result<int64_t> run_once(Session& s, std::span<const int32_t> depth, int64_t n_b
                          std::span<const int32_t> tokens, bool one_by_one,
                          std::vector<float>& logits, Sampler* sampler = nullptr,
                          int64_t* restarts = nullptr) {
-  s.kv.clear();
   if (sampler != nullptr) sampler->reset();
+  QRUN_TRY(prefill_depth(s, s.kv, depth, n_batch, logits));
   const int64_t pos0 = static_cast<int64_t>(depth.size());
-  for (int64_t i = 0; i < pos0; i += n_batch) {
-    const int64_t n = std::min(n_batch, pos0 - i);
-    QRUN_TRY(s.model->forward(*s.backend,
-                              depth.subspan(static_cast<size_t>(i), static_cast<size_t>(n)), i,
-                              s.kv, false, logits.data()));
-  }
   const auto t0 = std::chrono::steady_clock::now();
   if (one_by_one) {
     int32_t token = tokens.empty() ? 0 : tokens[0];
@@ -252,16 +260,8 @@ Result<int64_t> run_once(Session& s, std::span<const int32_t> depth, int64_t n_b
 Result<int64_t> run_parallel_once(Session& s, std::vector<KvCache>& caches,
                                   std::span<const int32_t> depth, int64_t n_batch,
                                   std::span<const int32_t> tokens, std::vector<float>& logits) {
+  for (KvCache& kv : caches) QRUN_TRY(prefill_depth(s, kv, depth, n_batch, logits));
   const int64_t pos0 = static_cast<int64_t>(depth.size());
-  for (KvCache& kv : caches) {
-    kv.clear();
-    for (int64_t i = 0; i < pos0; i += n_batch) {
-      const int64_t n = std::min(n_batch, pos0 - i);
-      QRUN_TRY(s.model->forward(*s.backend,
-                                depth.subspan(static_cast<size_t>(i), static_cast<size_t>(n)), i,
-                                kv, false, logits.data()));
-    }
-  }
   const size_t n_vocab = static_cast<size_t>(s.model->hparams().n_vocab);
   std::vector<SeqForward> parts(caches.size());
   const auto t0 = std::chrono::steady_clock::now();
