@@ -33,14 +33,6 @@
 namespace qrun::kernels::avx512 {
 namespace {
 
-// Minus the sum of the 8 int32 lanes of v, in all 16 lanes.
-inline __m512i neg_sum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm512_set1_epi32(-_mm_cvtsi128_si32(s));
-}
-
 // Prefetches the `lines` cache lines at kPrefetchBytes past p.
 inline void prefetch_ahead(const uint8_t* p, int lines) {
   for (int l = 0; l < lines; ++l) {
@@ -53,13 +45,12 @@ template <int kG>
 void q4_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
                  float* y) {
   const __m512i m4 = _mm512_set1_epi8(15);
-  const __m256i eight = _mm256_set1_epi8(8);
   const size_t q_offset = static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
   __m512 acc[kG];
   for (auto& v : acc) v = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const int8_t* aq = a[b].qs;
-    const __m512i corr = neg_sum(_mm256_dpbusd_epi32(_mm256_setzero_si256(), eight, load256(aq)));
+    const __m512i corr = _mm512_set1_epi32(q4_0_seed(aq));
     const __m512 da = _mm512_set1_ps(fp16_load(a[b].d));
     for (int i = 0; i < kG; ++i) {
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;

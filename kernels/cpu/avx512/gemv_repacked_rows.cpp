@@ -52,16 +52,9 @@ inline void prefetch_ahead(const uint8_t* quants, const uint16_t* scales) {
 // prep[b * n_act + t] for every block b of every activation row t.
 void prepare_q4_0_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_t n_act,
                        Q4_0ActBlock* prep) {
-  const __m256i eight = _mm256_set1_epi8(8);
   for (int64_t t = 0; t < n_act; ++t) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * act_stride);
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), eight, load256(a[b].qs));
-      __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-      h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-      h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-      prep[b * n_act + t] = {-_mm_cvtsi128_si32(h), fp16_load(a[b].d)};
-    }
+    for (int64_t b = 0; b < nb; ++b) prep[b * n_act + t] = {q4_0_seed(a[b].qs), fp16_load(a[b].d)};
   }
 }
 

@@ -19,6 +19,16 @@ inline __m512i bcast32(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
+// -8 * (the sum of the 32 activation levels at aq): the exact seed of Q4_0's integer dot,
+// (q - 8) . a = q . a - 8 * sum(a).
+inline int32_t q4_0_seed(const int8_t* aq) {
+  const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), load256(aq));
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+  return -_mm_cvtsi128_si32(h);
+}
+
 // 16 fp16 values, and 16 int32 values, as floats. GCC 12 builds the plain intrinsics on an
 // "undefined" vector that -Werror=uninitialized rejects once they are inlined into the
 // k-quant kernels (the sanitizer build); the all-ones zero-masking forms are the same
