@@ -1,12 +1,15 @@
 // AVX-512 VNNI decode gemv over the x16 layouts of kernels/cpu/repack.h: row j of a group in
 // int32 / float lane j, so nothing is summed across lanes until the end. Several groups
-// are read side by side (4 for Q4_0, Q5_0 and Q8_0, 2 for the k-quants): a single stream
-// leaves the memory system idle between the hardware's prefetches. Q4_0 and the k-quants
-// also prefetch their quants ahead (2 KiB; Q6_K the next super-block): over an 800 MB
-// matrix on the 2-core Xeon, one thread streams Q4_0 about 1.5x as fast as the row-wise
-// gemv that way. Q8_0 and Q5_0 do not: on the 2-core EPYC guest, over Gemma 3's 178 MB
-// Q8_0 output matrix, 4 streams without software prefetch read 1.15x as fast as 2 streams
-// with it (the prefetches alone cost 10-15 %), and Q5_0 gained likewise.
+// are read side by side (4 for Q4_0, 2 for the k-quants; Q5_0 and Q8_0 one): a single
+// stream leaves the memory system idle between the hardware's prefetches. Every kernel also
+// asks for its quants ahead of the block being read. Q4_0, Q5_0 and Q8_0 ask 4 KiB ahead
+// into L2 (prefetcht1), Q4_K 4 KiB ahead and Q6_K one super-block ahead, also into L2: on
+// the 2-core EPYC (Zen 4) guest, prefetches into L1 (prefetcht0, 2 KiB) cost more than they
+// gave (so Q5_0 and Q8_0 had none and read 4 groups side by side instead), while those into
+// L2 keep one group's stream at the read bandwidth. A scratch harness over Gemma 3's 178 MB
+// Q8_0 output matrix, 2 threads: 4 groups without prefetch 26-27 GB/s, one group with L2
+// prefetches 32-33 GB/s, a plain read of the same bytes 33-36 GB/s. Decode went 1.2x (Gemma 3
+// 270M), 1.3x (TinyLlama Q4_K_M) and 1.1x (TinyLlama Q4_0) as fast.
 //   Q4_0: per block, 4 vectors of nibbles give 8 vpdpbusd against broadcast 4-byte groups
 //     of the activation, seeded with -8 * sum(a) (exact: (q - 8) . a); one fp16 load
 //     gives the 16 row scales. Each row's float chain is vec_dot_q4_0_q8_0's.
@@ -33,13 +36,6 @@
 namespace qrun::kernels::avx512 {
 namespace {
 
-// Prefetches the `lines` cache lines at kPrefetchBytes past p.
-inline void prefetch_ahead(const uint8_t* p, int lines) {
-  for (int l = 0; l < lines; ++l) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64 * l), _MM_HINT_T0);
-  }
-}
-
 // kG groups side by side (kG memory streams, which keeps more loads in flight than one).
 template <int kG>
 void q4_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
@@ -55,7 +51,7 @@ void q4_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
     for (int i = 0; i < kG; ++i) {
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
       const uint8_t* qb = gbase + q_offset + static_cast<size_t>(b) * 4 * 64;
-      prefetch_ahead(qb, 4);
+      prefetch_to_l2(qb, 4);
       __m512i s = corr;
       for (int k = 0; k < 4; ++k) {
         const __m512i w = load512(qb + 64 * k);
@@ -92,6 +88,7 @@ void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
     for (int i = 0; i < kG; ++i) {
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
       const uint8_t* qb = gbase + q_offset + static_cast<size_t>(b) * 8 * 64;
+      prefetch_to_l2(qb, 8);
       const __m256i h = load256(reinterpret_cast<const uint16_t*>(gbase) + b * kRepackRows);
       const __m512 ds = _mm512_mul_ps(_mm512_cvtph_ps(h), da);
       for (int k = 0; k < 8; ++k) {
@@ -139,6 +136,7 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
       const uint8_t* hb = gbase + q_offset + static_cast<size_t>(b) * kQ5_0GroupBlockBytes;
       const uint8_t* qb = hb + kRepackRows * 4;
+      prefetch_to_l2(hb, 5);
       const __m512i h = load512(hb);
       const __m256i d16 = load256(reinterpret_cast<const uint16_t*>(gbase) + b * kRepackRows);
       const __m512 ds = _mm512_mul_ps(_mm512_cvtph_ps(d16), da);
@@ -173,7 +171,6 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
 // at the end in hsum_f32x8 + hsum_f32x4 order.
 inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
                        __m512 acc[8], __m512 acc_m[4]) {
-  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
   const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
   const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
   // unpack_scales_mins, lane-wise; the mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s]
@@ -184,7 +181,7 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
     acc_m[p] = _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(sm.m_pairs[p], sums)), acc_m[p]);
   }
   const uint8_t* q = blk + 64 + 3 * 64;
-  _mm_prefetch(reinterpret_cast<const char*>(q + kSuperBytes), _MM_HINT_T0);
+  prefetch_to_l2(blk, 4);
   __m512i sumi[8];
   for (auto& v : sumi) v = _mm512_setzero_si512();
   for (int j = 0; j < 4; ++j) {
@@ -194,7 +191,7 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
     const int8_t* aq = ab.qs + 64 * j;
     for (int l = 0; l < 8; ++l) {
       const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
-      _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchBytes), _MM_HINT_T0);
+      prefetch_to_l2(v, 1);
       const __m512i w = load512(v);
       const __m512i lo = _mm512_maddubs_epi16(_mm512_and_si512(w, k.m4), bcast32(aq + 4 * l));
       const __m512i hi = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4),
@@ -258,8 +255,8 @@ inline void q6_k_super(const uint8_t* ql, const uint16_t* d16, const BlockQ8_K& 
       // Two lines per column of the next super-block (52 lines: ql, qh and scales; the
       // last columns reach into the one after).
       const size_t ahead = kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
-      _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T1);
       __m512i lev_lo;
       __m512i lev_hi;
       q6_k_levels(load512(wp), load512(qh + static_cast<size_t>(8 * h + m % 8) * 64), m, k, lev_lo,
@@ -327,13 +324,13 @@ void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
 
 void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  run_group_passes<BlockQ5_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4, q5_0_groups<4>,
+  run_group_passes<BlockQ5_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 1, q5_0_groups<1>,
                                          q5_0_groups<1>);
 }
 
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  run_group_passes<BlockQ8_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4, q8_0_groups<4>,
+  run_group_passes<BlockQ8_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 1, q8_0_groups<1>,
                                          q8_0_groups<1>);
 }
 

@@ -47,8 +47,17 @@ inline __m512 sum8_in_hsum_order(const __m512 l[8]) {
                        _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
 }
 
-// How far ahead of the block being read a group's quants are prefetched.
+// How far ahead of the block being read a group's quants are prefetched: into L1 by the
+// multi-row k-quant kernels, into L2 by the rest (gemv_repacked.cpp says why).
 inline constexpr size_t kPrefetchBytes = 2048;
+inline constexpr size_t kL2PrefetchBytes = 4096;
+
+// Asks for the `lines` cache lines at kL2PrefetchBytes past p to be brought into L2.
+inline void prefetch_to_l2(const uint8_t* p, int lines) {
+  for (int l = 0; l < lines; ++l) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kL2PrefetchBytes + 64 * l), _MM_HINT_T1);
+  }
+}
 
 // The constants of the Q4_K kernels: byte masks and the vpshufb controls of repack.h.
 struct Q4KConstants {
