@@ -66,30 +66,53 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
+// acc[h] += ... (see accumulate_tile) for the kC 8-float chunks at column c, kNq * kC
+// accumulators held in registers: kNq * kC independent chains of dependent steps (an FMA
+// and, for F16, two conversions per row), so that each step's latency is hidden by the
+// others'. Every element's own chain of steps is the same whatever the grouping.
+template <bool kF16, bool kRescale, int kNq, int kC>
+void accumulate_chunks(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+                       int64_t c, const float (*ms)[kTile], const float (*vs)[kTile]) {
+  __m256 a[kNq][kC];
+  for (int h = 0; h < kNq; ++h) {
+    for (int col = 0; col < kC; ++col) a[h][col] = _mm256_loadu_ps(acc[h] + c + 8 * col);
+  }
+  for (int64_t j = 0; j < n_rows; ++j) {
+    for (int col = 0; col < kC; ++col) {
+      const __m256 x = _mm256_loadu_ps(vr[j] + c + 8 * col);
+      for (int h = 0; h < kNq; ++h) {
+        __m256 y = a[h][col];
+        if constexpr (kRescale) {
+          y = _mm256_mul_ps(y, _mm256_broadcast_ss(&ms[h][j]));
+          if constexpr (kF16) y = round_f16(y);
+        }
+        y = _mm256_fmadd_ps(x, _mm256_broadcast_ss(&vs[h][j]), y);
+        if constexpr (kF16) y = round_f16(y);
+        a[h][col] = y;
+      }
+    }
+  }
+  for (int h = 0; h < kNq; ++h) {
+    for (int col = 0; col < kC; ++col) _mm256_storeu_ps(acc[h] + c + 8 * col, a[h][col]);
+  }
+}
+
 // acc[h] = acc[h] * ms[h][j] (when kRescale), then acc[h] += v_j * vs[h][j], for the rows j of
 // a tile in order, every head of the group at once: each 8-float chunk of a V row is loaded
-// once and added to kNq accumulators held in registers. With kF16 each result is rounded
-// to F16. Multiplying by ms = 1 (and rounding an F16 value) changes nothing, so the
-// per-row skips of the reference need no branch here.
+// once and added to the accumulators of every head. With kF16 each result is rounded to
+// F16. Multiplying by ms = 1 (and rounding an F16 value) changes nothing, so the per-row
+// skips of the reference need no branch here. Chunks go kCols at a time (16 registers hold
+// up to 8 accumulators besides the row and the weights), the last whole ones one by one.
 template <bool kF16, bool kRescale, int kNq>
 void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
                      int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile]) {
+  constexpr int kCols = kNq <= 2 ? 4 : kNq <= 4 ? 2 : 1;
   int64_t c = 0;
+  for (; c + 8 * kCols <= head_dim; c += 8 * kCols) {
+    accumulate_chunks<kF16, kRescale, kNq, kCols>(acc, vr, n_rows, c, ms, vs);
+  }
   for (; c + 8 <= head_dim; c += 8) {
-    __m256 a[kNq];
-    for (int h = 0; h < kNq; ++h) a[h] = _mm256_loadu_ps(acc[h] + c);
-    for (int64_t j = 0; j < n_rows; ++j) {
-      const __m256 x = _mm256_loadu_ps(vr[j] + c);
-      for (int h = 0; h < kNq; ++h) {
-        if constexpr (kRescale) {
-          a[h] = _mm256_mul_ps(a[h], _mm256_broadcast_ss(&ms[h][j]));
-          if constexpr (kF16) a[h] = round_f16(a[h]);
-        }
-        a[h] = _mm256_fmadd_ps(x, _mm256_broadcast_ss(&vs[h][j]), a[h]);
-        if constexpr (kF16) a[h] = round_f16(a[h]);
-      }
-    }
-    for (int h = 0; h < kNq; ++h) _mm256_storeu_ps(acc[h] + c, a[h]);
+    accumulate_chunks<kF16, kRescale, kNq, 1>(acc, vr, n_rows, c, ms, vs);
   }
   for (; c < head_dim; ++c) {
     for (int64_t j = 0; j < n_rows; ++j) {

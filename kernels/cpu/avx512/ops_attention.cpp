@@ -73,27 +73,50 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
 // a tile in order, every head of the group at once: each 16-float chunk of a V row is loaded
 // once and added to kNq accumulators held in registers. With kF16 each result is rounded
 // to F16. Multiplying by ms = 1 (and rounding an F16 value) changes nothing, so the
-// per-row skips of the reference need no branch here.
+// per-row skips of the reference need no branch here. A pass takes up to kCols chunks of
+// the row together: each accumulator is a chain of dependent steps (an FMA and, for F16,
+// two conversions per row), so kNq * kCols independent chains keep the vector units busy
+// where one chunk's kNq chains would leave them waiting on each step's latency. Every
+// element's own chain of steps is the same whatever the grouping.
 template <bool kF16, bool kRescale, int kNq>
 void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
                      int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile]) {
-  for (int64_t c = 0; c < head_dim; c += 16) {
-    const __mmask16 mask =
-        head_dim - c >= 16 ? kAll : static_cast<__mmask16>((1u << (head_dim - c)) - 1);
-    __m512 a[kNq];
-    for (int h = 0; h < kNq; ++h) a[h] = _mm512_maskz_loadu_ps(mask, acc[h] + c);
-    for (int64_t j = 0; j < n_rows; ++j) {
-      const __m512 x = _mm512_maskz_loadu_ps(mask, vr[j] + c);
-      for (int h = 0; h < kNq; ++h) {
-        if constexpr (kRescale) {
-          a[h] = _mm512_mul_ps(a[h], _mm512_set1_ps(ms[h][j]));
-          if constexpr (kF16) a[h] = round_f16(a[h]);
-        }
-        a[h] = _mm512_fmadd_ps(x, _mm512_set1_ps(vs[h][j]), a[h]);
-        if constexpr (kF16) a[h] = round_f16(a[h]);
+  constexpr int kCols = kNq >= 16 ? 1 : 16 / kNq;
+  for (int64_t c0 = 0; c0 < head_dim; c0 += 16 * kCols) {
+    __mmask16 mask[kCols];
+    for (int col = 0; col < kCols; ++col) {
+      const int64_t left = head_dim - c0 - 16 * col;
+      mask[col] = left >= 16 ? kAll : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+    }
+    // Columns past the row (mask 0) are neither read nor written.
+    __m512 a[kNq][kCols];
+    for (int h = 0; h < kNq; ++h) {
+      for (int col = 0; col < kCols; ++col) {
+        a[h][col] = mask[col] == 0 ? _mm512_setzero_ps()
+                                   : _mm512_maskz_loadu_ps(mask[col], acc[h] + c0 + 16 * col);
       }
     }
-    for (int h = 0; h < kNq; ++h) _mm512_mask_storeu_ps(acc[h] + c, mask, a[h]);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      for (int col = 0; col < kCols; ++col) {
+        if (mask[col] == 0) break;
+        const __m512 x = _mm512_maskz_loadu_ps(mask[col], vr[j] + c0 + 16 * col);
+        for (int h = 0; h < kNq; ++h) {
+          __m512 y = a[h][col];
+          if constexpr (kRescale) {
+            y = _mm512_mul_ps(y, _mm512_set1_ps(ms[h][j]));
+            if constexpr (kF16) y = round_f16(y);
+          }
+          y = _mm512_fmadd_ps(x, _mm512_set1_ps(vs[h][j]), y);
+          if constexpr (kF16) y = round_f16(y);
+          a[h][col] = y;
+        }
+      }
+    }
+    for (int h = 0; h < kNq; ++h) {
+      for (int col = 0; col < kCols; ++col) {
+        if (mask[col] != 0) _mm512_mask_storeu_ps(acc[h] + c0 + 16 * col, mask[col], a[h][col]);
+      }
+    }
   }
 }
 
