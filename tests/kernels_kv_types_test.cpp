@@ -142,7 +142,7 @@ TEST(KernelsKvTypes, AttendMixedMatchesReference) {
               const CpuKernels& g = cpu_kernels(Isa::kGeneric);
               g.attend_mixed(q.data(), q_stride, n_q,
                              mixed_rows(g, kt, vt, k, v, row, first, n_kv, n_kv), head_dim, scale,
-                             ref.data(), out_stride);
+                             ref.data(), out_stride, nullptr);
               for (Isa isa : simd_isas()) {
                 SCOPED_TRACE(testing::Message()
                              << isa_name(isa) << " K " << dtype_name(kt) << " V " << dtype_name(vt)
@@ -152,7 +152,7 @@ TEST(KernelsKvTypes, AttendMixedMatchesReference) {
                 std::vector<float> got(ref.size(), kNaN);
                 t.attend_mixed(q.data(), q_stride, n_q,
                                mixed_rows(t, kt, vt, k, v, row, first, n_kv, n_kv), head_dim, scale,
-                               got.data(), out_stride);
+                               got.data(), out_stride, nullptr);
                 for (double e : head_nmse(got, ref, n_q, head_dim, out_stride)) EXPECT_LE(e, 1e-6);
               }
             }

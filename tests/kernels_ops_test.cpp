@@ -247,6 +247,28 @@ void expect_heads_close(const std::vector<float>& got, const std::vector<float>&
   }
 }
 
+// The partial form of an attend kernel (AttendFn with `partial`) gives, for each head, the
+// accumulator that its plain form divides by l, and that l, the same bits: acc * (1 / l)
+// equals the plain result exactly, and m is the largest of the head's scores (finite).
+void expect_partial_consistent(AttendFn fn, const std::vector<float>& q, int64_t q_stride,
+                               int64_t n_q, const KvRows& rows, int64_t head_dim, float scale,
+                               const std::vector<float>& plain, int64_t out_stride) {
+  std::vector<float> acc(plain.size(), kNaN);
+  std::vector<float> ml(static_cast<size_t>(2 * n_q), kNaN);
+  fn(q.data(), q_stride, n_q, rows, head_dim, scale, acc.data(), out_stride, ml.data());
+  for (int64_t h = 0; h < n_q; ++h) {
+    const float m = ml[static_cast<size_t>(2 * h)];
+    const float l = ml[static_cast<size_t>(2 * h + 1)];
+    ASSERT_TRUE(std::isfinite(m)) << "head " << h;
+    ASSERT_GE(l, 1.0f) << "head " << h;  // the row at the max weighs 1
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const size_t i = static_cast<size_t>(h * out_stride + d);
+      ASSERT_EQ(acc[i] * inv, plain[i]) << "head " << h << " element " << d;
+    }
+  }
+}
+
 TEST(KernelsOps, AttentionMatchesGeneric) {
   const int64_t head_dims[] = {64, 128, 256, 40, 37, 1};
   const int64_t n_kvs[] = {1, 2, 7, 31, 32, 33, 64, 100, 300};
@@ -279,9 +301,12 @@ TEST(KernelsOps, AttentionMatchesGeneric) {
             // Read as a ring too: from the middle row, wrapping past the last.
             for (int64_t first : {int64_t{0}, n_kv / 2}) {
               const KvRows rows{k, v, c.stride, first, n_kv, n_kv};
-              ref_fn(q.data(), q_stride, n_q, rows, head_dim, scale, ref.data(), out_stride);
-              fn(q.data(), q_stride, n_q, rows, head_dim, scale, got.data(), out_stride);
+              ref_fn(q.data(), q_stride, n_q, rows, head_dim, scale, ref.data(), out_stride,
+                     nullptr);
+              fn(q.data(), q_stride, n_q, rows, head_dim, scale, got.data(), out_stride, nullptr);
               expect_heads_close(got, ref, n_q, head_dim, out_stride, f16 ? 1e-6 : 1e-10);
+              expect_partial_consistent(fn, q, q_stride, n_q, rows, head_dim, scale, got,
+                                        out_stride);
             }
           }
         }
@@ -309,9 +334,10 @@ TEST(KernelsOps, RingRowsReadInPositionOrder) {
   for (Isa isa : host_isas()) {
     SCOPED_TRACE(isa_name(isa));
     std::vector<float> a(q.size()), b(q.size());
-    cpu_kernels(isa).attend_f32(q.data(), head_dim, 3, ring, head_dim, 0.2f, a.data(), head_dim);
-    cpu_kernels(isa).attend_f32(q.data(), head_dim, 3, in_order, head_dim, 0.2f, b.data(),
-                                head_dim);
+    cpu_kernels(isa).attend_f32(q.data(), head_dim, 3, ring, head_dim, 0.2f, a.data(), head_dim,
+                                nullptr);
+    cpu_kernels(isa).attend_f32(q.data(), head_dim, 3, in_order, head_dim, 0.2f, b.data(), head_dim,
+                                nullptr);
     EXPECT_EQ(a, b);
   }
 }

@@ -65,12 +65,29 @@ inline void for_each_row(const Rows& kv, int64_t j0, int64_t n, const F& f) {
   }
 }
 
+// The end of a walk: each head's out row = acc / l, or (partial not null) acc itself, with
+// m and l in partial[2h], partial[2h + 1] (see AttendFn).
+template <int kNq>
+inline void finish(const float (*acc)[ref::kMaxHeadDim], const float* m, const float* l,
+                   int64_t head_dim, float* out, int64_t out_stride, float* partial) {
+  for (int h = 0; h < kNq; ++h) {
+    if (partial != nullptr) {
+      std::memcpy(out + h * out_stride, acc[h], static_cast<size_t>(head_dim) * sizeof(float));
+      partial[2 * h] = m[h];
+      partial[2 * h + 1] = l[h];
+      continue;
+    }
+    const float inv = 1.0f / l[h];
+    for (int64_t d = 0; d < head_dim; ++d) out[h * out_stride + d] = acc[h][d] * inv;
+  }
+}
+
 // kNq heads over all rows of kv, tile by tile: the scores of every head and row of the
 // tile, then each head's softmax weights, then the V rows into the accumulators. Elem is
 // float (F32 cache) or uint16_t (F16 cache, rows widened to float once per tile).
 template <class Ops, class Elem, int kNq>
 void attend_group(const float* q, int64_t q_stride, const KvRows& kv, int64_t head_dim, float scale,
-                  float* out, int64_t out_stride) {
+                  float* out, int64_t out_stride, float* partial) {
   constexpr bool kF16 = sizeof(Elem) == 2;
   alignas(Ops::kAlign) float qs[kNq][ref::kMaxHeadDim];
   alignas(Ops::kAlign) float acc[kNq][ref::kMaxHeadDim];
@@ -119,10 +136,7 @@ void attend_group(const float* q, int64_t q_stride, const KvRows& kv, int64_t he
       Ops::template accumulate_tile<kF16, false, kNq>(acc, rp, n, head_dim, ms, vs);
     }
   }
-  for (int h = 0; h < kNq; ++h) {
-    const float inv = 1.0f / l[h];
-    for (int64_t d = 0; d < head_dim; ++d) out[h * out_stride + d] = acc[h][d] * inv;
-  }
+  finish<kNq>(acc, m, l, head_dim, out, out_stride, partial);
 }
 
 // Calls run.template operator()<n>() with n (1 .. kGroup = 8) fixed at compile time, so each
@@ -152,9 +166,9 @@ void with_head_count(int64_t n, const Run& run) {
 // Groups of up to kGroup heads, each with its register count fixed at compile time.
 template <class Ops, class Elem>
 void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                  float scale, float* out, int64_t out_stride) {
+                  float scale, float* out, int64_t out_stride, float* partial) {
   const auto run = [&]<int kNq>() {
-    attend_group<Ops, Elem, kNq>(q, q_stride, kv, head_dim, scale, out, out_stride);
+    attend_group<Ops, Elem, kNq>(q, q_stride, kv, head_dim, scale, out, out_stride, partial);
   };
   with_head_count(n_q, run);
 }
@@ -162,11 +176,12 @@ void attend_heads(const float* q, int64_t q_stride, int64_t n_q, const KvRows& k
 // The entry point behind attend_f32 / attend_f16: n_q heads in groups of kGroup.
 template <class Ops, class Elem>
 void attend(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-            float scale, float* out, int64_t out_stride) {
+            float scale, float* out, int64_t out_stride, float* partial) {
   for (int64_t h0 = 0; h0 < n_q; h0 += kGroup) {
     const int64_t n = n_q - h0 < kGroup ? n_q - h0 : kGroup;
     attend_heads<Ops, Elem>(q + h0 * q_stride, q_stride, n, kv, head_dim, scale,
-                            out + h0 * out_stride, out_stride);
+                            out + h0 * out_stride, out_stride,
+                            partial == nullptr ? nullptr : partial + 2 * h0);
   }
 }
 
@@ -176,7 +191,7 @@ void attend(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int
 // always updated with a fused multiply-add, as the reference does.
 template <class Ops, bool kF16V, int kNq>
 void attend_mixed_group(const float* q, int64_t q_stride, const KvRowsMixed& kv, int64_t head_dim,
-                        float scale, float* out, int64_t out_stride) {
+                        float scale, float* out, int64_t out_stride, float* partial) {
   alignas(64) uint8_t qc[kNq][ref::kMaxQueryBytes];
   alignas(Ops::kAlign) float acc[kNq][ref::kMaxHeadDim];
   alignas(Ops::kAlign) float rows[kTile * ref::kMaxHeadDim];  // widened V
@@ -216,25 +231,23 @@ void attend_mixed_group(const float* q, int64_t q_stride, const KvRowsMixed& kv,
       Ops::template accumulate_tile<kF16V, false, kNq>(acc, rp, n, head_dim, ms, vs);
     }
   }
-  for (int h = 0; h < kNq; ++h) {
-    const float inv = 1.0f / l[h];
-    for (int64_t d = 0; d < head_dim; ++d) out[h * out_stride + d] = acc[h][d] * inv;
-  }
+  finish<kNq>(acc, m, l, head_dim, out, out_stride, partial);
 }
 
 // The entry point behind attend_mixed: n_q heads in groups of kGroup.
 template <class Ops>
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                  int64_t head_dim, float scale, float* out, int64_t out_stride) {
+                  int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial) {
   for (int64_t h0 = 0; h0 < n_q; h0 += kGroup) {
     const int64_t n = n_q - h0 < kGroup ? n_q - h0 : kGroup;
     const float* qh = q + h0 * q_stride;
     float* oh = out + h0 * out_stride;
+    float* ph = partial == nullptr ? nullptr : partial + 2 * h0;
     const auto run = [&]<int kNq>() {
       if (kv.v_type == DType::kF16) {
-        attend_mixed_group<Ops, true, kNq>(qh, q_stride, kv, head_dim, scale, oh, out_stride);
+        attend_mixed_group<Ops, true, kNq>(qh, q_stride, kv, head_dim, scale, oh, out_stride, ph);
       } else {
-        attend_mixed_group<Ops, false, kNq>(qh, q_stride, kv, head_dim, scale, oh, out_stride);
+        attend_mixed_group<Ops, false, kNq>(qh, q_stride, kv, head_dim, scale, oh, out_stride, ph);
       }
     };
     with_head_count(n, run);

@@ -76,6 +76,9 @@ class CpuBackend final : public Backend {
   // per token).
   std::vector<uint8_t> act_buf_;
   std::vector<uint8_t> packed_buf_;
+  // Split attention's per-chunk accumulators and softmax states (ops_attention.cpp), sized
+  // once per model shape.
+  std::vector<float> chunk_buf_;
 
   struct FreeDeleter {
     void operator()(uint8_t* p) const { std::free(p); }

@@ -166,9 +166,13 @@ struct KvRows {
 };
 
 // Attention for one token: n_q query heads (rows q_stride floats apart) that share one KV
-// head, over the rows `kv`. out rows are out_stride floats apart.
+// head, over the rows `kv`. out rows are out_stride floats apart. With `partial` null, out
+// is the result. Otherwise out is each head's accumulator before the division by its
+// softmax sum, and partial[2h], partial[2h + 1] are head h's running max m and sum l: the
+// state CpuBackend::attention merges when it reads a long cache in chunks of rows.
 using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
-                          int64_t head_dim, float scale, float* out, int64_t out_stride);
+                          int64_t head_dim, float scale, float* out, int64_t out_stride,
+                          float* partial);
 // The rows of one KV head for attention over any other pair of cache types (K and V each
 // F32, F16, BF16, Q8_0 or Q4_0; both F32 or both F16 take attend_f32 / attend_f16), with
 // the row functions that read them, as llama.cpp's CPU flash attention reads them: each
@@ -199,7 +203,8 @@ struct KvRowsMixed {
   }
 };
 using AttendMixedFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                               int64_t head_dim, float scale, float* out, int64_t out_stride);
+                               int64_t head_dim, float scale, float* out, int64_t out_stride,
+                               float* partial);
 // One row of RMS norm with an F32 weight (sum of squares in double): see Backend::rms_norm.
 using RmsNormRowFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* y);
 // out[i] = f(a[i], b[i]) for n elements; out may alias a or b.

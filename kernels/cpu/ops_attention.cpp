@@ -4,15 +4,20 @@
 // one (token, KV head) pair, or a slice of its query heads when there are fewer pairs than
 // threads: the query heads that share that KV head are attended together by the ISA's
 // attend kernel, so each K/V row is read once per group, and no n_tokens x n_ctx matrix
-// is ever formed (the kernels use an online softmax; see ref_attention.cpp). K and V may
+// is ever formed (the kernels use an online softmax; see ref_attention.cpp). A read of
+// more than 256 rows goes in chunks whose softmax states are merged, as llama.cpp's split
+// decode merges them, so that a few tokens over a long cache keep every thread busy; the
+// chunks depend on the rows read alone, never on the thread count or the batch. K and V may
 // be of different types; BF16, Q8_0 and Q4_0 rows are stored as llama.cpp's CPU backend
 // converts them and read in place by attend_mixed (kernel_table.h: KvRowsMixed).
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
 #include "ggml-like/result.h"
+#include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/ref_kernels.h"
 
@@ -36,6 +41,54 @@ int check_paged(const KvLayerView& cache, const char* op) {
   int shift = 0;
   while ((int64_t{1} << shift) < b) ++shift;
   return shift;
+}
+
+// A long read is cut into chunks of kChunkRows rows, or into kMaxChunks chunks of a whole
+// number of tiles once that makes them longer: a function of the row count alone.
+constexpr int64_t kChunkRows = 256;
+constexpr int64_t kMaxChunks = 16;
+// Batches of at most this many tokens share their chunks out over the threads.
+constexpr int64_t kSplitTokens = 4;
+
+struct ChunkPlan {
+  explicit ChunkPlan(int64_t n_rows) : n(n_rows) {
+    if (n <= kChunkRows) {
+      rows = n;
+    } else {
+      const int64_t even = (n + kMaxChunks - 1) / kMaxChunks;
+      const int64_t tiles = (even + attention_tiles::kTile - 1) / attention_tiles::kTile;
+      rows = std::max(kChunkRows, tiles * attention_tiles::kTile);
+    }
+    n_chunks = (n + rows - 1) / rows;
+  }
+  int64_t rows_of(int64_t c) const { return std::min(rows, n - c * rows); }
+  int64_t n = 0;         // rows read
+  int64_t rows = 0;      // rows per chunk (the last may have fewer)
+  int64_t n_chunks = 0;  // at most kMaxChunks
+};
+
+// Folds one chunk's unnormalized accumulator and softmax state (acc_c, m_c, l_c) into the
+// running ones (acc, m, l), rescaling both to the larger max, in float: the merge of
+// llama.cpp's split flash-attention decode. The first chunk is taken as it is.
+void merge_chunk(float* acc, float& m, float& l, const float* acc_c, float m_c, float l_c,
+                 int64_t head_dim, bool first) {
+  if (first) {
+    std::memcpy(acc, acc_c, static_cast<size_t>(head_dim) * sizeof(float));
+    m = m_c;
+    l = l_c;
+    return;
+  }
+  const float m_new = std::max(m, m_c);
+  const float s_old = std::exp(m - m_new);
+  const float s_new = std::exp(m_c - m_new);
+  for (int64_t d = 0; d < head_dim; ++d) acc[d] = acc[d] * s_old + acc_c[d] * s_new;
+  l = l * s_old + l_c * s_new;
+  m = m_new;
+}
+
+void normalize(float* acc, float l, int64_t head_dim) {
+  const float inv = 1.0f / l;
+  for (int64_t d = 0; d < head_dim; ++d) acc[d] *= inv;
 }
 
 }  // namespace
@@ -147,59 +200,134 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
                "attention: no row kernels for K %s, V %s", dtype_name(cache.k_type),
                dtype_name(cache.v_type));
   }
-  // Work items are (token, KV head, slice of its query heads). A whole group per item
-  // reads each K/V row once for all its heads; when that leaves threads idle (decoding a
-  // model with few KV heads on many cores), the group is cut into slices. Each head's
-  // result is the same either way.
+  // Token t reads the n_read(t) rows from position oldest(t) to its own.
+  const auto oldest = [&](int64_t t) {
+    return params.window > 0 ? std::max<int64_t>(0, pos0 + t - params.window + 1) : int64_t{0};
+  };
+  const auto n_read = [&](int64_t t) { return pos0 + t - oldest(t) + 1; };
+  // Query heads h0 .. h0 + n_q - 1 of token t (KV head hk) over its rows j0 .. j0 + n - 1.
+  const auto attend_rows = [&](int64_t t, int64_t hk, int64_t h0, int64_t n_q, int64_t j0,
+                               int64_t n, float* o, int64_t o_stride, float* partial) {
+    const uint8_t* k =
+        static_cast<const uint8_t*>(cache.k) + static_cast<size_t>(hk) * k_head_bytes;
+    const uint8_t* v =
+        static_cast<const uint8_t*>(cache.v) + static_cast<size_t>(hk) * v_head_bytes;
+    const int64_t first = (oldest(t) + j0) % cache.n_rows;
+    const float* qh = q + t * q_row + h0 * head_dim;
+    if (same) {
+      const KvRows rows{k,          v, cache.row_elems(), first, n, cache.n_rows, cache.block_table,
+                        block_shift};
+      attend(qh, head_dim, n_q, rows, head_dim, params.scale, o, o_stride, partial);
+    } else {
+      KvRowsMixed rows = mixed;
+      rows.k = k;
+      rows.v = v;
+      rows.first = first;
+      rows.n = n;
+      rows.n_ring = cache.n_rows;
+      rows.table = cache.block_table;
+      rows.block_shift = block_shift;
+      kernels_->attend_mixed(qh, head_dim, n_q, rows, head_dim, params.scale, o, o_stride, partial);
+    }
+  };
+  // A read of more than kChunkRows rows goes in chunks (ChunkPlan), each head's chunks
+  // merged in order: the same arithmetic whether one thread walks them in turn (many
+  // tokens) or the threads share them (a few tokens over a long cache, where there may be
+  // fewer (token, KV head) pairs than threads), so the result depends on neither the
+  // thread count nor the batch.
+  // (The chunk count is not monotonic in the rows read: 4096 rows are 16 chunks of 256,
+  // 4097 are 15 of 288.)
+  int64_t max_chunks = 1;
+  for (int64_t t = 0; t < n_tokens && n_tokens <= kSplitTokens; ++t) {
+    max_chunks = std::max(max_chunks, ChunkPlan(n_read(t)).n_chunks);
+  }
+  const size_t split_floats =
+      static_cast<size_t>(kSplitTokens * kMaxChunks * n_head) * static_cast<size_t>(head_dim + 2);
+  if (chunk_buf_.size() < split_floats) chunk_buf_.resize(split_floats);  // once per shape
+  const bool split = max_chunks > 1;
+  // Work items are (token, KV head, slice of its query heads[, chunk]). A whole group per
+  // item reads each K/V row once for all its heads; when that leaves threads idle
+  // (decoding a model with few KV heads on many cores), the group is cut into slices.
+  // Each head's result is the same either way.
+  const int64_t per_pair = split ? ChunkPlan(n_read(0)).n_chunks : 1;
   int64_t n_slices = 1;
-  while (n_slices < group && n_tokens * n_head_kv * n_slices < pool_.n_threads()) n_slices *= 2;
+  while (n_slices < group && n_tokens * n_head_kv * n_slices * per_pair < pool_.n_threads()) {
+    n_slices *= 2;
+  }
   n_slices = std::min(n_slices, group);
   const int64_t slice = (group + n_slices - 1) / n_slices;
+  const int64_t n_chunk_slots = split ? max_chunks : 1;
+  const int64_t n_items = n_tokens * n_head_kv * n_slices * n_chunk_slots;
+  // Chunk c of token t, head h: its accumulator and (m, l) in chunk_buf_ (split only).
+  float* const split_acc = chunk_buf_.data();
+  float* const split_ml = split_acc + kSplitTokens * kMaxChunks * n_head * head_dim;
+  const auto slot = [&](int64_t t, int64_t c, int64_t h) {
+    return (t * kMaxChunks + c) * n_head + h;
+  };
   // Threads take items in turn, the latest tokens first: a causal token attends over as many
   // rows as its position, so a split into equal ranges would leave the thread with the first
   // tokens a third of the work; taken longest first, the short items even out the end.
-  const int64_t n_items = n_tokens * n_head_kv * n_slices;
   std::atomic<int64_t> next{0};
   pool_.parallel_for(std::min<int64_t>(pool_.n_threads(), n_items), [&](int64_t, int64_t) {
     for (int64_t taken = next.fetch_add(1); taken < n_items; taken = next.fetch_add(1)) {
       const int64_t item = n_items - 1 - taken;
-      const int64_t t = item / (n_head_kv * n_slices);
-      const int64_t hk = item / n_slices % n_head_kv;
-      const int64_t first = item % n_slices * slice;
+      const int64_t c = item % n_chunk_slots;
+      const int64_t pair = item / n_chunk_slots;
+      const int64_t t = pair / (n_head_kv * n_slices);
+      const int64_t hk = pair / n_slices % n_head_kv;
+      const int64_t first = pair % n_slices * slice;
       const int64_t n_q = std::min(slice, group - first);
-      if (n_q <= 0) continue;
-      const int64_t pos = pos0 + t;
-      const int64_t oldest = params.window > 0 ? std::max<int64_t>(0, pos - params.window + 1) : 0;
+      const ChunkPlan plan(n_read(t));
+      if (n_q <= 0 || c >= plan.n_chunks) continue;
       const int64_t h0 = hk * group + first;
-      const uint8_t* k =
-          static_cast<const uint8_t*>(cache.k) + static_cast<size_t>(hk) * k_head_bytes;
-      const uint8_t* v =
-          static_cast<const uint8_t*>(cache.v) + static_cast<size_t>(hk) * v_head_bytes;
-      if (same) {
-        const KvRows rows{k,
-                          v,
-                          cache.row_elems(),
-                          oldest % cache.n_rows,
-                          pos - oldest + 1,
-                          cache.n_rows,
-                          cache.block_table,
-                          block_shift};
-        attend(q + t * q_row + h0 * head_dim, head_dim, n_q, rows, head_dim, params.scale,
-               out + t * q_row + h0 * head_dim, head_dim);
+      float* o = out + t * q_row + h0 * head_dim;
+      if (plan.n_chunks == 1) {
+        attend_rows(t, hk, h0, n_q, 0, plan.n, o, head_dim, nullptr);
+      } else if (split) {
+        attend_rows(t, hk, h0, n_q, c * plan.rows, plan.rows_of(c),
+                    split_acc + slot(t, c, h0) * head_dim, head_dim, split_ml + 2 * slot(t, c, h0));
       } else {
-        KvRowsMixed rows = mixed;
-        rows.k = k;
-        rows.v = v;
-        rows.first = oldest % cache.n_rows;
-        rows.n = pos - oldest + 1;
-        rows.n_ring = cache.n_rows;
-        rows.table = cache.block_table;
-        rows.block_shift = block_shift;
-        kernels_->attend_mixed(q + t * q_row + h0 * head_dim, head_dim, n_q, rows, head_dim,
-                               params.scale, out + t * q_row + h0 * head_dim, head_dim);
+        // Every chunk in turn, into a buffer, merged into out kGroup heads at a time.
+        alignas(64) float acc[attention_tiles::kGroup * ref::kMaxHeadDim];
+        float ml[2 * attention_tiles::kGroup];
+        float m[attention_tiles::kGroup];
+        float l[attention_tiles::kGroup];
+        for (int64_t g0 = 0; g0 < n_q; g0 += attention_tiles::kGroup) {
+          const int64_t n_g = std::min(attention_tiles::kGroup, n_q - g0);
+          for (int64_t cc = 0; cc < plan.n_chunks; ++cc) {
+            attend_rows(t, hk, h0 + g0, n_g, cc * plan.rows, plan.rows_of(cc), acc, head_dim, ml);
+            for (int64_t h = 0; h < n_g; ++h) {
+              merge_chunk(o + (g0 + h) * head_dim, m[h], l[h], acc + h * head_dim, ml[2 * h],
+                          ml[2 * h + 1], head_dim, cc == 0);
+            }
+          }
+          for (int64_t h = 0; h < n_g; ++h) normalize(o + (g0 + h) * head_dim, l[h], head_dim);
+        }
       }
     }
   });
+  if (!split) return;
+  // Each head's chunks merged in order, as the unsplit walk above merges them.
+  pool_.parallel_for(
+      n_tokens * n_head,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t th = begin; th < end; ++th) {
+          const int64_t t = th / n_head;
+          const int64_t n_chunks = ChunkPlan(n_read(t)).n_chunks;
+          if (n_chunks == 1) continue;  // a short read, already in out
+          const int64_t h = th % n_head;
+          float* o = out + t * q_row + h * head_dim;
+          float m = 0.0f;
+          float l = 0.0f;
+          for (int64_t c = 0; c < n_chunks; ++c) {
+            const int64_t i = slot(t, c, h);
+            merge_chunk(o, m, l, split_acc + i * head_dim, split_ml[2 * i], split_ml[2 * i + 1],
+                        head_dim, c == 0);
+          }
+          normalize(o, l, head_dim);
+        }
+      },
+      4);
 }
 
 }  // namespace qrun::kernels

@@ -20,8 +20,22 @@ inline float round_to_f16(float x) {
   return fp16_to_fp32(fp32_to_fp16(x));
 }
 
+// The end of one head's pass: out = acc / l, or (partial not null) acc itself with m and l
+// in partial[0], partial[1] (see AttendFn).
+void finish_head(const float* acc, float m, float l, int64_t head_dim, float* out, float* partial) {
+  if (partial != nullptr) {
+    for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d];
+    partial[0] = m;
+    partial[1] = l;
+    return;
+  }
+  const float inv = 1.0f / l;
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv;
+}
+
 // F32 cache: float scores (q.k summed in double), float accumulator.
-void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, float scale, float* out) {
+void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, float scale, float* out,
+                    float* partial) {
   float acc[kMaxHeadDim];
   for (int64_t d = 0; d < head_dim; ++d) acc[d] = 0.0f;
   float m = -std::numeric_limits<float>::infinity();
@@ -44,8 +58,7 @@ void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, float sc
     for (int64_t d = 0; d < head_dim; ++d) acc[d] += vr[d] * vs;
     l = l * ms + vs;
   }
-  const float inv = 1.0f / l;
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv;
+  finish_head(acc, m, l, head_dim, out, partial);
 }
 
 // F16 cache: the numerics of llama.cpp's CPU flash attention, so logits match it closely.
@@ -53,7 +66,8 @@ void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, float sc
 // is held in F16 (rounded after every rescale and every multiply-add); the softmax sum is
 // float, updated with a fused multiply-add. (llama.cpp casts an F32 cache to F16 before its
 // flash attention, so this is also what its "F32 cache" computes.)
-void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float scale, float* out) {
+void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float scale, float* out,
+                    float* partial) {
   float qh[kMaxHeadDim];
   float acc[kMaxHeadDim];  // values representable in F16
   for (int64_t d = 0; d < head_dim; ++d) {
@@ -82,8 +96,7 @@ void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float sc
     for (int64_t d = 0; d < head_dim; ++d) acc[d] = round_to_f16(acc[d] + fp16_to_fp32(vr[d]) * vs);
     l = std::fma(l, ms, vs);
   }
-  const float inv = 1.0f / l;
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv;
+  finish_head(acc, m, l, head_dim, out, partial);
 }
 
 // Mixed K/V types: q.k by the row functions of `kv` (q converted once); the softmax sum is
@@ -91,7 +104,7 @@ void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float sc
 // added with a fused multiply-add to an accumulator held in F16 (V is F16: llama.cpp's
 // ggml_vec_mad_f16) or in float (any other V: its ggml_vec_mad_f32 on dequantized rows).
 void attend_one_mixed(const float* q, const KvRowsMixed& kv, int64_t head_dim, float scale,
-                      float* out) {
+                      float* out, float* partial) {
   alignas(64) uint8_t qc[kMaxQueryBytes];
   float vrow[kMaxHeadDim];
   float acc[kMaxHeadDim];
@@ -125,30 +138,32 @@ void attend_one_mixed(const float* q, const KvRowsMixed& kv, int64_t head_dim, f
     }
     l = std::fma(l, ms, vs);
   }
-  const float inv = 1.0f / l;
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv;
+  finish_head(acc, m, l, head_dim, out, partial);
 }
 
 }  // namespace
 
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                  int64_t head_dim, float scale, float* out, int64_t out_stride) {
+                  int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial) {
   for (int64_t h = 0; h < n_q; ++h) {
-    attend_one_mixed(q + h * q_stride, kv, head_dim, scale, out + h * out_stride);
+    attend_one_mixed(q + h * q_stride, kv, head_dim, scale, out + h * out_stride,
+                     partial == nullptr ? nullptr : partial + 2 * h);
   }
 }
 
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride) {
+                float scale, float* out, int64_t out_stride, float* partial) {
   for (int64_t h = 0; h < n_q; ++h) {
-    attend_one_f32(q + h * q_stride, kv, head_dim, scale, out + h * out_stride);
+    attend_one_f32(q + h * q_stride, kv, head_dim, scale, out + h * out_stride,
+                   partial == nullptr ? nullptr : partial + 2 * h);
   }
 }
 
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride) {
+                float scale, float* out, int64_t out_stride, float* partial) {
   for (int64_t h = 0; h < n_q; ++h) {
-    attend_one_f16(q + h * q_stride, kv, head_dim, scale, out + h * out_stride);
+    attend_one_f16(q + h * q_stride, kv, head_dim, scale, out + h * out_stride,
+                   partial == nullptr ? nullptr : partial + 2 * h);
   }
 }
 
