@@ -20,29 +20,33 @@ namespace qrun::kernels::attention_tiles {
 
 inline constexpr int64_t kGroup = 8;  // query heads walked together; larger n_q go in chunks
 inline constexpr int64_t kTile = 32;  // cache rows per tile (scores, weights, then V)
+static_assert(kTile <= 32, "softmax_weights marks a tile's rows in 32 bits");
 
 // Ops provides, as static members:
 //   kAlign                      alignment of the per-group float buffers, in bytes
 //   dot_f32(q, k, n)            q.k over n floats, in that ISA's documented order
 //   round_f16(float)            x rounded to the nearest F16 value
 //   widen_f16(src, dst, n)      n F16 values widened to float
-//   accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs)
-//       acc[h] = acc[h] * ms[h][j] (when kRescale), then acc[h] += vr[j] * vs[h][j], rows j
-//       in order, each result rounded to F16 when kF16.
+//   accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs, rescale_rows)
+//       acc[h] = acc[h] * ms[h][j] (when kRescale and bit j of rescale_rows is set), then
+//       acc[h] += vr[j] * vs[h][j], rows j in order, each result rounded to F16 when kF16.
+//       Rows whose bit is clear have ms = 1 for every head, a product that changes nothing.
 
 // The online softmax of one head over one tile of scores: for each row, the rescale factor
 // ms of the accumulator so far (1 unless the max grows; 0 on the very first row) and the
-// weight vs of the row, as the reference computes them row by row. Returns whether any
-// ms differs from 1. (Ops only ties the instantiation to one ISA file.)
+// weight vs of the row, as the reference computes them row by row. Returns the rows whose
+// ms differs from 1, bit j for row j (n <= kTile = 32). (Ops only ties the instantiation
+// to one ISA file.)
 template <class Ops, bool kF16>
-inline bool softmax_weights(const float* s, int64_t n, float& m, float& l, float* ms, float* vs) {
-  bool rescale = false;
+inline uint32_t softmax_weights(const float* s, int64_t n, float& m, float& l, float* ms,
+                                float* vs) {
+  uint32_t rescale = 0;
   for (int64_t j = 0; j < n; ++j) {
     if (s[j] > m) {
       ms[j] = std::exp(m - s[j]);
       vs[j] = 1.0f;
       m = s[j];
-      rescale |= ms[j] != 1.0f;
+      if (ms[j] != 1.0f) rescale |= uint32_t{1} << j;
     } else {
       ms[j] = 1.0f;
       vs[j] = std::exp(s[j] - m);
@@ -125,15 +129,15 @@ void attend_group(const float* q, int64_t q_stride, const KvRows& kv, int64_t he
     for (int h = 0; h < kNq; ++h) {
       for (int64_t j = 0; j < n; ++j) s[h][j] = Ops::dot_f32(qs[h], rp[j], head_dim) * scale;
     }
-    bool rescale = false;
+    uint32_t rescale = 0;  // bit j: some head's max grows at row j
     for (int h = 0; h < kNq; ++h) {
       rescale |= softmax_weights<Ops, kF16>(s[h], n, m[h], l[h], ms[h], vs[h]);
     }
     load_rows(kv.v, j0, n);
-    if (rescale) {
-      Ops::template accumulate_tile<kF16, true, kNq>(acc, rp, n, head_dim, ms, vs);
+    if (rescale != 0) {
+      Ops::template accumulate_tile<kF16, true, kNq>(acc, rp, n, head_dim, ms, vs, rescale);
     } else {
-      Ops::template accumulate_tile<kF16, false, kNq>(acc, rp, n, head_dim, ms, vs);
+      Ops::template accumulate_tile<kF16, false, kNq>(acc, rp, n, head_dim, ms, vs, 0);
     }
   }
   finish<kNq>(acc, m, l, head_dim, out, out_stride, partial);
@@ -217,7 +221,7 @@ void attend_mixed_group(const float* q, int64_t q_stride, const KvRowsMixed& kv,
       const uint8_t* kr = kv.k + static_cast<size_t>(r) * kv.k_stride;
       for (int h = 0; h < kNq; ++h) s[h][j] = kv.k_dot(head_dim, kr, qc[h]) * scale;
     });
-    bool rescale = false;
+    uint32_t rescale = 0;  // bit j: some head's max grows at row j
     for (int h = 0; h < kNq; ++h) {
       rescale |= softmax_weights<Ops, true>(s[h], n, m[h], l[h], ms[h], vs[h]);
     }
@@ -225,10 +229,10 @@ void attend_mixed_group(const float* q, int64_t q_stride, const KvRowsMixed& kv,
       kv.v_to_float(kv.v + static_cast<size_t>(r) * kv.v_stride, rows + j * head_dim, head_dim);
       rp[j] = rows + j * head_dim;
     });
-    if (rescale) {
-      Ops::template accumulate_tile<kF16V, true, kNq>(acc, rp, n, head_dim, ms, vs);
+    if (rescale != 0) {
+      Ops::template accumulate_tile<kF16V, true, kNq>(acc, rp, n, head_dim, ms, vs, rescale);
     } else {
-      Ops::template accumulate_tile<kF16V, false, kNq>(acc, rp, n, head_dim, ms, vs);
+      Ops::template accumulate_tile<kF16V, false, kNq>(acc, rp, n, head_dim, ms, vs, 0);
     }
   }
   finish<kNq>(acc, m, l, head_dim, out, out_stride, partial);

@@ -72,7 +72,8 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
 // others'. Every element's own chain of steps is the same whatever the grouping.
 template <bool kF16, bool kRescale, int kNq, int kC>
 void accumulate_chunks(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
-                       int64_t c, const float (*ms)[kTile], const float (*vs)[kTile]) {
+                       int64_t c, const float (*ms)[kTile], const float (*vs)[kTile],
+                       uint32_t rescale_rows) {
   __m256 a[kNq][kC];
   for (int h = 0; h < kNq; ++h) {
     for (int col = 0; col < kC; ++col) a[h][col] = _mm256_loadu_ps(acc[h] + c + 8 * col);
@@ -82,7 +83,7 @@ void accumulate_chunks(float (*acc)[ref::kMaxHeadDim], const float* const* vr, i
       const __m256 x = _mm256_loadu_ps(vr[j] + c + 8 * col);
       for (int h = 0; h < kNq; ++h) {
         __m256 y = a[h][col];
-        if constexpr (kRescale) {
+        if (kRescale && (rescale_rows >> j & 1)) {
           y = _mm256_mul_ps(y, _mm256_broadcast_ss(&ms[h][j]));
           if constexpr (kF16) y = round_f16(y);
         }
@@ -100,25 +101,27 @@ void accumulate_chunks(float (*acc)[ref::kMaxHeadDim], const float* const* vr, i
 // acc[h] = acc[h] * ms[h][j] (when kRescale), then acc[h] += v_j * vs[h][j], for the rows j of
 // a tile in order, every head of the group at once: each 8-float chunk of a V row is loaded
 // once and added to the accumulators of every head. With kF16 each result is rounded to
-// F16. Multiplying by ms = 1 (and rounding an F16 value) changes nothing, so the per-row
-// skips of the reference need no branch here. Chunks go kCols at a time (16 registers hold
-// up to 8 accumulators besides the row and the weights), the last whole ones one by one.
+// F16. Multiplying by ms = 1 (and rounding an F16 value) changes nothing, so the rescale
+// runs only on the rows rescale_rows marks, where some head's max grew. Chunks go kCols at
+// a time (16 registers hold up to 8 accumulators besides the row and the weights), the
+// last whole ones one by one.
 template <bool kF16, bool kRescale, int kNq>
 void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
-                     int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile]) {
+                     int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile],
+                     uint32_t rescale_rows) {
   constexpr int kCols = kNq <= 2 ? 4 : kNq <= 4 ? 2 : 1;
   int64_t c = 0;
   for (; c + 8 * kCols <= head_dim; c += 8 * kCols) {
-    accumulate_chunks<kF16, kRescale, kNq, kCols>(acc, vr, n_rows, c, ms, vs);
+    accumulate_chunks<kF16, kRescale, kNq, kCols>(acc, vr, n_rows, c, ms, vs, rescale_rows);
   }
   for (; c + 8 <= head_dim; c += 8) {
-    accumulate_chunks<kF16, kRescale, kNq, 1>(acc, vr, n_rows, c, ms, vs);
+    accumulate_chunks<kF16, kRescale, kNq, 1>(acc, vr, n_rows, c, ms, vs, rescale_rows);
   }
   for (; c < head_dim; ++c) {
     for (int64_t j = 0; j < n_rows; ++j) {
       for (int h = 0; h < kNq; ++h) {
         float a = acc[h][c];
-        if constexpr (kRescale) {
+        if (kRescale && (rescale_rows >> j & 1)) {
           a *= ms[h][j];
           if constexpr (kF16) a = round_f16(a);
         }
@@ -141,8 +144,8 @@ struct Ops {
   template <bool kF16, bool kRescale, int kNq>
   static void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr,
                               int64_t n_rows, int64_t head_dim, const float (*ms)[kTile],
-                              const float (*vs)[kTile]) {
-    avx2::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs);
+                              const float (*vs)[kTile], uint32_t rescale_rows) {
+    avx2::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs, rescale_rows);
   }
 };
 

@@ -73,15 +73,17 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
 // a tile in order, every head of the group at once: each 16-float chunk of a V row is loaded
 // once and added to kNq accumulators held in registers. With kF16 each result is rounded
 // to F16. Multiplying by ms = 1 (and rounding an F16 value) changes nothing, so the
-// per-row skips of the reference need no branch here. A pass takes up to kCols chunks of
-// the row together: each accumulator is a chain of dependent steps (an FMA and, for F16,
-// two conversions per row), so kNq * kCols independent chains keep the vector units busy
-// where one chunk's kNq chains would leave them waiting on each step's latency. Every
-// element's own chain of steps is the same whatever the grouping.
+// rescale runs only on the rows rescale_rows marks, where some head's max grew. A pass
+// takes up to kCols chunks of the row together: each accumulator is a chain of dependent
+// steps (an FMA and, for F16, two conversions per row), so kNq * kCols independent chains
+// keep the vector units busy where one chunk's kNq chains would leave them waiting on each
+// step's latency. Every element's own chain of steps is the same whatever the grouping.
 template <bool kF16, bool kRescale, int kNq>
 void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
-                     int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile]) {
-  constexpr int kCols = kNq >= 16 ? 1 : 16 / kNq;
+                     int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile],
+                     uint32_t rescale_rows) {
+  static_assert(kNq >= 1 && kNq <= attention_tiles::kGroup);
+  constexpr int kCols = 16 / kNq;
   for (int64_t c0 = 0; c0 < head_dim; c0 += 16 * kCols) {
     __mmask16 mask[kCols];
     for (int col = 0; col < kCols; ++col) {
@@ -102,7 +104,7 @@ void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int
         const __m512 x = _mm512_maskz_loadu_ps(mask[col], vr[j] + c0 + 16 * col);
         for (int h = 0; h < kNq; ++h) {
           __m512 y = a[h][col];
-          if constexpr (kRescale) {
+          if (kRescale && (rescale_rows >> j & 1)) {
             y = _mm512_mul_ps(y, _mm512_set1_ps(ms[h][j]));
             if constexpr (kF16) y = round_f16(y);
           }
@@ -133,8 +135,8 @@ struct Ops {
   template <bool kF16, bool kRescale, int kNq>
   static void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr,
                               int64_t n_rows, int64_t head_dim, const float (*ms)[kTile],
-                              const float (*vs)[kTile]) {
-    avx512::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs);
+                              const float (*vs)[kTile], uint32_t rescale_rows) {
+    avx512::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs, rescale_rows);
   }
 };
 

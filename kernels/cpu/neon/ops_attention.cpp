@@ -63,10 +63,11 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
 // (when kRescale), then acc[h] += v_j * vs[h][j], for the rows j of a tile in order, each
 // chunk of a V row loaded once and added to kNq accumulators held in registers. With kF16
 // each result is rounded to F16. Multiplying by ms = 1 (and rounding an F16 value)
-// changes nothing, so the per-row skips of the reference need no branch here.
+// changes nothing, so the rescale runs only on the rows rescale_rows marks.
 template <bool kF16, bool kRescale, int kNq, int kRegs>
 inline void accumulate_chunk(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
-                             int64_t c, const float (*ms)[kTile], const float (*vs)[kTile]) {
+                             int64_t c, const float (*ms)[kTile], const float (*vs)[kTile],
+                             uint32_t rescale_rows) {
   float32x4_t a[kNq][kRegs];
   for (int h = 0; h < kNq; ++h) {
     for (int r = 0; r < kRegs; ++r) a[h][r] = vld1q_f32(acc[h] + c + 4 * r);
@@ -76,7 +77,7 @@ inline void accumulate_chunk(float (*acc)[ref::kMaxHeadDim], const float* const*
     for (int r = 0; r < kRegs; ++r) x[r] = vld1q_f32(vr[j] + c + 4 * r);
     for (int h = 0; h < kNq; ++h) {
       for (int r = 0; r < kRegs; ++r) {
-        if constexpr (kRescale) {
+        if (kRescale && (rescale_rows >> j & 1)) {
           a[h][r] = vmulq_n_f32(a[h][r], ms[h][j]);
           if constexpr (kF16) a[h][r] = round_f16(a[h][r]);
         }
@@ -94,20 +95,21 @@ inline void accumulate_chunk(float (*acc)[ref::kMaxHeadDim], const float* const*
 // then one of 4, then single columns with the same operations in scalar form.
 template <bool kF16, bool kRescale, int kNq>
 void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
-                     int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile]) {
+                     int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile],
+                     uint32_t rescale_rows) {
   int64_t c = 0;
   for (; c + 8 <= head_dim; c += 8) {
-    accumulate_chunk<kF16, kRescale, kNq, 2>(acc, vr, n_rows, c, ms, vs);
+    accumulate_chunk<kF16, kRescale, kNq, 2>(acc, vr, n_rows, c, ms, vs, rescale_rows);
   }
   if (c + 4 <= head_dim) {
-    accumulate_chunk<kF16, kRescale, kNq, 1>(acc, vr, n_rows, c, ms, vs);
+    accumulate_chunk<kF16, kRescale, kNq, 1>(acc, vr, n_rows, c, ms, vs, rescale_rows);
     c += 4;
   }
   for (; c < head_dim; ++c) {
     for (int64_t j = 0; j < n_rows; ++j) {
       for (int h = 0; h < kNq; ++h) {
         float a = acc[h][c];
-        if constexpr (kRescale) {
+        if (kRescale && (rescale_rows >> j & 1)) {
           a *= ms[h][j];
           if constexpr (kF16) a = round_f16(a);
         }
@@ -130,8 +132,8 @@ struct Ops {
   template <bool kF16, bool kRescale, int kNq>
   static void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr,
                               int64_t n_rows, int64_t head_dim, const float (*ms)[kTile],
-                              const float (*vs)[kTile]) {
-    neon::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs);
+                              const float (*vs)[kTile], uint32_t rescale_rows) {
+    neon::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs, rescale_rows);
   }
 };
 
