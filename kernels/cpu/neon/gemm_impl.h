@@ -105,13 +105,15 @@ struct NeonGemm {
   }
 
   // The exact integer dots of `steps` steps (even, for kPairedSteps) of 4 rows with 8
-  // tokens: out[t], rows in lanes.
-  static void dots(const int8_t (*w)[kRows][4], const int8_t (*a)[kTokens][4], int steps,
-                   int32x4_t* out) {
+  // tokens, in the policy's own layout. Without kPairedSteps, raw[t] holds token t's, rows
+  // in lanes. With it, raw[2u + p] is SMMLA's 2 x 2 tile of rows 2p, 2p + 1 by tokens 2u,
+  // 2u + 1, as [row 2p token 2u, row 2p token 2u + 1, row 2p + 1 token 2u, row 2p + 1 token
+  // 2u + 1] (step 2j's first half holds tokens 0, 1, its second tokens 4, 5). to_rows()
+  // turns either into rows in lanes.
+  static void native_dots(const int8_t (*w)[kRows][4], const int8_t (*a)[kTokens][4], int steps,
+                          int32x4_t* raw) {
     if constexpr (Lanes::kPairedSteps) {
-      // acc[p][u]: rows 2p, 2p + 1 by tokens u (of 0, 2, 4, 6) and u + 1, as [r0 t0, r0 t1,
-      // r1 t0, r1 t1]. Step 2j's first half holds tokens 0, 1, its second tokens 4, 5.
-      int32x4_t acc[2][4];
+      int32x4_t acc[2][4];  // acc[p][u] = raw[2u + p]
       for (auto& p : acc) {
         for (int32x4_t& x : p) x = vdupq_n_s32(0);
       }
@@ -132,16 +134,88 @@ struct NeonGemm {
         acc[1][3] = Lanes::mmla(acc[1][3], w23, a67);
       }
       for (int u = 0; u < 4; ++u) {
-        out[2 * u] = vuzp1q_s32(acc[0][u], acc[1][u]);
-        out[2 * u + 1] = vuzp2q_s32(acc[0][u], acc[1][u]);
+        raw[2 * u] = acc[0][u];
+        raw[2 * u + 1] = acc[1][u];
       }
     } else {
       typename Lanes::Acc acc[kTokens];
       for (auto& x : acc) x = Lanes::zero();
       for (int k = 0; k < steps; ++k) step(acc, vld1q_s8(w[k][0]), a[k][0]);
-      for (int t = 0; t < kTokens; ++t) out[t] = Lanes::sums(acc[t]);
+      for (int t = 0; t < kTokens; ++t) raw[t] = Lanes::sums(acc[t]);
     }
   }
+
+  // native_dots' layout to rows in lanes per token, in place, for the integer dots and for
+  // float accumulators kept in that layout.
+  static void to_rows(int32x4_t* v) {
+    if constexpr (Lanes::kPairedSteps) {
+      for (int t = 0; t < kTokens; t += 2) {
+        const int32x4_t r01 = v[t];
+        const int32x4_t r23 = v[t + 1];
+        v[t] = vuzp1q_s32(r01, r23);
+        v[t + 1] = vuzp2q_s32(r01, r23);
+      }
+    }
+  }
+  static void to_rows(float32x4_t* v) {
+    if constexpr (Lanes::kPairedSteps) {
+      for (int t = 0; t < kTokens; t += 2) {
+        const float32x4_t r01 = v[t];
+        const float32x4_t r23 = v[t + 1];
+        v[t] = vuzp1q_f32(r01, r23);
+        v[t + 1] = vuzp2q_f32(r01, r23);
+      }
+    }
+  }
+
+  // The exact integer dots, rows in lanes: out[t] for token t.
+  static void dots(const int8_t (*w)[kRows][4], const int8_t (*a)[kTokens][4], int steps,
+                   int32x4_t* out) {
+    native_dots(w, a, steps, out);
+    to_rows(out);
+  }
+
+  // The products d_w[r] * d_a[t] of 4 row scales and 8 token scales, in native_dots' layout.
+  static void native_scales(float32x4_t dw, const float* da, float32x4_t* s) {
+    const float32x4_t lo = vld1q_f32(da);
+    const float32x4_t hi = vld1q_f32(da + 4);
+    if constexpr (Lanes::kPairedSteps) {
+      const float32x4_t w01 = vzip1q_f32(dw, dw);  // [w0, w0, w1, w1]
+      const float32x4_t w23 = vzip2q_f32(dw, dw);
+      const float32x4_t pairs[4] = {twice<0>(lo), twice<1>(lo), twice<0>(hi), twice<1>(hi)};
+      for (int u = 0; u < 4; ++u) {
+        s[2 * u] = vmulq_f32(w01, pairs[u]);
+        s[2 * u + 1] = vmulq_f32(w23, pairs[u]);
+      }
+    } else {
+      s[0] = vmulq_laneq_f32(dw, lo, 0);
+      s[1] = vmulq_laneq_f32(dw, lo, 1);
+      s[2] = vmulq_laneq_f32(dw, lo, 2);
+      s[3] = vmulq_laneq_f32(dw, lo, 3);
+      s[4] = vmulq_laneq_f32(dw, hi, 0);
+      s[5] = vmulq_laneq_f32(dw, hi, 1);
+      s[6] = vmulq_laneq_f32(dw, hi, 2);
+      s[7] = vmulq_laneq_f32(dw, hi, 3);
+    }
+  }
+
+  // [v[2i], v[2i + 1], v[2i], v[2i + 1]].
+  template <int kHalf>
+  static float32x4_t twice(float32x4_t v) {
+    return vreinterpretq_f32_f64(vdupq_laneq_f64(vreinterpretq_f64_f32(v), kHalf));
+  }
+
+  // The tiles add into their 8 float accumulators through locals: `f` may alias the float
+  // scales they read, which would make the compiler store every accumulator after each
+  // block.
+  struct Accumulators {
+    explicit Accumulators(float32x4_t* f) : out(f) { std::copy(f, f + kTokens, v); }
+    ~Accumulators() { std::copy(v, v + kTokens, out); }
+    Accumulators(const Accumulators&) = delete;
+    Accumulators& operator=(const Accumulators&) = delete;
+    float32x4_t v[kTokens];
+    float32x4_t* out;
+  };
 
   // ---- the 32-element types against Q8_0 --------------------------------------------
 
@@ -195,17 +269,22 @@ struct NeonGemm {
       store_steps(hi, dst->q[4][0], sizeof(dst->q[0]));
     }
 
-    // f[t] = fma(float(block dot), d_w * d_a[t], f[t]) block after block.
+    // f = fma(float(block dot), d_w * d_a, f) block after block, per (row, token), with f
+    // in native_dots' layout (finish() turns it into rows in lanes): SMMLA's tiles need no
+    // reordering per block.
     static void tile(const Wt* w, const Act* a, int kb, float32x4_t* f) {
+      Accumulators acc(f);
       for (int b = 0; b < kb; ++b) {
         int32x4_t s[kTokens];
-        dots(w[b].q, a[b].q, 8, s);
-        const float32x4_t dw = vld1q_f32(w[b].d);
+        native_dots(w[b].q, a[b].q, 8, s);
+        float32x4_t scale[kTokens];
+        native_scales(vld1q_f32(w[b].d), a[b].d, scale);
         for (int t = 0; t < kTokens; ++t) {
-          f[t] = vfmaq_f32(f[t], vcvtq_f32_s32(s[t]), vmulq_n_f32(dw, a[b].d[t]));
+          acc.v[t] = vfmaq_f32(acc.v[t], vcvtq_f32_s32(s[t]), scale[t]);
         }
       }
     }
+    static void finish(float32x4_t* f) { to_rows(f); }
   };
 
   using Q4_0 = Legacy<BlockQ4_0, Levels::q4_0_levels>;
@@ -295,7 +374,9 @@ struct NeonGemm {
       }
     }
 
-    static void tile(const Wt* w, const Act* a, int kb, float32x4_t* f) {
+    static void tile(const Wt* w, const Act* a, int kb, float32x4_t* out) {
+      Accumulators acc(out);
+      float32x4_t* f = acc.v;
       for (int b = 0; b < kb; ++b) {
         int32x4_t sumi[kTokens];
         for (int32x4_t& x : sumi) x = vdupq_n_s32(0);
@@ -322,6 +403,7 @@ struct NeonGemm {
         }
       }
     }
+    static void finish(float32x4_t*) {}  // f is rows in lanes already
   };
 
   using Q4_K = ScaleMin<BlockQ4_K>;
@@ -368,7 +450,9 @@ struct NeonGemm {
       }
     }
 
-    static void tile(const Wt* w, const Act* a, int kb, float32x4_t* f) {
+    static void tile(const Wt* w, const Act* a, int kb, float32x4_t* out) {
+      Accumulators acc(out);
+      float32x4_t* f = acc.v;
       for (int b = 0; b < kb; ++b) {
         int32x4_t sumi[kTokens];
         for (int32x4_t& x : sumi) x = vdupq_n_s32(0);
@@ -384,6 +468,7 @@ struct NeonGemm {
         }
       }
     }
+    static void finish(float32x4_t*) {}  // f is rows in lanes already
   };
 
   // ---- the driver -----------------------------------------------------------------------
@@ -394,7 +479,8 @@ struct NeonGemm {
   //   pack(rows, block, Act*)     block `block` of 8 activation rows (null: missing, zeros)
   //   unpack(rows, block, Wt*)    block `block` of 4 weight rows (null: missing, zeros)
   //   tile(const Wt*, const Act*, kb, float32x4_t f[8])  adds kb blocks of the 4 rows'
-  //     dots with 8 tokens to f[t] (rows in lanes)
+  //     dots with 8 tokens to f, in a layout of its own
+  //   finish(float32x4_t f[8])    that layout to rows in lanes, f[t] for token t
   // A packed group is the Act blocks of 8 tokens' whole rows, in block order.
   template <class K>
   struct Driver {
@@ -453,6 +539,7 @@ struct NeonGemm {
             }
           }
           for (int q = 0; q < n_quads; ++q) {
+            for (int g = 0; g < n_groups; ++g) K::finish(acc[q] + kTokens * g);
             const int64_t rm = std::min<int64_t>(kRows, nr - kRows * q);
             for (int64_t t = 0; t < nt; ++t) {
               float* yt = y + (t0 + t) * ldy + r0 + kRows * q;
