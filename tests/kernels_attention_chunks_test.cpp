@@ -171,40 +171,24 @@ void check_shape(const Shape& s, int64_t from) {
 
 // Reads of 250 to 530 rows: one chunk, then two (257: the second has one row), then three.
 TEST(KernelsAttentionChunks, AcrossChunkBoundaries) {
-  Shape s;
-  s.n_pos = 530;
-  s.n_rows = 530;
-  check_shape(s, 250);
+  check_shape({.n_pos = 530, .n_rows = 530}, 250);
 }
 
 // Past 16 x 256 rows the chunks grow (4100 rows: 16 chunks of 288); one KV head of 32 to
 // keep it quick, 4 query heads on it, so decode cuts the group into slices too.
 TEST(KernelsAttentionChunks, SixteenChunksAtMost) {
-  Shape s;
-  s.n_head = 4;
-  s.n_head_kv = 1;
-  s.n_pos = 4100;
-  s.n_rows = 4100;
-  check_shape(s, 4090);
+  check_shape({.n_head = 4, .n_head_kv = 1, .n_pos = 4100, .n_rows = 4100}, 4090);
 }
 
 // A sliding window of 300 positions in a ring of 300 - 1 + 9 rows (what KvCache allocates
 // for batches of up to 9), read across several wraps: two chunks, the second wrapping.
 TEST(KernelsAttentionChunks, SlidingWindowRing) {
-  Shape s;
-  s.n_pos = 700;
-  s.window = 300;
-  s.n_rows = 308;
-  check_shape(s, 640);
+  check_shape({.n_pos = 700, .window = 300, .n_rows = 308}, 640);
 }
 
 // A paged view: 640 rows in blocks of 64 stored in reverse order.
 TEST(KernelsAttentionChunks, PagedView) {
-  Shape s;
-  s.n_pos = 600;
-  s.n_rows = 640;
-  s.block_rows = 64;
-  check_shape(s, 560);
+  check_shape({.n_pos = 600, .n_rows = 640, .block_rows = 64}, 560);
 }
 
 }  // namespace

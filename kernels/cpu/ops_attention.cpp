@@ -215,8 +215,14 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
     const int64_t first = (oldest(t) + j0) % cache.n_rows;
     const float* qh = q + t * q_row + h0 * head_dim;
     if (same) {
-      const KvRows rows{k,          v, cache.row_elems(), first, n, cache.n_rows, cache.block_table,
-                        block_shift};
+      const KvRows rows{.k = k,
+                        .v = v,
+                        .stride = cache.row_elems(),
+                        .first = first,
+                        .n = n,
+                        .n_ring = cache.n_rows,
+                        .table = cache.block_table,
+                        .block_shift = block_shift};
       attend(qh, head_dim, n_q, rows, head_dim, params.scale, o, o_stride, partial);
     } else {
       KvRowsMixed rows = mixed;
