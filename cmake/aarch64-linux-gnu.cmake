@@ -16,3 +16,10 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
+
+# nlohmann-json is header-only, so the build machine's package (Debian's nlohmann-json3-dev,
+# which scripts/install-deps.sh installs) serves the target as it is; its headers are in
+# /usr/include, which the cross compiler searches last.
+if(NOT DEFINED nlohmann_json_DIR AND EXISTS /usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake)
+  set(nlohmann_json_DIR /usr/share/cmake/nlohmann_json)
+endif()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Cross-builds the kernels and their tests for arm64 (QRUN_KERNELS_ONLY, Debian's
-# aarch64-linux-gnu toolchain, GoogleTest from /usr/src/googletest) into build/neon and
-# runs them under qemu-user on three emulated CPUs, one per NEON level (kernel_table.h):
+# Cross-builds the kernels, core/ and models/ and the tests that need no qrun binary for
+# arm64 (QRUN_NO_CLI, Debian's aarch64-linux-gnu toolchain, GoogleTest from
+# /usr/src/googletest) into build/neon and runs them under qemu-user on three emulated CPUs,
+# one per NEON level (kernel_table.h):
 #   max          I8MM and dotprod: selects i8mm; its run walks the generic, neon, dotprod
 #                and i8mm tables, so it runs every test of every level;
 #   neoverse-n1  dotprod without I8MM: selects dotprod;
@@ -9,10 +10,11 @@
 # The last two compare nothing the first run has not (each level's table is built from the
 # level alone, whatever the host); they show that a CPU without an extension selects the
 # level below it and never meets that extension's instructions. So they run the kernel tests
-# that call every kernel of their levels (kernels_neon, _table, _dot, _repack and _ops), not
-# the gemm, KV-type, backend and quant ones that walk the same tables again: about a quarter
-# of a full run each. Each run sets QRUN_EXPECT_ISA, which
-# KernelsNeon.HostRunsTheExpectedLevel checks against the level the CPU selects.
+# that call every kernel of their levels (kernels_neon, _table, _dot, _repack and _ops) and
+# the forward pass against llama.cpp's golden logits on the shared models (forward_golden,
+# every level the CPU has), not the gemm, KV-type, backend and quant ones that walk the same
+# tables again. Each run sets QRUN_EXPECT_ISA, which KernelsNeon.HostRunsTheExpectedLevel
+# checks against the level the CPU selects.
 # Usage: scripts/test-neon.sh   (packages: scripts/install-deps.sh --test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,8 @@ jobs=$(nproc)
 build=build/neon
 
 cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake" \
-  -DCMAKE_BUILD_TYPE=Release -DQRUN_WERROR=ON -DQRUN_KERNELS_ONLY=ON -DQRUN_CUDA=OFF >/dev/null
+  -DCMAKE_BUILD_TYPE=Release -DQRUN_WERROR=ON -DQRUN_KERNELS_ONLY=OFF -DQRUN_NO_CLI=ON -DQRUN_CUDA=OFF \
+  >/dev/null
 cmake --build "$build" -j "$jobs"
 
 # Only the *_dotprod and *_i8mm objects may hold SDOT/UDOT, only the *_i8mm ones the I8MM
@@ -58,6 +61,9 @@ run() {  # run CPU LEVEL [ctest arguments...]
   QEMU_CPU=$cpu QRUN_EXPECT_ISA=$level ctest --test-dir "$build" -j "$jobs" --output-on-failure "$@"
 }
 kernel_tests='^(KernelsNeon|KernelTable|KernelsDot|KernelsRepack|KernelsOps)\.'
+# The golden cases are listed per level of the CPU the tests were discovered on ("max"):
+# each run takes the levels its CPU has (generic: once, under max).
+golden='/ForwardGolden\.MatchesLlamaCpp/.*_'
 run max i8mm
-run neoverse-n1 dotprod -R "$kernel_tests"
-run cortex-a53 neon -R "$kernel_tests"
+run neoverse-n1 dotprod -R "$kernel_tests|${golden}(neon|dotprod)"
+run cortex-a53 neon -R "$kernel_tests|${golden}neon"

@@ -3,8 +3,9 @@
 #   1. a Release build (warnings as errors; the CUDA target too when nvcc is present) and ctest;
 #   2. two `qrun serve` replicas behind nginx on the loopback (scripts/serve-replicas.sh);
 #   3. an AddressSanitizer + UndefinedBehaviorSanitizer build and ctest;
-#   4. the kernels cross-built for arm64 and their tests under qemu-user, on emulated CPUs
-#      with I8MM and dotprod, dotprod only, and neither (scripts/test-neon.sh; a few minutes);
+#   4. the kernels, core/ and models/ cross-built for arm64, and their tests and the forward
+#      golden tests under qemu-user, on emulated CPUs with I8MM and dotprod, dotprod only,
+#      and neither (scripts/test-neon.sh; about ten minutes);
 #   5. the fuzzers (GGUF reader, grammar, serve requests) for a bounded time under ASan/UBSan
 #      (clang's libFuzzer).
 # Shared test data is found through QRUN_TEST_DATA (default: ../shared). The real model the
@@ -45,8 +46,8 @@ step "sanitizer tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/ci-asan -j "$jobs" --output-on-failure | tee "$logs/asan.txt"
 
-step "arm64 (NEON) kernel tests under qemu-user"
-# Bounded: the cross build and the three emulated runs take a few minutes on 2 cores.
+step "arm64 (NEON) kernel and golden tests under qemu-user"
+# Bounded: the cross build and the three emulated runs take about ten minutes on 2 cores.
 timeout "${QRUN_NEON_TIMEOUT:-1800}" bash scripts/test-neon.sh | tee "$logs/neon.txt"
 
 step "fuzz the GGUF reader for ${fuzz_seconds}s"
