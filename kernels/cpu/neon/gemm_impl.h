@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "ggml-like/quants.h"
 #include "kernels/cpu/kernel_table.h"
@@ -145,25 +146,21 @@ struct NeonGemm {
     }
   }
 
-  // native_dots' layout to rows in lanes per token, in place, for the integer dots and for
-  // float accumulators kept in that layout.
-  static void to_rows(int32x4_t* v) {
+  // native_dots' layout to rows in lanes per token, in place: V is int32x4_t for the integer
+  // dots, float32x4_t for float accumulators kept in that layout.
+  template <class V>
+  static void to_rows(V* v) {
     if constexpr (Lanes::kPairedSteps) {
       for (int t = 0; t < kTokens; t += 2) {
-        const int32x4_t r01 = v[t];
-        const int32x4_t r23 = v[t + 1];
-        v[t] = vuzp1q_s32(r01, r23);
-        v[t + 1] = vuzp2q_s32(r01, r23);
-      }
-    }
-  }
-  static void to_rows(float32x4_t* v) {
-    if constexpr (Lanes::kPairedSteps) {
-      for (int t = 0; t < kTokens; t += 2) {
-        const float32x4_t r01 = v[t];
-        const float32x4_t r23 = v[t + 1];
-        v[t] = vuzp1q_f32(r01, r23);
-        v[t + 1] = vuzp2q_f32(r01, r23);
+        const V r01 = v[t];
+        const V r23 = v[t + 1];
+        if constexpr (std::is_same_v<V, float32x4_t>) {
+          v[t] = vuzp1q_f32(r01, r23);
+          v[t + 1] = vuzp2q_f32(r01, r23);
+        } else {
+          v[t] = vuzp1q_s32(r01, r23);
+          v[t + 1] = vuzp2q_s32(r01, r23);
+        }
       }
     }
   }
