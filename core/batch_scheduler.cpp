@@ -175,7 +175,7 @@ bool BatchScheduler::place(Seq& seq, size_t slot) {
       kv.clear();
       return false;
     }
-    const Result<void> reserved = kv.reserve(cached, n - cached);
+    const Result<void> reserved = kv.reserve(cached, n - cached, backend_);
     QRUN_CHECK(reserved.ok(), "batch scheduler: %s", reserved.error().message.c_str());
     seq.n_fed = cached;
     if (!seq.started) {
@@ -209,7 +209,7 @@ void BatchScheduler::reserve_decode_blocks() {
       preempt(*newest);
     }
     if (s->slot < 0) continue;
-    const Result<void> reserved = s->kv->reserve(s->kv->n_tokens(), 1);
+    const Result<void> reserved = s->kv->reserve(s->kv->n_tokens(), 1, backend_);
     QRUN_CHECK(reserved.ok(), "batch scheduler: %s", reserved.error().message.c_str());
   }
 }

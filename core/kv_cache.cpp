@@ -104,6 +104,7 @@ KvLayerView KvCache::layer(int64_t il) {
     KvLayerView view{types_.k, types_.v, pool.k(il), pool.v(il), capacity(), n_head_kv_, head_dim_};
     view.block_table = blocks_.table.data();
     view.block_rows = pool.block_rows();
+    view.n_storage_rows = pool.n_blocks() * pool.block_rows();
     return view;
   }
   const Layer& l = layers_[static_cast<size_t>(il)];

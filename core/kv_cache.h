@@ -109,9 +109,10 @@ class KvCache {
   int64_t blocks_needed(int64_t pos, int64_t n) const;
   // Before forward() writes positions pos .. pos + n - 1 (pos <= n_tokens(),
   // pos + n <= n_ctx()): allocates the blocks they need, and gives the sequence a private
-  // copy of any shared or published block among them (its rows before pos copied). When
-  // the pool has fewer than blocks_needed(pos, n) available: kRuntime, nothing changed.
-  Result<void> reserve(int64_t pos, int64_t n);
+  // copy of any shared or published block among them (its rows before pos copied, by
+  // `backend`, which holds the rows: Backend::kv_copy). When the pool has fewer than
+  // blocks_needed(pos, n) available: kRuntime, nothing changed.
+  Result<void> reserve(int64_t pos, int64_t n, Backend& backend);
   // An empty paged cache takes the pool's cached blocks of the longest prefix of `tokens`
   // in whole blocks, short of the last token (left for a forward pass to give logits) and
   // within n_ctx, sharing them; returns the positions it now holds.

@@ -102,7 +102,7 @@ int64_t KvCache::blocks_needed(int64_t pos, int64_t n) const {
   return needed;
 }
 
-Result<void> KvCache::reserve(int64_t pos, int64_t n) {
+Result<void> KvCache::reserve(int64_t pos, int64_t n, Backend& backend) {
   const int64_t needed = blocks_needed(pos, n);
   KvBlockPool& pool = *blocks_.pool;
   if (needed > pool.n_available()) {
@@ -125,14 +125,10 @@ Result<void> KvCache::reserve(int64_t pos, int64_t n) {
       // Shared: a private copy, with the rows before pos (the rest are about to be written).
       const int32_t copy = pool.allocate();
       const int64_t keep = std::clamp<int64_t>(pos - i * rows, 0, rows);
-      for (int64_t il = 0; il < n_layer_; ++il) {
-        const size_t from = static_cast<size_t>(b) * static_cast<size_t>(rows);
-        const size_t to = static_cast<size_t>(copy) * static_cast<size_t>(rows);
-        const auto kept = static_cast<size_t>(keep);
-        std::memcpy(pool.k(il) + to * k_row_bytes_, pool.k(il) + from * k_row_bytes_,
-                    kept * k_row_bytes_);
-        std::memcpy(pool.v(il) + to * v_row_bytes_, pool.v(il) + from * v_row_bytes_,
-                    kept * v_row_bytes_);
+      if (keep > 0) {
+        for (int64_t il = 0; il < n_layer_; ++il) {
+          backend.kv_copy(layer(il), int64_t{b} * rows, int64_t{copy} * rows, keep);
+        }
       }
       pool.release(b);
       b = copy;

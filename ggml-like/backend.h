@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -86,7 +87,9 @@ struct RopeParams {
 // view (the row p % n_rows above) lives in pool row
 // block_table[r / block_rows] * block_rows + r % block_rows; the table has
 // n_rows / block_rows entries. block_rows is a power of two and a multiple of
-// kKvBlockAlign. Backends that cannot read a paged view say so in supports_paged_kv().
+// kKvBlockAlign. n_storage_rows is the pool's rows (all its blocks), which the table's
+// entries index; a backend that mirrors the layer elsewhere mirrors that many. Backends
+// that cannot read a paged view say so in supports_paged_kv().
 inline constexpr int64_t kKvBlockAlign = 16;
 struct KvLayerView {
   DType k_type = DType::kF16;
@@ -98,7 +101,9 @@ struct KvLayerView {
   int64_t head_dim = 0;
   const int32_t* block_table = nullptr;  // null: rows are contiguous from k and v
   int64_t block_rows = 0;                // rows per block when paged
+  int64_t n_storage_rows = 0;            // rows behind k and v when paged (0: n_rows)
   int64_t row_elems() const { return n_head_kv * head_dim; }
+  int64_t storage_rows() const { return paged() ? n_storage_rows : n_rows; }
   size_t k_row_bytes() const { return row_size(k_type, row_elems()); }
   size_t v_row_bytes() const { return row_size(v_type, row_elems()); }
   bool paged() const { return block_table != nullptr; }
@@ -263,6 +268,12 @@ class Backend {
   virtual void kv_to_host(const KvLayerView& cache) {}
   virtual void kv_from_host(const KvLayerView& cache) {}
 
+  // Copies storage rows from .. from + n - 1 of the layer's K and V to rows to .. to + n - 1
+  // (rows of k and v as storage_row() gives them, not positions; the two ranges do not
+  // overlap), wherever the backend keeps the layer: a paged cache giving a sequence its own
+  // copy of a shared block. The default copies the host memory.
+  virtual void kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n);
+
   // Declares whether the rows of the matmuls that follow are one token of each of several
   // sequences (a batched decode step) rather than the tokens of prompts. A backend may then
   // compute each row as a matmul of that row alone would (the CPU does where its gemm tiles
@@ -278,5 +289,15 @@ class Backend {
   virtual void begin_scratch(std::span<const std::span<float>> buffers) {}
   virtual void end_scratch() {}
 };
+
+inline void Backend::kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n) {
+  const auto copy = [&](void* base, size_t row_bytes) {
+    auto* rows = static_cast<uint8_t*>(base);
+    std::memcpy(rows + static_cast<size_t>(to) * row_bytes,
+                rows + static_cast<size_t>(from) * row_bytes, static_cast<size_t>(n) * row_bytes);
+  };
+  copy(cache.k, cache.k_row_bytes());
+  copy(cache.v, cache.v_row_bytes());
+}
 
 }  // namespace qrun

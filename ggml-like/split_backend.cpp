@@ -155,6 +155,12 @@ void SplitBackend::kv_from_host(const KvLayerView& cache) {
   second_->kv_from_host(cache);
 }
 
+void SplitBackend::kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n) {
+  // (a layer the second never held is copied on the host twice: the same bytes)
+  first_->kv_copy(cache, from, to, n);
+  second_->kv_copy(cache, from, to, n);
+}
+
 void SplitBackend::set_decode_rows(bool on) {
   first_->set_decode_rows(on);
   second_->set_decode_rows(on);

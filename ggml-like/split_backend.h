@@ -79,6 +79,7 @@ class SplitBackend final : public Backend {
   // To both: each acts on the layers it holds.
   void kv_to_host(const KvLayerView& cache) override;
   void kv_from_host(const KvLayerView& cache) override;
+  void kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n) override;
   // The scope goes to the first backend only (see the memory note above).
   void set_decode_rows(bool on) override;
   void begin_scratch(std::span<const std::span<float>> buffers) override;

@@ -63,13 +63,13 @@ TEST(ForwardPaged, PagedCacheAndCachedPrefixGiveTheSameLogits) {
   std::vector<int32_t> tokens = g.prompt;
   const auto n_prompt = static_cast<int64_t>(tokens.size());
   const int64_t split = 301;
-  ASSERT_TRUE(paged->reserve(0, split).ok());
-  ASSERT_TRUE(other->reserve(0, 40).ok());
+  ASSERT_TRUE(paged->reserve(0, split, backend).ok());
+  ASSERT_TRUE(other->reserve(0, 40, backend).ok());
   const std::span<const int32_t> head = std::span(g.prompt).first(split);
   ASSERT_TRUE(m.forward(backend, head, 0, *flat, false, want.data()).ok());
   ASSERT_TRUE(m.forward(backend, head, 0, *paged, false, got.data()).ok());
   EXPECT_TRUE(same_floats(got, want));
-  ASSERT_TRUE(paged->reserve(split, n_prompt - split).ok());
+  ASSERT_TRUE(paged->reserve(split, n_prompt - split, backend).ok());
   const std::span<const int32_t> rest = std::span(g.prompt).subspan(split);
   ASSERT_TRUE(m.forward(backend, rest, split, *flat, false, want.data()).ok());
   ASSERT_TRUE(m.forward(backend, rest, split, *paged, false, got.data()).ok());
@@ -78,7 +78,7 @@ TEST(ForwardPaged, PagedCacheAndCachedPrefixGiveTheSameLogits) {
     const int32_t tok = g.greedy[static_cast<size_t>(i)];
     const auto pos = static_cast<int64_t>(tokens.size());
     tokens.push_back(tok);
-    ASSERT_TRUE(paged->reserve(pos, 1).ok());
+    ASSERT_TRUE(paged->reserve(pos, 1, backend).ok());
     ASSERT_TRUE(m.forward(backend, std::span(&tok, 1), pos, *flat, false, want.data()).ok());
     ASSERT_TRUE(m.forward(backend, std::span(&tok, 1), pos, *paged, false, got.data()).ok());
     EXPECT_TRUE(same_floats(got, want)) << "decode step " << i;
@@ -96,7 +96,7 @@ TEST(ForwardPaged, PagedCacheAndCachedPrefixGiveTheSameLogits) {
   b->truncate(from);
   EXPECT_EQ(b->blocks_needed(from, static_cast<int64_t>(second.size()) - from),
             1 + (750 + kBlockRows - 1) / kBlockRows - 576 / kBlockRows);
-  ASSERT_TRUE(b->reserve(from, static_cast<int64_t>(second.size()) - from).ok());
+  ASSERT_TRUE(b->reserve(from, static_cast<int64_t>(second.size()) - from, backend).ok());
   // The reference: every layer full (no ring), so it can rewind to `from`.
   Result<KvCache> fresh = KvCache::create(hp.n_layer, kCtx, hp.n_head_kv, hp.head_dim, DType::kF16);
   ASSERT_TRUE(fresh.ok());
@@ -111,7 +111,7 @@ TEST(ForwardPaged, PagedCacheAndCachedPrefixGiveTheSameLogits) {
   // The first sequence decodes on: its shared blocks were not written.
   const int32_t tok = g.greedy[8];
   const auto pos = static_cast<int64_t>(tokens.size());
-  ASSERT_TRUE(paged->reserve(pos, 1).ok());
+  ASSERT_TRUE(paged->reserve(pos, 1, backend).ok());
   ASSERT_TRUE(m.forward(backend, std::span(&tok, 1), pos, *flat, false, want.data()).ok());
   ASSERT_TRUE(m.forward(backend, std::span(&tok, 1), pos, *paged, false, got.data()).ok());
   EXPECT_TRUE(same_floats(got, want)) << "the first sequence after the second ran";

@@ -15,11 +15,19 @@
 
 #include "core/kv_block_pool.h"
 #include "core/kv_cache.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/recording_backend.h"
 
 namespace qrun {
 namespace {
 
 constexpr int64_t kLayers = 2, kRows = 16, kHeads = 1, kHeadDim = 32;
+
+// The backend that copies shared blocks (KvCache::reserve): the rows are host memory.
+Backend& host() {
+  static kernels::CpuBackend backend(1);
+  return backend;
+}
 
 std::shared_ptr<KvBlockPool> make_pool(int64_t n_blocks, KvBlockHashFn hash = kv_block_hash) {
   Result<std::shared_ptr<KvBlockPool>> p =
@@ -66,7 +74,7 @@ KvCache ran(const std::shared_ptr<KvBlockPool>& pool, const std::vector<int32_t>
             float value) {
   KvCache kv = sequence(pool);
   const auto n = static_cast<int64_t>(tokens.size());
-  EXPECT_TRUE(kv.reserve(0, n).ok());
+  EXPECT_TRUE(kv.reserve(0, n, host()).ok());
   fill(kv, 0, n, value);
   kv.set_n_tokens(n);
   kv.publish(tokens);
@@ -107,14 +115,14 @@ TEST(KvBlockPool, SequencesReserveTruncateAndFreeTheirBlocks) {
   {
     KvCache kv = sequence(pool, 100);
     EXPECT_EQ(kv.blocks_needed(0, 17), 2);
-    ASSERT_TRUE(kv.reserve(0, 17).ok());
+    ASSERT_TRUE(kv.reserve(0, 17, host()).ok());
     EXPECT_EQ(kv.block_table().size(), 2u);
     EXPECT_EQ(kv.layer(1).n_rows, 32);
     EXPECT_EQ(kv.layer(1).block_table, kv.block_table().data());
     kv.set_n_tokens(17);
-    ASSERT_TRUE(kv.reserve(17, 15).ok());  // still in block 1
+    ASSERT_TRUE(kv.reserve(17, 15, host()).ok());  // still in block 1
     EXPECT_EQ(kv.block_table().size(), 2u);
-    const Result<void> too_many = kv.reserve(17, 80);  // 97 positions: 7 blocks
+    const Result<void> too_many = kv.reserve(17, 80, host());  // 97 positions: 7 blocks
     ASSERT_FALSE(too_many.ok());
     EXPECT_NE(too_many.error().message.find("4 free blocks"), std::string::npos)
         << too_many.error().message;
@@ -165,7 +173,10 @@ TEST(KvBlockPool, WritingIntoASharedBlockCopiesIt) {
   // b rewinds into its second (shared) block and writes from position 20.
   b.truncate(20);
   EXPECT_EQ(b.blocks_needed(20, 4), 1);
-  ASSERT_TRUE(b.reserve(20, 4).ok());
+  // The copy goes through the backend, which holds the rows (Backend::kv_copy).
+  test::RecordingBackend copier(host());
+  ASSERT_TRUE(b.reserve(20, 4, copier).ok());
+  EXPECT_EQ(copier.count("kv_copy"), kLayers);
   EXPECT_NE(b.block_table()[1], a.block_table()[1]);
   EXPECT_EQ(b.block_table()[0], a.block_table()[0]);
   fill(b, 20, 24, 5000.0f);
@@ -179,7 +190,7 @@ TEST(KvBlockPool, WritingIntoASharedBlockCopiesIt) {
   KvCache c = ran(pool, iota_tokens(500, 16), 0.0f);
   const int32_t only = c.block_table()[0];
   ASSERT_TRUE(pool->is_published(only));
-  ASSERT_TRUE(c.reserve(8, 1).ok());
+  ASSERT_TRUE(c.reserve(8, 1, host()).ok());
   EXPECT_EQ(c.block_table()[0], only);
   EXPECT_FALSE(pool->is_published(only));
 }
@@ -203,7 +214,7 @@ TEST(KvBlockPool, UnreferencedCachedBlocksAreEvictedLeastRecentlyUsedFirst) {
   }
   // Two new blocks: the free one, then the least recently used cached one (b's).
   KvCache d = sequence(pool);
-  ASSERT_TRUE(d.reserve(0, 32).ok());
+  ASSERT_TRUE(d.reserve(0, 32, host()).ok());
   EXPECT_EQ(pool->n_evicted(), 1);
   EXPECT_EQ(pool->n_cached(), 2);
   KvCache probe = sequence(pool);

@@ -34,6 +34,10 @@ class RecordingBackend final : public Backend {
     ops_.emplace_back("kv_from_host");
     inner_.kv_from_host(cache);
   }
+  void kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n) override {
+    ops_.emplace_back("kv_copy");
+    inner_.kv_copy(cache, from, to, n);
+  }
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override {
     ops_.emplace_back("matmul");
     inner_.matmul(w, x, n_tokens, y);
