@@ -113,8 +113,9 @@ Result<void> run_serve(ServeOptions o) {
   const bool paged = o.kv_unified && s.backend->supports_paged_kv();
   if (o.kv_unified && o.kv_unified_given && !paged) {
     return make_error(ErrorCode::kUsage,
-                      "--kv-unified needs a backend that reads paged KV views; the CUDA backend "
-                      "(-ngl) does not: leave it out, or use --no-kv-unified");
+                      format("--kv-unified needs a backend that reads paged KV views, and the "
+                             "%s backend does not: leave it out, or use --no-kv-unified",
+                             std::string(s.backend->name()).c_str()));
   }
   const int64_t slot_ctx = paged ? n_ctx : n_ctx / o.n_parallel;
   if (slot_ctx < kMinSlotCtx) {
@@ -261,7 +262,7 @@ void register_serve(CLI::App& app, Action* selected) {
          "One paged KV cache of -c tokens (also -kvu) for all sequences: each takes blocks as it "
          "grows, up to -c tokens; when the cache is full a new prompt waits, and a decoding "
          "sequence preempts the newest running one, which is recomputed later "
-         "(default, on the CPU backend; -ngl keeps per-sequence slots). "
+         "(default, with -ngl too). "
          "--no-kv-unified: each of the -np sequences gets -c / N tokens of its own")
       ->each([o](const std::string&) { o->kv_unified_given = true; });
   cmd->add_option("--block-size", o->block_size,

@@ -96,12 +96,15 @@ size_t device_cache_bytes(KvCache& kv, int64_t first) {
 
 // The activations one forward chunk keeps on the device (the model's scratch), the largest
 // op output that comes back (all rows of logits), the decode attention's partial results
-// for a token at the end of the context, and room for the quantized activations, the
-// prefill tiles and the staging of weights repacked at upload.
+// for a token at the end of the context, the K and V rows prefill gathers from a paged
+// cache (qrun serve) for a chunk at the end of the context, and room for the quantized
+// activations, the prefill tiles and the staging of weights repacked at upload.
 size_t device_scratch_bytes(const Model& model, int64_t n_ctx) {
   const ModelHparams& hp = model.hparams();
-  const size_t attention = kernels::cuda::attention_scratch_floats(
-      1, n_ctx - 1, AttentionParams{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f, 0});
+  const size_t attention =
+      kernels::cuda::attention_scratch_floats(
+          1, n_ctx - 1, AttentionParams{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f, 0}) +
+      static_cast<size_t>(n_ctx * hp.n_head_kv * hp.head_dim);  // 2 x F16 per element
   const auto n = static_cast<size_t>(model.n_batch());
   const auto q = static_cast<size_t>(hp.n_head * hp.head_dim);
   const auto kv = static_cast<size_t>(hp.n_head_kv * hp.head_dim);

@@ -6,8 +6,10 @@
 // quantization bound, attention within F16 precision of the CPU's F16 accumulator.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
@@ -68,34 +70,87 @@ TEST(CudaEmuBackend, SupportsWhatItHasKernelsFor) {
   EXPECT_TRUE(b.supports(Op::kAttention, DType::kF16));
   EXPECT_FALSE(b.supports(Op::kAttention, DType::kF32));
   EXPECT_TRUE(b.supports(Op::kRmsNorm, DType::kF32));
-  EXPECT_FALSE(b.supports_paged_kv());
+  EXPECT_TRUE(b.supports_paged_kv());
 }
 
-#ifndef QRUN_CUDA_GPU_TEST
-// Paged KV views (block tables) are refused with a message, never read as contiguous rows.
-TEST(CudaEmuBackendDeathTest, RefusesPagedKvViews) {
-  std::vector<uint16_t> k(32 * 64), v(32 * 64);
-  const std::vector<float> x(64, 1.0f);
-  const std::vector<int32_t> table = {1, 0};
-  KvLayerView cache{DType::kF16, DType::kF16, k.data(), v.data(), 32, 1, 64};
-  cache.block_table = table.data();
-  cache.block_rows = 16;
-  const AttentionParams params{1, 1, 64, 0.125f, 0};
-  std::vector<float> out(64);
-  EXPECT_DEATH(
-      {
-        CudaBackend gpu;
-        gpu.kv_store(cache, 0, 1, x.data(), x.data());
-      },
-      "cuda kv_store: paged KV views are not supported");
-  EXPECT_DEATH(
-      {
-        CudaBackend gpu;
-        gpu.attention(x.data(), 1, 0, cache, params, out.data());
-      },
-      "cuda attention: paged KV views are not supported");
-}
+// A paged layer (blocks of 16 rows in shuffled order in a pool with spare blocks) holds
+// what a contiguous one does: stores, attention (prefill and decode), kv_copy of a block
+// into a spare one read through another table, and kv_to_host, against a contiguous layer
+// on the same backend. The same kernels read the same values in the same order: the same
+// bits under the emulator. (On the GPU the prefill path's cuBLAS products over the gathered
+// rows may differ in rounding from those over the cache's own rows: there within the F16
+// weights' rounding, 2^-10 max|v|, as cuda_emu_attention_test.)
+TEST(CudaEmuBackend, PagedKvMatchesContiguous) {
+  constexpr int64_t kBlockRows = 16, kHeads = 4, kHeadsKv = 2, kHeadDim = 64, kRows = 64;
+  constexpr int64_t kRowElems = kHeadsKv * kHeadDim;
+  const std::vector<int32_t> table = {5, 2, 0, 3};  // pool blocks 1 and 4 are spare
+  constexpr int64_t kPoolRows = 6 * kBlockRows;
+  std::vector<uint16_t> pk(kPoolRows * kRowElems), pv(pk.size());
+  std::vector<uint16_t> ck(kRows * kRowElems), cv(ck.size());
+  KvLayerView paged{DType::kF16, DType::kF16, pk.data(), pv.data(), kRows, kHeadsKv, kHeadDim};
+  paged.block_table = table.data();
+  paged.block_rows = kBlockRows;
+  paged.n_storage_rows = kPoolRows;
+  const KvLayerView flat{DType::kF16, DType::kF16, ck.data(), cv.data(), kRows, kHeadsKv, kHeadDim};
+  const AttentionParams params{kHeads, kHeadsKv, kHeadDim, 0.125f, 0};
+  CudaBackend gpu;
+  ASSERT_TRUE(gpu.supports_paged_kv());
+#if defined(QRUN_CUDA_GPU_TEST)
+  const float tol = std::ldexp(1.0f, -10) * 8.0f;  // normal values: |v| < 8
+#else
+  const float tol = 0.0f;
 #endif
+  const auto same = [&](const std::vector<float>& a, const std::vector<float>& b,
+                        const char* what) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (tol == 0.0f) {
+        ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << what << ": element " << i;
+      } else {
+        ASSERT_NEAR(a[i], b[i], tol) << what << ": element " << i;
+      }
+    }
+  };
+  int64_t pos = 0;
+  uint32_t seed = 100;
+  for (const int64_t n : {20, 1, 3, 17}) {  // prefill (from 16 tokens) and decode steps
+    const std::vector<float> k = random_vector(n * kRowElems, seed++);
+    const std::vector<float> v = random_vector(n * kRowElems, seed++);
+    const std::vector<float> q = random_vector(n * kHeads * kHeadDim, seed++);
+    gpu.kv_store(paged, pos, n, k.data(), v.data());
+    gpu.kv_store(flat, pos, n, k.data(), v.data());
+    std::vector<float> want(q.size()), got(q.size());
+    gpu.attention(q.data(), n, pos, flat, params, want.data());
+    gpu.attention(q.data(), n, pos, paged, params, got.data());
+    same(got, want, "attention");
+    pos += n;
+  }
+  // Block 1 of the table (pool block 2, positions 16 .. 31) copied into spare block 4 and
+  // read through a table that names the copy.
+  gpu.kv_copy(paged, 2 * kBlockRows, 4 * kBlockRows, kBlockRows);
+  const std::vector<int32_t> copied = {5, 4, 0, 3};
+  KvLayerView other = paged;
+  other.block_table = copied.data();
+  const std::vector<float> q = random_vector(kHeads * kHeadDim, 7);
+  std::vector<float> want(q.size()), got(q.size());
+  gpu.attention(q.data(), 1, pos - 1, paged, params, want.data());
+  gpu.attention(q.data(), 1, pos - 1, other, params, got.data());
+  same(got, want, "attention after kv_copy");
+  // The rows on the host: the pool's, at the table's rows, are the contiguous layer's.
+  gpu.kv_to_host(paged);
+  gpu.kv_to_host(flat);
+  for (int64_t r = 0; r < pos; ++r) {
+    for (const KvLayerView* view : {&paged, &other}) {
+      const auto at = static_cast<ptrdiff_t>(view->storage_row(r) * kRowElems);
+      ASSERT_TRUE(
+          std::equal(ck.begin() + r * kRowElems, ck.begin() + (r + 1) * kRowElems, pk.begin() + at))
+          << "K row " << r;
+      ASSERT_TRUE(
+          std::equal(cv.begin() + r * kRowElems, cv.begin() + (r + 1) * kRowElems, pv.begin() + at))
+          << "V row " << r;
+    }
+  }
+}
 
 TEST(CudaEmuBackend, ElementwiseNormRopeMatchCpu) {
   CudaBackend gpu;

@@ -297,7 +297,7 @@ TEST(CudaEmuOps, NormRopeQkHasTheBitsOfItsLaunches) {
             DeviceArray<uint16_t> vc(kc.size());
             fill_zero(kc.data(), kc.size() * sizeof(uint16_t));
             fill_zero(vc.data(), vc.size() * sizeof(uint16_t));
-            const KvDestination store{dv.data(), 5, n_rows, kc.data(), vc.data()};
+            const KvDestination store{dv.data(), 5, KvRowMap{n_rows}, kc.data(), vc.data()};
             if (fused) {
               norm_rope_qk(dq.data(), n_head, dk.data(), n_head_kv, n_tokens, head_dim, dpos.data(),
                            p, norms, Stream{}, &store);

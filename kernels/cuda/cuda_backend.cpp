@@ -473,7 +473,9 @@ void CudaBackend::kv_store(const KvLayerView& cache, int64_t pos, int64_t n_toke
   const int64_t n = cache.row_elems();
   const float* dk = input(kIn0, k, n_tokens * n);
   const float* dv = input(kIn1, v, n_tokens * n);
-  store_kv_f16(dk, dv, n_tokens, n, pos, cache.n_rows, layer.k.data(), layer.v.data(), stream());
+  const KvLayerView dcache = device_view(cache, layer, pos + n_tokens);
+  store_kv_f16(dk, dv, n_tokens, n, pos, kv_row_map(dcache), layer.k.data(), layer.v.data(),
+               stream());
 }
 
 void CudaBackend::rope_qk_store(float* q, int64_t n_head, float* k, const float* v,
@@ -523,7 +525,8 @@ bool CudaBackend::fused_rope_store(float* q, int64_t n_head, float* k, const flo
   }
   DeviceKv& layer = device_kv(cache, pos, n_tokens);
   const int32_t* dpos = device_positions(positions.first(static_cast<size_t>(n_tokens)));
-  const KvDestination store{dv, pos, cache.n_rows, layer.k.data(), layer.v.data()};
+  const KvLayerView dcache = device_view(cache, layer, pos + n_tokens);
+  const KvDestination store{dv, pos, kv_row_map(dcache), layer.k.data(), layer.v.data()};
   cuda::norm_rope_qk(dq, n_head, dk, n_head_kv, n_tokens, head_dim, dpos,
                      device_rope_params(params), norms, stream(), &store);
   wrote(dq, nq);
@@ -545,13 +548,14 @@ CudaBackend::DeviceKv& CudaBackend::device_kv(const KvLayerView& cache, int64_t 
   QRUN_CHECK(cache.k_type == DType::kF16 && cache.v_type == DType::kF16,
              "cuda kv_store: %s K and %s V cache (only f16)", dtype_name(cache.k_type),
              dtype_name(cache.v_type));
-  QRUN_CHECK(!cache.paged(), "cuda kv_store: paged KV views are not supported (supports_paged_kv)");
-  QRUN_CHECK(pos >= 0 && n_tokens >= 0 && n_tokens <= cache.n_rows,
+  // (a paged view has a row for every position: it never wraps)
+  QRUN_CHECK(pos >= 0 && n_tokens >= 0 && n_tokens <= cache.n_rows &&
+                 (!cache.paged() || pos + n_tokens <= cache.n_rows),
              "kv_store: %lld tokens at position %lld in a cache of %lld rows",
              static_cast<long long>(n_tokens), static_cast<long long>(pos),
              static_cast<long long>(cache.n_rows));
   const int64_t n = cache.row_elems();
-  const size_t elems = static_cast<size_t>(cache.n_rows * n);
+  const size_t elems = static_cast<size_t>(cache.storage_rows() * n);
   DeviceKv& layer = kv_[cache.k];
   if (layer.k.size() != elems) {
     // A new layer, or one whose shape changed: the host rows once kv_from_host made them
@@ -570,10 +574,67 @@ CudaBackend::DeviceKv& CudaBackend::device_kv(const KvLayerView& cache, int64_t 
   return layer;
 }
 
+KvLayerView CudaBackend::device_view(const KvLayerView& cache, DeviceKv& layer, int64_t end) {
+  KvLayerView d = cache;
+  d.k = layer.k.data();
+  d.v = layer.v.data();
+  if (cache.paged()) {
+    d.block_table =
+        device_block_table(cache.block_table, (end + cache.block_rows - 1) / cache.block_rows);
+  }
+  return d;
+}
+
+const int32_t* CudaBackend::device_block_table(const int32_t* host, int64_t n) {
+  if (block_tables_.size() >= kMaxBlockTables && block_tables_.count(host) == 0) {
+    // (tables of caches long gone: the copies may still be read by queued work)
+    flush();
+    synchronize(stream());
+    block_tables_.clear();
+  }
+  BlockTableCopy& t = block_tables_[host];
+  const auto want = static_cast<size_t>(n);
+  if (want <= t.n && std::equal(host, host + n, t.staging.data())) return t.device.data();
+  if (t.device.size() < want) {
+    flush();  // an allocation (and the old copy may be read by queued work: freed after it)
+    synchronize(stream());
+    const size_t room = std::max(want, 2 * t.device.size());
+    t.staging = PinnedArray<int32_t>(room);
+    t.device = DeviceArray<int32_t>(room);
+  } else if (t.queued) {
+    // The last copy from the staging memory may still be queued (or captured).
+    flush();
+    synchronize(stream());
+  }
+  std::copy(host, host + n, t.staging.data());
+  t.n = want;
+  copy_to_device(t.device.data(), t.staging.data(), want * sizeof(int32_t), stream());
+  t.queued = true;
+  return t.device.data();
+}
+
+void CudaBackend::kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n) {
+  const auto it = kv_.find(cache.k);
+  if (it == kv_.end()) {  // never stored here: the host rows are the content
+    Backend::kv_copy(cache, from, to, n);
+    return;
+  }
+  const int64_t rows = cache.storage_rows();
+  QRUN_CHECK(from >= 0 && to >= 0 && n >= 0 && from + n <= rows && to + n <= rows,
+             "cuda kv_copy: %lld rows from %lld to %lld in a layer of %lld",
+             static_cast<long long>(n), static_cast<long long>(from), static_cast<long long>(to),
+             static_cast<long long>(rows));
+  const int64_t e = cache.row_elems();
+  const size_t bytes = static_cast<size_t>(n * e) * sizeof(uint16_t);
+  copy_on_device(it->second.k.data() + to * e, it->second.k.data() + from * e, bytes, stream());
+  copy_on_device(it->second.v.data() + to * e, it->second.v.data() + from * e, bytes, stream());
+}
+
 void CudaBackend::kv_to_host(const KvLayerView& cache) {
   const auto it = kv_.find(cache.k);
   if (it == kv_.end()) return;  // never stored here: the host rows are the content
-  const size_t bytes = static_cast<size_t>(cache.n_rows * cache.row_elems()) * sizeof(uint16_t);
+  const size_t bytes =
+      static_cast<size_t>(cache.storage_rows() * cache.row_elems()) * sizeof(uint16_t);
   QRUN_CHECK(it->second.k.size() * sizeof(uint16_t) == bytes,
              "cuda kv_to_host: a layer of %zu bytes for a view of %zu", it->second.k.size() * 2,
              bytes);
@@ -592,8 +653,6 @@ void CudaBackend::kv_from_host(const KvLayerView& cache) {
 
 void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
                             const KvLayerView& cache, const AttentionParams& params, float* out) {
-  QRUN_CHECK(!cache.paged(),
-             "cuda attention: paged KV views are not supported (supports_paged_kv)");
   auto it = kv_.find(cache.k);
   QRUN_CHECK(it != kv_.end(), "cuda attention: the cache layer was never written by kv_store");
   const int64_t n = n_tokens * params.n_head * params.head_dim;
@@ -601,12 +660,11 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   float* dout = output(kOut, out, n);
   // Sized, the first time a layer is seen, for a token at the cache's last row, so that
   // decode steps do not grow it as they go.
-  const size_t floats = std::max(attention_scratch_floats(n_tokens, pos0, params),
-                                 attention_scratch_floats(1, cache.n_rows - 1, params));
+  const size_t floats =
+      std::max(attention_scratch_floats(n_tokens, pos0, params, cache.paged()),
+               attention_scratch_floats(1, cache.n_rows - 1, params, cache.paged()));
   auto* dscratch = static_cast<float*>(scratch(kAttnScratch, floats * sizeof(float)));
-  KvLayerView dcache = cache;
-  dcache.k = it->second.k.data();
-  dcache.v = it->second.v.data();
+  const KvLayerView dcache = device_view(cache, it->second, pos0 + n_tokens);
   // (O's matmul takes the output next: quantized here where it goes to mmvq)
   BlockQ8_1* qo = fused_quantized(out, n, n_tokens < kGemmMinTokens && params.head_dim % 32 == 0);
   // (counters only for the decode kernel, whose splits they merge)

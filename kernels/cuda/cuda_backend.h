@@ -11,6 +11,8 @@
 // KV cache: each layer lives in device memory, keyed by the host cache's k pointer; the
 // host cache's own memory is read and written only through kv_from_host and kv_to_host (a
 // new layer starts as zeros, or, after kv_from_host, as the host rows). Only F16 caches.
+// A paged layer is its pool's whole storage, shared by every sequence's view; kv_copy
+// copies rows within it (a block shared by sequences copied before one writes it).
 // Numerics differ from the CPU backend where ops.h says so: a matmul of up to 4 tokens
 // (decode) quantizes activations to blocks of 32 for every weight type (Q8_1-style, not
 // Q8_K for the k-quants); from 5 tokens on (prefill) both operands are rounded to F16 and
@@ -70,8 +72,9 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   bool supports(Op op, DType type) const override;
-  // Paged KV views (block tables) are not read yet: kv_store and attention refuse them.
-  bool supports_paged_kv() const override { return false; }
+  // Paged views: a pool's layer is mirrored whole (KvLayerView::storage_rows), and each
+  // sequence's block table is copied to the device when it changes.
+  bool supports_paged_kv() const override { return true; }
 
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override;
   void matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) override;
@@ -111,6 +114,7 @@ class CudaBackend final : public Backend {
   void softcap(const float* x, int64_t n, float cap, float* out) override;
   void kv_to_host(const KvLayerView& cache) override;
   void kv_from_host(const KvLayerView& cache) override;
+  void kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n) override;
   void begin_scratch(std::span<const std::span<float>> buffers) override;
   void end_scratch() override;
 
@@ -180,6 +184,13 @@ class CudaBackend final : public Backend {
   // The device copy of a cache layer for a store of n_tokens rows at pos (checked), made
   // on first use.
   DeviceKv& device_kv(const KvLayerView& cache, int64_t pos, int64_t n_tokens);
+  // `cache` as the kernels read it: layer's device rows, and for a paged view its block
+  // table's entries for the positions before `end`, in device memory.
+  KvLayerView device_view(const KvLayerView& cache, DeviceKv& layer, int64_t end);
+  // The first n entries of the block table at `host` in device memory, copied (through
+  // pinned memory, so a capture can hold the copy) only when they differ from the entries
+  // that table's copy holds.
+  const int32_t* device_block_table(const int32_t* host, int64_t n);
   struct WeightCopy {
     DeviceArray<uint8_t> bytes;
     std::array<uint8_t, 128> ends;  // the host data's first and last 64 bytes
@@ -200,6 +211,16 @@ class CudaBackend final : public Backend {
   // Layers (by the host cache's k) whose host rows kv_from_host made their content: read
   // when kv_store next makes the layer's device copy.
   std::unordered_set<const void*> kv_on_host_;
+  struct BlockTableCopy {
+    PinnedArray<int32_t> staging;  // what was copied last
+    DeviceArray<int32_t> device;
+    size_t n = 0;         // entries both hold
+    bool queued = false;  // a copy from staging may not have run yet
+  };
+  // By the host table's address (its entries compared on each use, so a table that moved
+  // or a reused address cannot serve stale entries); cleared past kMaxBlockTables.
+  static constexpr size_t kMaxBlockTables = 256;
+  std::unordered_map<const int32_t*, BlockTableCopy> block_tables_;
   DeviceArray<uint8_t> scratch_[6];  // by Slot (cuda_backend.cpp)
   // Decode attention's per-(token, head) counters (cuda::attention): zero between launches.
   DeviceArray<unsigned> attention_counters_;

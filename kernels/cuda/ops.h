@@ -40,11 +40,22 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream st
 void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream,
            BlockQ8_1* q = nullptr);
 
+// Where position p of a cache layer is stored (KvLayerView::storage_row, for the kernels:
+// kv_storage_row in kv_rows.cuh): view row p % n_rows, which, when table is not null, lies
+// in block table[row >> block_shift] of 1 << block_shift rows. table is device memory.
+struct KvRowMap {
+  int64_t n_rows = 0;
+  const int32_t* table = nullptr;
+  int block_shift = 0;
+};
+// The map of `cache`, whose block_table (if any) is in device memory.
+KvRowMap kv_row_map(const KvLayerView& cache);
+
 // Writes n_tokens rows of row_elems floats from k and from v, rounded to F16 (round to
-// nearest even, as the CPU backend's F16 cache), to rows (pos + t) % n_rows of the rings
+// nearest even, as the CPU backend's F16 cache), to the rows of positions pos + t in
 // k_dst and v_dst: kv_store, in one launch.
 void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t row_elems, int64_t pos,
-                  int64_t n_rows, uint16_t* k_dst, uint16_t* v_dst, Stream stream);
+                  const KvRowMap& rows, uint16_t* k_dst, uint16_t* v_dst, Stream stream);
 
 // ---- ops_norm.cu ----
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for n_rows rows of n; y may alias x.
@@ -71,7 +82,7 @@ void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const in
 struct KvDestination {
   const float* v;
   int64_t pos;
-  int64_t n_rows;
+  KvRowMap rows;
   uint16_t* k_dst;
   uint16_t* v_dst;
 };
@@ -112,7 +123,9 @@ void norm_rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t
 inline constexpr int64_t kDefaultSplit = 32;
 int64_t attention_split();
 inline constexpr int64_t kPrefillMinTokens = 16;
-size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
+// (paged: for a cache read through a block table, whose rows prefill gathers first)
+size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params,
+                                bool paged = false);
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                const AttentionParams& params, float* scratch, float* out, Stream stream,
                BlockQ8_1* out_q = nullptr, unsigned* counters = nullptr);
@@ -121,11 +134,14 @@ void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView
 // The same attention as matrix products on the tensor cores (gemm_f16_batched), for many
 // tokens: chunks of chunk_tokens tokens, each scored against every position its tokens
 // attend (q rounded to F16), masked, softmaxed and multiplied with V (weights rounded to
-// F16). Any head_dim; scratch holds attention_prefill_scratch_floats(...) floats.
+// F16). Any head_dim; scratch holds attention_prefill_scratch_floats(...) floats. A paged
+// cache's rows of each chunk are first gathered into scratch, in position order (one
+// product per chunk, as a contiguous cache that has not wrapped).
 // The chunk attention() uses: scores of about 128 MiB at most, but at least 16 tokens.
 int64_t prefill_chunk_tokens(int64_t n_tokens, int64_t pos0, const AttentionParams& params);
 size_t attention_prefill_scratch_floats(int64_t n_tokens, int64_t pos0,
-                                        const AttentionParams& params, int64_t chunk_tokens);
+                                        const AttentionParams& params, int64_t chunk_tokens,
+                                        bool paged = false);
 void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                        const AttentionParams& params, int64_t chunk_tokens, float* scratch,
                        float* out, Stream stream);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "kernels/cuda/kv_rows.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/q8_1.cuh"
 #include "kernels/cuda/simt.h"
@@ -30,7 +31,7 @@ struct Geometry {
   int64_t group;  // query heads per KV head
   int64_t head_dim;
   int64_t row_elems;  // n_head_kv * head_dim
-  int64_t n_rows;     // cache rows (a ring when shorter than the context)
+  KvRowMap rows;      // where a position's row is (a ring when shorter than the context)
   int64_t pos0;
   int64_t window;  // 0: whole context
   int64_t n_splits;
@@ -43,7 +44,7 @@ struct Geometry {
 __device__ __forceinline__ void load_kv_row(const uint16_t* k, const uint16_t* v, const Geometry& g,
                                             int64_t p, int64_t kv_offset, int lane, float* kd,
                                             float* vd) {
-  const int64_t row = (p % g.n_rows) * g.row_elems + kv_offset;
+  const int64_t row = kv_storage_row(g.rows, p) * g.row_elems + kv_offset;
   QRUN_UNROLL
   for (int i = 0; i < kMaxDimsPerLane; ++i) {
     const int64_t d = lane + kWarp * i;
@@ -245,10 +246,11 @@ int64_t attention_split() {
   return split;
 }
 
-size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params) {
+size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params,
+                                bool paged) {
   if (n_tokens >= kPrefillMinTokens) {
     return attention_prefill_scratch_floats(n_tokens, pos0, params,
-                                            prefill_chunk_tokens(n_tokens, pos0, params));
+                                            prefill_chunk_tokens(n_tokens, pos0, params), paged);
   }
   return static_cast<size_t>(n_tokens * params.n_head * splits_for(pos0, n_tokens, params.window) *
                              (params.head_dim + 2));
@@ -281,7 +283,7 @@ void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView
   g.group = params.n_head / params.n_head_kv;
   g.head_dim = params.head_dim;
   g.row_elems = cache.row_elems();
-  g.n_rows = cache.n_rows;
+  g.rows = kv_row_map(cache);
   g.pos0 = pos0;
   g.window = params.window;
   g.n_splits = splits_for(pos0, n_tokens, params.window);

@@ -7,14 +7,17 @@
 // float, rounds the weights to F16 into P and keeps 1 / (sum of the rounded weights);
 // O_g = P_g V_g (float sums again), scaled by that and scattered to [token, head, dim].
 // The ring cache (position p in row p % n_rows) splits both products into runs of
-// consecutive rows. Numerics, against exact softmax attention over the cache's F16 values:
-// a score moves by the F16 rounding of q (2^-11 relative per term) plus the float sums;
-// each weight by its F16 rounding (2^-11 relative, 2^-25 absolute below 2^-14), so the
-// output by up to about 2^-10 max|v| more than the split-K kernel's (measured under the
-// emulator: 3.5e-4 max|v| at most, against 8e-8 for split-K; tests/cuda_emu_attention_test).
+// consecutive rows; a paged cache's rows of the chunk are gathered into scratch first
+// (F16 copies, so the same values in position order). Numerics, against exact softmax
+// attention over the cache's F16 values: a score moves by the F16 rounding of q (2^-11
+// relative per term) plus the float sums; each weight by its F16 rounding (2^-11
+// relative, 2^-25 absolute below 2^-14), so the output by up to about 2^-10 max|v| more
+// than the split-K kernel's (measured under the emulator: 3.5e-4 max|v| at most, against
+// 8e-8 for split-K; tests/cuda_emu_attention_test).
 // Q beyond F16's range (65504) would become inf: llama.cpp's flash attention rounds it too.
 #include <cmath>
 
+#include "kernels/cuda/kv_rows.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
 
@@ -40,17 +43,20 @@ int64_t max_positions(int64_t n_tokens, int64_t pos0, int64_t window, int64_t ch
 
 // The scratch, in floats from its start (each region 256-byte aligned): q of the chunk in
 // F16 [n_head_kv][chunk * group][head_dim], S [n_head_kv][chunk * group][ld] in float, P
-// in F16 with the same shape, 1 / l per row, and O [n_head_kv][chunk * group][head_dim].
+// in F16 with the same shape, 1 / l per row, O [n_head_kv][chunk * group][head_dim], and
+// for a paged cache the chunk's K and V rows gathered, F16 [ld][row_elems] each.
 struct Layout {
-  int64_t q, s, p, inv_l, o, total;
-  Layout(int64_t n_head, int64_t head_dim, int64_t chunk, int64_t ld) {
+  int64_t q, s, p, inv_l, o, k, v, total;
+  Layout(int64_t n_head, int64_t head_dim, int64_t chunk, int64_t ld, int64_t gathered_row_elems) {
     const int64_t rows = n_head * chunk;
     q = 0;
     s = q + round_up((rows * head_dim + 1) / 2, kAlignFloats);
     p = s + round_up(rows * ld, kAlignFloats);
     inv_l = p + round_up((rows * ld + 1) / 2, kAlignFloats);
     o = inv_l + round_up(rows, kAlignFloats);
-    total = o + round_up(rows * head_dim, kAlignFloats);
+    k = o + round_up(rows * head_dim, kAlignFloats);
+    v = k + round_up((ld * gathered_row_elems + 1) / 2, kAlignFloats);
+    total = v + round_up((ld * gathered_row_elems + 1) / 2, kAlignFloats);
   }
 };
 
@@ -93,6 +99,22 @@ __global__ void __launch_bounds__(kThreads) gather_q_kernel(const float* q, Chun
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     qh[i] = f32_to_f16(q[token_major(c, i)]);
+  }
+}
+
+// The rows of positions lo .. lo + n_kv - 1 of a paged cache, in that order, into k_out
+// and v_out (rows of row_elems F16 values, copied two at a time: row_elems is even).
+__global__ void __launch_bounds__(kThreads)
+    gather_kv_kernel(const uint32_t* k, const uint32_t* v, KvRowMap rows, int64_t lo, int64_t n_kv,
+                     int64_t row_elems, uint32_t* k_out, uint32_t* v_out) {
+  wait_for_prior_kernels();
+  const int64_t row_pairs = row_elems / 2;
+  const int64_t n = n_kv * row_pairs;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t from = kv_storage_row(rows, lo + i / row_pairs) * row_pairs + i % row_pairs;
+    k_out[i] = k[from];
+    v_out[i] = v[from];
   }
 }
 
@@ -166,10 +188,12 @@ int64_t prefill_chunk_tokens(int64_t n_tokens, int64_t pos0, const AttentionPara
 }
 
 size_t attention_prefill_scratch_floats(int64_t n_tokens, int64_t pos0,
-                                        const AttentionParams& params, int64_t chunk_tokens) {
+                                        const AttentionParams& params, int64_t chunk_tokens,
+                                        bool paged) {
   const int64_t chunk = chunk_tokens < n_tokens ? chunk_tokens : n_tokens;
   const int64_t ld = round_up(max_positions(n_tokens, pos0, params.window, chunk), 8);
-  return static_cast<size_t>(Layout(params.n_head, params.head_dim, chunk, ld).total);
+  const int64_t gathered = paged ? params.n_head_kv * params.head_dim : 0;
+  return static_cast<size_t>(Layout(params.n_head, params.head_dim, chunk, ld, gathered).total);
 }
 
 void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
@@ -190,15 +214,20 @@ void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvL
   const int64_t chunk = chunk_tokens < n_tokens ? chunk_tokens : n_tokens;
   const int64_t hd = params.head_dim;
   const int64_t row_elems = cache.row_elems();
+  const bool paged = cache.paged();
+  QRUN_CHECK(!paged || row_elems % 2 == 0, "cuda attention_prefill: paged rows of %lld elements",
+             static_cast<long long>(row_elems));
   const Layout lay(params.n_head, hd, chunk,
-                   round_up(max_positions(n_tokens, pos0, params.window, chunk), 8));
+                   round_up(max_positions(n_tokens, pos0, params.window, chunk), 8),
+                   paged ? row_elems : 0);
   auto* qh = reinterpret_cast<uint16_t*>(scratch + lay.q);
   float* s = scratch + lay.s;
   auto* p = reinterpret_cast<uint16_t*>(scratch + lay.p);
   float* inv_l = scratch + lay.inv_l;
   float* o = scratch + lay.o;
-  const auto* k = static_cast<const uint16_t*>(cache.k);
-  const auto* v = static_cast<const uint16_t*>(cache.v);
+  auto* k_gathered = reinterpret_cast<uint16_t*>(scratch + lay.k);
+  auto* v_gathered = reinterpret_cast<uint16_t*>(scratch + lay.v);
+  const KvRowMap map = kv_row_map(cache);
 
   for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
     Chunk c{};
@@ -216,10 +245,25 @@ void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvL
     const int64_t n = c.tokens * c.n_head * hd;
 
     launch(gather_q_kernel, grid_for(n), dim3(kThreads), stream, q + t0 * c.n_head * hd, c, qh);
+    // The chunk's positions: rows lo % n_rows on of a ring (wrapping), or gathered ones.
+    const auto* k = static_cast<const uint16_t*>(cache.k);
+    const auto* v = static_cast<const uint16_t*>(cache.v);
+    int64_t ring_rows = cache.n_rows;
+    int64_t first = c.lo;
+    if (paged) {
+      launch(gather_kv_kernel, grid_for(c.n_kv * row_elems / 2), dim3(kThreads), stream,
+             static_cast<const uint32_t*>(cache.k), static_cast<const uint32_t*>(cache.v), map,
+             c.lo, c.n_kv, row_elems, reinterpret_cast<uint32_t*>(k_gathered),
+             reinterpret_cast<uint32_t*>(v_gathered));
+      k = k_gathered;
+      v = v_gathered;
+      ring_rows = c.n_kv;
+      first = 0;
+    }
     // S_g[r][col] = q_g[r] . K[row of position lo + col][g], one product per run of rows.
     for (int64_t col = 0; col < c.n_kv;) {
-      const int64_t row = (c.lo + col) % cache.n_rows;
-      const int64_t len = cache.n_rows - row < c.n_kv - col ? cache.n_rows - row : c.n_kv - col;
+      const int64_t row = (first + col) % ring_rows;
+      const int64_t len = ring_rows - row < c.n_kv - col ? ring_rows - row : c.n_kv - col;
       gemm_f16_batched(len, rows, hd, k + row * row_elems, row_elems, hd, true, qh, hd, rows * hd,
                        s + col, c.ld, rows * c.ld, params.n_head_kv, 0.0f, stream);
       col += len;
@@ -228,8 +272,8 @@ void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvL
            stream, static_cast<const float*>(s), c, p, inv_l);
     // O_g[r][d] = sum_col P_g[r][col] V[row of position lo + col][g][d], summed over the runs.
     for (int64_t col = 0; col < c.n_kv;) {
-      const int64_t row = (c.lo + col) % cache.n_rows;
-      const int64_t len = cache.n_rows - row < c.n_kv - col ? cache.n_rows - row : c.n_kv - col;
+      const int64_t row = (first + col) % ring_rows;
+      const int64_t len = ring_rows - row < c.n_kv - col ? ring_rows - row : c.n_kv - col;
       gemm_f16_batched(hd, rows, len, v + row * row_elems, row_elems, hd, false, p + col, c.ld,
                        rows * c.ld, o, hd, rows * hd, params.n_head_kv, col == 0 ? 0.0f : 1.0f,
                        stream);

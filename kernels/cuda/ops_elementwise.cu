@@ -4,6 +4,9 @@
 // they are glibc's and the results equal the scalar reference bit for bit. GELU follows
 // the reference (gate rounded to F16, GELU of it rounded to F16), so on the GPU a one-ulp
 // tanhf difference can move the F16 result by one F16 ulp (2^-11 relative).
+#include <bit>
+
+#include "kernels/cuda/kv_rows.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/q8_1.cuh"
 #include "kernels/cuda/simt.h"
@@ -89,10 +92,10 @@ void gated(const float* gate, const float* up, int64_t n, float* out, Stream str
   launch(gated_kernel<Act, true>, grid_for(n), dim3(kThreads), stream, gate, up, n, out, q);
 }
 
-// Rows t of k and v (row_elems floats each) to row (pos + t) % n_rows of the F16 rings
-// k_dst and v_dst: one launch for both halves of the cache.
+// Rows t of k and v (row_elems floats each) to the rows of positions pos + t in the F16
+// caches k_dst and v_dst: one launch for both halves of the cache.
 __global__ void store_kv_f16_kernel(const float* k, const float* v, int64_t n_tokens,
-                                    int64_t row_elems, int64_t pos, int64_t n_rows, uint16_t* k_dst,
+                                    int64_t row_elems, int64_t pos, KvRowMap rows, uint16_t* k_dst,
                                     uint16_t* v_dst) {
   wait_for_prior_kernels();
   const int64_t n = n_tokens * row_elems;
@@ -101,18 +104,32 @@ __global__ void store_kv_f16_kernel(const float* k, const float* v, int64_t n_to
     const int64_t j = is_v ? i - n : i;
     const int64_t t = j / row_elems;
     uint16_t* dst = is_v ? v_dst : k_dst;
-    dst[((pos + t) % n_rows) * row_elems + j % row_elems] = f32_to_f16(is_v ? v[j] : k[j]);
+    dst[kv_storage_row(rows, pos + t) * row_elems + j % row_elems] = f32_to_f16(is_v ? v[j] : k[j]);
   }
 }
 
 }  // namespace
 
+KvRowMap kv_row_map(const KvLayerView& cache) {
+  KvRowMap m;
+  m.n_rows = cache.n_rows;
+  if (cache.paged()) {
+    QRUN_CHECK(std::has_single_bit(static_cast<uint64_t>(cache.block_rows)) &&
+                   cache.n_rows % cache.block_rows == 0,
+               "cuda kv: blocks of %lld rows for a view of %lld",
+               static_cast<long long>(cache.block_rows), static_cast<long long>(cache.n_rows));
+    m.table = cache.block_table;
+    m.block_shift = std::countr_zero(static_cast<uint64_t>(cache.block_rows));
+  }
+  return m;
+}
+
 void store_kv_f16(const float* k, const float* v, int64_t n_tokens, int64_t row_elems, int64_t pos,
-                  int64_t n_rows, uint16_t* k_dst, uint16_t* v_dst, Stream stream) {
+                  const KvRowMap& rows, uint16_t* k_dst, uint16_t* v_dst, Stream stream) {
   const int64_t n = 2 * n_tokens * row_elems;
   if (n > 0) {
     launch(store_kv_f16_kernel, grid_for(n), dim3(kThreads), stream, k, v, n_tokens, row_elems, pos,
-           n_rows, k_dst, v_dst);
+           rows, k_dst, v_dst);
   }
 }
 

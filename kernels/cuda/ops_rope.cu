@@ -17,6 +17,7 @@
 // rotated pairs: the bits of the norm, rope and scale launches it replaces.
 #include <cmath>
 
+#include "kernels/cuda/kv_rows.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
 
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (in_a || store.k_dst == nullptr) return;  // (uniform over the block)
   __syncthreads();                             // every pair of these heads rotated
   const int64_t row_elems = n_head * head_dim;
-  const int64_t row = ((store.pos + t) % store.n_rows) * row_elems;
+  const int64_t row = kv_storage_row(store.rows, store.pos + t) * row_elems;
   const float* v = store.v + t * row_elems;
   for (int64_t j = h0 * head_dim + threadIdx.x; j < (h0 + heads) * head_dim; j += blockDim.x) {
     store.k_dst[row + j] = f32_to_f16(token[j]);
@@ -130,10 +131,10 @@ void launch_rope(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t 
       n_tokens >= 0 && n_tokens <= 0x7fffffff && n_head >= 0 && n_head_kv >= 0 && groups <= 65535,
       "rope: %lld tokens of %lld + %lld heads", static_cast<long long>(n_tokens),
       static_cast<long long>(n_head), static_cast<long long>(n_head_kv));
-  QRUN_CHECK(store == nullptr || (k != nullptr && n_head_kv > 0 && n_tokens <= store->n_rows),
+  QRUN_CHECK(store == nullptr || (k != nullptr && n_head_kv > 0 && n_tokens <= store->rows.n_rows),
              "rope: a K/V store of %lld tokens into %lld rows, %lld KV heads",
              static_cast<long long>(n_tokens),
-             static_cast<long long>(store != nullptr ? store->n_rows : 0),
+             static_cast<long long>(store != nullptr ? store->rows.n_rows : 0),
              static_cast<long long>(n_head_kv));
   const bool normed = norms.q != nullptr || norms.k != nullptr;
   QRUN_CHECK(!normed || norm_rope_fits(head_dim), "norm_rope_qk: heads of %lld (at most %lld)",

@@ -145,6 +145,11 @@ void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream) {
         "cudaMemcpyAsync (to host)");
 }
 
+void copy_on_device(void* dst, const void* src, size_t bytes, Stream stream) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, handle(stream)),
+        "cudaMemcpyAsync (on device)");
+}
+
 void fill_zero(void* dst, size_t bytes, Stream stream) {
   check(cudaMemsetAsync(dst, 0, bytes, handle(stream)), "cudaMemsetAsync");
 }

@@ -4,9 +4,10 @@
 // memory and abort with the runtime's message (the backend plans its memory up front).
 // Graphs: the work queued on a stream between begin_capture and end_capture_and_launch is
 // recorded instead of run, then launched as one CUDA graph. While a stream captures, only
-// kernels, gemm_f16, fill_zero and copies between device memory and pinned host memory
-// (pinned_alloc) may be queued on it: no allocation, no free, no copy from or to pageable
-// memory, no synchronize (the emulated runtime checks this; it runs everything eagerly).
+// kernels, gemm_f16, fill_zero, copies within device memory and copies between device
+// memory and pinned host memory (pinned_alloc) may be queued on it: no allocation, no
+// free, no copy from or to pageable memory, no synchronize (the emulated runtime checks
+// this; it runs everything eagerly).
 #pragma once
 
 #include <cstddef>
@@ -69,6 +70,8 @@ int64_t kernels_launched();
 #endif
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream = {});
 void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream = {});
+// Device memory to device memory (the ranges do not overlap).
+void copy_on_device(void* dst, const void* src, size_t bytes, Stream stream = {});
 void fill_zero(void* dst, size_t bytes, Stream stream = {});
 // Waits for everything queued on the stream.
 void synchronize(Stream stream = {});
