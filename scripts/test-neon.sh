@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Cross-builds the kernels, core/ and models/ and the tests that need no qrun binary for
-# arm64 (QRUN_NO_CLI, Debian's aarch64-linux-gnu toolchain, GoogleTest from
+# Cross-builds the kernels, core/ and models/, with the kernel tests, quant_models and the
+# forward golden tests, for arm64 (QRUN_NO_CLI, Debian's aarch64-linux-gnu toolchain, GoogleTest from
 # /usr/src/googletest) into build/neon and runs them under qemu-user on three emulated CPUs,
 # one per NEON level (kernel_table.h):
 #   max          I8MM and dotprod: selects i8mm; its run walks the generic, neon, dotprod

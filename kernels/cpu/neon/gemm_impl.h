@@ -196,7 +196,7 @@ struct NeonGemm {
     }
   }
 
-  // [v[2i], v[2i + 1], v[2i], v[2i + 1]].
+  // [v[2k], v[2k + 1], v[2k], v[2k + 1]] for k = kHalf.
   template <int kHalf>
   static float32x4_t twice(float32x4_t v) {
     return vreinterpretq_f32_f64(vdupq_laneq_f64(vreinterpretq_f64_f32(v), kHalf));
