@@ -2,10 +2,19 @@
 // fibers with their own stacks, resumed round-robin by the scheduler; a fiber runs until
 // it must wait for a barrier (it then yields) or its kernel returns. A round in which no
 // fiber arrives at a barrier or returns is a deadlock and aborts.
-// Under AddressSanitizer every switch is announced (__sanitizer_*_switch_fiber) so that
-// ASan follows the stacks.
+// Switches: a fiber is entered the first time with setcontext, and from then on the
+// scheduler and the fibers switch with _setjmp/_longjmp, which save and restore only the
+// registers a call preserves. swapcontext would also save and restore the signal mask (a
+// system call each way) and the floating-point environment, which kernels never change:
+// it took most of an emulated test's time (a warp shuffle is two switches per lane).
+// Under AddressSanitizer every switch goes through swapcontext and is announced
+// (__sanitizer_*_switch_fiber) so that ASan follows the stacks.
+// (_longjmp between stacks: the fortified __longjmp_chk would take a jump to another stack
+// for stack corruption.)
+#undef _FORTIFY_SOURCE
 #include "kernels/cuda/emu/simt_emu.h"
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <cstdio>
@@ -42,7 +51,9 @@ struct Barrier {
 };
 
 struct Fiber {
-  ucontext_t context{};
+  ucontext_t context{};  // the entry (ASan: every switch)
+  jmp_buf resume;        // where it yielded (not ASan)
+  bool started = false;
   std::unique_ptr<char[]> stack;
   LaunchIds ids{};
   int linear = 0;
@@ -66,6 +77,7 @@ struct BlockRun {
   int n_threads = 0;
   Fiber* current = nullptr;
   ucontext_t scheduler{};
+  jmp_buf scheduler_resume;
   bool progress = false;
   void (*body)(void*) = nullptr;
   void* arg = nullptr;
@@ -90,12 +102,32 @@ void yield_to_scheduler(BlockRun& r, bool finished) {
 #if defined(QRUN_EMU_ASAN)
   __sanitizer_start_switch_fiber(finished ? nullptr : &self->fake_stack, r.scheduler_stack_bottom,
                                  r.scheduler_stack_size);
-#endif
   swapcontext(&self->context, &r.scheduler);
-#if defined(QRUN_EMU_ASAN)
   __sanitizer_finish_switch_fiber(self->fake_stack, nullptr, nullptr);
+#else
+  if (_setjmp(self->resume) == 0) _longjmp(r.scheduler_resume, 1);
 #endif
   (void)finished;
+}
+
+// Runs fiber f until it yields or finishes. (Not inlined: the locals of the caller's loops
+// stay out of the frame that _setjmp returns to twice.)
+[[gnu::noinline]] void resume(BlockRun& r, Fiber& f) {
+  r.current = &f;
+#if defined(QRUN_EMU_ASAN)
+  __sanitizer_start_switch_fiber(&r.scheduler_fake_stack, f.stack.get(), kStackBytes);
+  swapcontext(&r.scheduler, &f.context);
+  __sanitizer_finish_switch_fiber(r.scheduler_fake_stack, nullptr, nullptr);
+#else
+  if (_setjmp(r.scheduler_resume) == 0) {
+    if (!f.started) {
+      f.started = true;
+      setcontext(&f.context);
+      fail("setcontext failed");
+    }
+    _longjmp(f.resume, 1);
+  }
+#endif
 }
 
 void fiber_main() {
@@ -128,29 +160,38 @@ void arrive_and_wait(BlockRun& r, Barrier& b, int expected) {
   while (b.generation == generation) yield_to_scheduler(r, false);
 }
 
-void run_block(BlockRun& r) {
+// getcontext, which returns twice, in a frame of its own.
+[[gnu::noinline]] void get_context(ucontext_t& c) {
+  if (getcontext(&c) != 0) fail("getcontext failed");
+}
+
+// f's entry: fiber_main on its own stack; `fresh`: from a new context.
+void make_entry(Fiber& f, bool fresh) {
+  if (fresh) get_context(f.context);
+  f.context.uc_stack.ss_sp = f.stack.get();
+  f.context.uc_stack.ss_size = kStackBytes;
+  f.context.uc_link = nullptr;
+  makecontext(&f.context, fiber_main, 0);
+}
+
+void run_block(BlockRun& r, bool first) {
   for (Fiber& f : r.fibers) {
     f.done = false;
     f.waited = false;
-    if (getcontext(&f.context) != 0) fail("getcontext failed");
-    f.context.uc_stack.ss_sp = f.stack.get();
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, fiber_main, 0);
+    f.started = false;
+#if defined(QRUN_EMU_ASAN)
+    make_entry(f, true);  // (every switch saved into the context)
+    (void)first;
+#else
+    make_entry(f, first);  // (only ever entered: the last block's entry, made again)
+#endif
   }
   int live = r.n_threads;
   while (live > 0) {
     r.progress = false;
     for (Fiber& f : r.fibers) {
       if (f.done) continue;
-      r.current = &f;
-#if defined(QRUN_EMU_ASAN)
-      __sanitizer_start_switch_fiber(&r.scheduler_fake_stack, f.stack.get(), kStackBytes);
-#endif
-      swapcontext(&r.scheduler, &f.context);
-#if defined(QRUN_EMU_ASAN)
-      __sanitizer_finish_switch_fiber(r.scheduler_fake_stack, nullptr, nullptr);
-#endif
+      resume(r, f);
       if (f.done) --live;
     }
     r.current = nullptr;
@@ -203,7 +244,7 @@ void run_grid(dim3 grid, dim3 block, void (*body)(void*), void* arg) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         for (Fiber& f : r.fibers) f.ids.block_idx = {x, y, z};
-        run_block(r);
+        run_block(r, x == 0 && y == 0 && z == 0);
       }
     }
   }
