@@ -75,15 +75,15 @@ TEST(CudaEmuBackend, SupportsWhatItHasKernelsFor) {
 
 // A paged layer (blocks of 16 rows in shuffled order in a pool with spare blocks) holds
 // what a contiguous one does: stores, attention (prefill and decode), kv_copy of a block
-// into a spare one read through another table, and kv_to_host, against a contiguous layer
-// on the same backend. The same kernels read the same values in the same order: the same
-// bits under the emulator. (On the GPU the prefill path's cuBLAS products over the gathered
-// rows may differ in rounding from those over the cache's own rows: there within the F16
+// into a spare one read through another table, a table edited in place, and kv_to_host,
+// against a contiguous layer on the same backend. The same kernels read the same values in the same
+// order: the same bits under the emulator. (On the GPU the prefill path's cuBLAS products over the
+// gathered rows may differ in rounding from those over the cache's own rows: there within the F16
 // weights' rounding, 2^-10 max|v|, as cuda_emu_attention_test.)
 TEST(CudaEmuBackend, PagedKvMatchesContiguous) {
   constexpr int64_t kBlockRows = 16, kHeads = 4, kHeadsKv = 2, kHeadDim = 64, kRows = 64;
   constexpr int64_t kRowElems = kHeadsKv * kHeadDim;
-  const std::vector<int32_t> table = {5, 2, 0, 3};  // pool blocks 1 and 4 are spare
+  std::vector<int32_t> table = {5, 2, 0, 3};  // pool blocks 1 and 4 are spare
   constexpr int64_t kPoolRows = 6 * kBlockRows;
   std::vector<uint16_t> pk(kPoolRows * kRowElems), pv(pk.size());
   std::vector<uint16_t> ck(kRows * kRowElems), cv(ck.size());
@@ -136,7 +136,17 @@ TEST(CudaEmuBackend, PagedKvMatchesContiguous) {
   gpu.attention(q.data(), 1, pos - 1, paged, params, want.data());
   gpu.attention(q.data(), 1, pos - 1, other, params, got.data());
   same(got, want, "attention after kv_copy");
-  // The rows on the host: the pool's, at the table's rows, are the contiguous layer's.
+  // The first table edited in place to name the copy too (a cache's table changes at the
+  // same address), then positions 16 .. 19 stored anew: into the copy, which both read.
+  table[1] = 4;
+  const std::vector<float> k = random_vector(4 * kRowElems, 8);
+  const std::vector<float> v = random_vector(4 * kRowElems, 9);
+  gpu.kv_store(paged, 16, 4, k.data(), v.data());
+  gpu.kv_store(flat, 16, 4, k.data(), v.data());
+  gpu.attention(q.data(), 1, pos - 1, flat, params, want.data());
+  gpu.attention(q.data(), 1, pos - 1, other, params, got.data());
+  same(got, want, "attention after a store through the edited table");
+  // The rows on the host: the pool's, at the tables' rows, are the contiguous layer's.
   gpu.kv_to_host(paged);
   gpu.kv_to_host(flat);
   for (int64_t r = 0; r < pos; ++r) {
