@@ -7,8 +7,8 @@
 // registers a call preserves. swapcontext would also save and restore the signal mask (a
 // system call each way) and the floating-point environment, which kernels never change:
 // it took most of an emulated test's time (a warp shuffle is two switches per lane).
-// Under AddressSanitizer every switch goes through swapcontext and is announced
-// (__sanitizer_*_switch_fiber) so that ASan follows the stacks.
+// Under AddressSanitizer every switch is announced (__sanitizer_*_switch_fiber) so that
+// ASan follows the stacks, as QEMU's coroutines do around their own sigsetjmp switches.
 // (_longjmp between stacks: the fortified __longjmp_chk would take a jump to another stack
 // for stack corruption.)
 #undef _FORTIFY_SOURCE
@@ -23,6 +23,7 @@
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define QRUN_EMU_ASAN 1
 #endif
@@ -51,10 +52,10 @@ struct Barrier {
 };
 
 struct Fiber {
-  ucontext_t context{};  // the entry (ASan: every switch)
-  jmp_buf resume;        // where it yielded (not ASan)
+  ucontext_t context{};  // its entry
+  jmp_buf resume;        // where it yielded
   bool started = false;
-  std::unique_ptr<char[]> stack;
+  char* stack = nullptr;  // (fiber_stacks)
   LaunchIds ids{};
   int linear = 0;
   bool done = false;
@@ -76,7 +77,6 @@ struct BlockRun {
   Barrier block_barrier;
   int n_threads = 0;
   Fiber* current = nullptr;
-  ucontext_t scheduler{};
   jmp_buf scheduler_resume;
   bool progress = false;
   void (*body)(void*) = nullptr;
@@ -90,6 +90,21 @@ struct BlockRun {
 
 thread_local BlockRun* t_run = nullptr;
 
+// The fibers' stacks, kept by each OS thread from launch to launch: allocating them anew
+// for each launch cost more than many kernels (under ASan, an mmap and a munmap each).
+// Not zeroed: pages a fiber never touched stay unmapped.
+thread_local std::vector<std::unique_ptr<char[]>> t_stacks;
+
+char* fiber_stack(size_t i) {
+  if (t_stacks.size() <= i) t_stacks.resize(i + 1);
+  if (t_stacks[i] == nullptr) t_stacks[i].reset(new char[kStackBytes]);
+#if defined(QRUN_EMU_ASAN)
+  // (the frames a finished fiber left poisoned)
+  __asan_unpoison_memory_region(t_stacks[i].get(), kStackBytes);
+#endif
+  return t_stacks[i].get();
+}
+
 BlockRun& run() {
   if (t_run == nullptr || t_run->current == nullptr)
     fail("a device function was called outside a kernel launch");
@@ -102,10 +117,10 @@ void yield_to_scheduler(BlockRun& r, bool finished) {
 #if defined(QRUN_EMU_ASAN)
   __sanitizer_start_switch_fiber(finished ? nullptr : &self->fake_stack, r.scheduler_stack_bottom,
                                  r.scheduler_stack_size);
-  swapcontext(&self->context, &r.scheduler);
-  __sanitizer_finish_switch_fiber(self->fake_stack, nullptr, nullptr);
-#else
+#endif
   if (_setjmp(self->resume) == 0) _longjmp(r.scheduler_resume, 1);
+#if defined(QRUN_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(self->fake_stack, nullptr, nullptr);
 #endif
   (void)finished;
 }
@@ -115,10 +130,8 @@ void yield_to_scheduler(BlockRun& r, bool finished) {
 [[gnu::noinline]] void resume(BlockRun& r, Fiber& f) {
   r.current = &f;
 #if defined(QRUN_EMU_ASAN)
-  __sanitizer_start_switch_fiber(&r.scheduler_fake_stack, f.stack.get(), kStackBytes);
-  swapcontext(&r.scheduler, &f.context);
-  __sanitizer_finish_switch_fiber(r.scheduler_fake_stack, nullptr, nullptr);
-#else
+  __sanitizer_start_switch_fiber(&r.scheduler_fake_stack, f.stack, kStackBytes);
+#endif
   if (_setjmp(r.scheduler_resume) == 0) {
     if (!f.started) {
       f.started = true;
@@ -127,6 +140,8 @@ void yield_to_scheduler(BlockRun& r, bool finished) {
     }
     _longjmp(f.resume, 1);
   }
+#if defined(QRUN_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(r.scheduler_fake_stack, nullptr, nullptr);
 #endif
 }
 
@@ -168,7 +183,7 @@ void arrive_and_wait(BlockRun& r, Barrier& b, int expected) {
 // f's entry: fiber_main on its own stack; `fresh`: from a new context.
 void make_entry(Fiber& f, bool fresh) {
   if (fresh) get_context(f.context);
-  f.context.uc_stack.ss_sp = f.stack.get();
+  f.context.uc_stack.ss_sp = f.stack;
   f.context.uc_stack.ss_size = kStackBytes;
   f.context.uc_link = nullptr;
   makecontext(&f.context, fiber_main, 0);
@@ -179,12 +194,7 @@ void run_block(BlockRun& r, bool first) {
     f.done = false;
     f.waited = false;
     f.started = false;
-#if defined(QRUN_EMU_ASAN)
-    make_entry(f, true);  // (every switch saved into the context)
-    (void)first;
-#else
     make_entry(f, first);  // (only ever entered: the last block's entry, made again)
-#endif
   }
   int live = r.n_threads;
   while (live > 0) {
@@ -231,7 +241,7 @@ void run_grid(dim3 grid, dim3 block, void (*body)(void*), void* arg) {
   r.warps.resize(static_cast<size_t>((n_threads + kWarpSize - 1) / kWarpSize));
   for (int i = 0; i < r.n_threads; ++i) {
     Fiber& f = r.fibers[static_cast<size_t>(i)];
-    f.stack.reset(new char[kStackBytes]);  // not zeroed: untouched pages stay unmapped
+    f.stack = fiber_stack(static_cast<size_t>(i));
     f.linear = i;
     f.ids.thread_idx = {static_cast<unsigned>(i) % block.x,
                         static_cast<unsigned>(i) / block.x % block.y,
