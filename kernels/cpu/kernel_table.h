@@ -144,10 +144,11 @@ inline int64_t kv_storage_run(int64_t r, int64_t left, int64_t n_ring, const int
 
 // The cache rows one attention call reads, oldest position first: rows first, first + 1,
 // ... (n of them), wrapping from row n_ring - 1 to row 0 (a sliding-window ring; a cache
-// that is not a ring has first + n <= n_ring). k and v point at the KV head's first
+// that is not a ring has first + n <= n_ring). k and v point at the first KV head's first
 // element of row 0; rows are `stride` elements apart, of the cache type. A paged cache
 // (table not null) stores ring row r in row table[r / 2^block_shift] * 2^block_shift +
 // r % 2^block_shift from k and v (KvLayerView's block table; blocks are 2^block_shift rows).
+// The call reads n_heads KV heads, head g's values head_stride * g elements into each row.
 struct KvRows {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -157,6 +158,8 @@ struct KvRows {
   int64_t n_ring = 0;
   const int32_t* table = nullptr;  // null: not paged
   int block_shift = 0;
+  int64_t n_heads = 1;
+  int64_t head_stride = 0;
   // The row index of the j-th row read, j < n.
   int64_t row(int64_t j) const { return kv_storage_row(first + j, n_ring, table, block_shift); }
   // How many of the rows read from the j-th on (at most `left`) follow row(j) in storage.
@@ -165,29 +168,50 @@ struct KvRows {
   }
 };
 
-// Attention for one token: n_q query heads (rows q_stride floats apart) that share one KV
-// head, over the rows `kv`. out rows are out_stride floats apart. With `partial` null, out
-// is the result. Otherwise out is each head's accumulator before the division by its
-// softmax sum, and partial[2h], partial[2h + 1] are head h's running max m and sum l: the
-// state CpuBackend::attention merges when it reads a long cache in chunks of rows.
+// Attention for one token: n_q query heads (rows q_stride floats apart) over the rows
+// `kv` of its kv.n_heads KV heads, n_q / kv.n_heads query heads to a KV head, in order
+// (n_q a multiple of kv.n_heads). out rows are out_stride floats apart. With `partial`
+// null, out is the result. Otherwise out is each head's accumulator before the division by
+// its softmax sum, and partial[2h], partial[2h + 1] are head h's running max m and sum l:
+// the state CpuBackend::attention merges when it reads a long cache in chunks of rows.
+// Each head's result is the same bits whichever KV heads share the call; the SIMD kernels
+// read the rows of all of them in one pass when attend_reads_heads_together says so.
 using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
                           int64_t head_dim, float scale, float* out, int64_t out_stride,
                           float* partial);
-// The rows of one KV head for attention over any other pair of cache types (K and V each
+// Whether the SIMD attend kernels walk a call's KV heads in one pass over the rows (each
+// tile of rows read whole, for every head, before the next tile), rather than one head
+// after another: when the KV heads have at most 8 query heads each, there are at most 64
+// query heads, the KV heads' values take at most 1024 elements of a row, and the
+// accumulators of all n_q heads fit in the walk's 32 KiB (head_dim rounded up to 16 floats
+// each).
+inline constexpr int64_t kAttendWalkFloats = 8192;
+inline int64_t attend_head_floats(int64_t head_dim) {
+  return (head_dim + 15) / 16 * 16;
+}
+inline bool attend_reads_heads_together(int64_t n_q, int64_t n_heads, int64_t head_dim) {
+  return n_heads > 0 && n_q % n_heads == 0 && n_q / n_heads <= 8 && n_q <= 64 &&
+         n_heads * head_dim <= 1024 && n_q * attend_head_floats(head_dim) <= kAttendWalkFloats;
+}
+// The rows of KV heads for attention over any other pair of cache types (K and V each
 // F32, F16, BF16, Q8_0 or Q4_0; both F32 or both F16 take attend_f32 / attend_f16), with
 // the row functions that read them, as llama.cpp's CPU flash attention reads them: each
 // query head is converted once to K's dot type by k_quantize (null: K is F32, q is used as
 // it is), q.k is k_dot(head_dim, K row, converted q), so a quantized K is read by an
 // integer dot product, never dequantized; each V row is widened by v_to_float and added,
 // times its softmax weight, to an accumulator held in F16 (rounded at every step) when
-// v_type is F16 and in float otherwise. k and v point at the KV head's first byte of row 0;
-// rows are k_stride and v_stride bytes apart. first, n, n_ring, table, block_shift as in
+// v_type is F16 and in float otherwise. k and v point at the first KV head's first byte of
+// row 0; rows are k_stride and v_stride bytes apart, and head g's values k_head_bytes * g and
+// v_head_bytes * g bytes into them. first, n, n_ring, table, block_shift, n_heads as in
 // KvRows.
 struct KvRowsMixed {
   const uint8_t* k = nullptr;
   const uint8_t* v = nullptr;
   size_t k_stride = 0;
   size_t v_stride = 0;
+  size_t k_head_bytes = 0;
+  size_t v_head_bytes = 0;
+  int64_t n_heads = 1;
   int64_t first = 0;
   int64_t n = 0;
   int64_t n_ring = 0;

@@ -1,15 +1,17 @@
 // Causal grouped-query attention over a KV cache (optionally a sliding-window ring, where
 // position p lives in row p % n_rows; optionally paged, that row then found through the
-// view's block table by KvRows::row), and the store into it. A work item is
-// one (token, KV head) pair, or a slice of its query heads when there are fewer pairs than
-// threads: the query heads that share that KV head are attended together by the ISA's
-// attend kernel, so each K/V row is read once per group, and no n_tokens x n_ctx matrix
-// is ever formed (the kernels use an online softmax; see ref_attention.cpp). A read of
-// more than 256 rows goes in chunks whose softmax states are merged, as llama.cpp's split
-// decode merges them, so that a few tokens over a long cache keep every thread busy; the
-// chunks depend on the rows read alone, never on the thread count or the batch. K and V may
-// be of different types; BF16, Q8_0 and Q4_0 rows are stored as llama.cpp's CPU backend
-// converts them and read in place by attend_mixed (kernel_table.h: KvRowsMixed).
+// view's block table by KvRows::row), and the store into it. A work item is a token and
+// several KV heads, read together in one pass over their rows while that leaves every
+// thread two items or more; else one (token, KV head) pair, or a slice of its query heads
+// when there are fewer pairs than threads. The query heads that share a KV head are
+// attended together by the ISA's attend kernel, so each K/V row is read once per group,
+// and no n_tokens x n_ctx matrix is ever formed (the kernels use an online softmax; see
+// ref_attention.cpp). A read of more than 256 rows goes in chunks whose softmax states are
+// merged, as llama.cpp's split decode merges them, so that a few tokens over a long cache
+// keep every thread busy; the chunks depend on the rows read alone, never on the thread
+// count or the batch. K and V may be of different types; BF16, Q8_0 and Q4_0 rows are
+// stored as llama.cpp's CPU backend converts them and read in place by attend_mixed
+// (kernel_table.h: KvRowsMixed).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -190,6 +192,8 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
     const MatmulKernels& kk = kernels_->for_type(cache.k_type);
     mixed.k_stride = cache.k_row_bytes();
     mixed.v_stride = cache.v_row_bytes();
+    mixed.k_head_bytes = k_head_bytes;
+    mixed.v_head_bytes = v_head_bytes;
     mixed.v_type = cache.v_type;
     mixed.k_quantize = kk.act_type == DType::kF32 ? nullptr : kk.quantize_act;
     mixed.k_dot = kk.vec_dot;
@@ -205,9 +209,10 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
     return params.window > 0 ? std::max<int64_t>(0, pos0 + t - params.window + 1) : int64_t{0};
   };
   const auto n_read = [&](int64_t t) { return pos0 + t - oldest(t) + 1; };
-  // Query heads h0 .. h0 + n_q - 1 of token t (KV head hk) over its rows j0 .. j0 + n - 1.
-  const auto attend_rows = [&](int64_t t, int64_t hk, int64_t h0, int64_t n_q, int64_t j0,
-                               int64_t n, float* o, int64_t o_stride, float* partial) {
+  // Query heads h0 .. h0 + n_q - 1 of token t (KV heads hk .. hk + n_hk - 1) over its rows
+  // j0 .. j0 + n - 1.
+  const auto attend_rows = [&](int64_t t, int64_t hk, int64_t n_hk, int64_t h0, int64_t n_q,
+                               int64_t j0, int64_t n, float* o, int64_t o_stride, float* partial) {
     const uint8_t* k =
         static_cast<const uint8_t*>(cache.k) + static_cast<size_t>(hk) * k_head_bytes;
     const uint8_t* v =
@@ -222,7 +227,9 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
                         .n = n,
                         .n_ring = cache.n_rows,
                         .table = cache.block_table,
-                        .block_shift = block_shift};
+                        .block_shift = block_shift,
+                        .n_heads = n_hk,
+                        .head_stride = head_dim};
       attend(qh, head_dim, n_q, rows, head_dim, params.scale, o, o_stride, partial);
     } else {
       KvRowsMixed rows = mixed;
@@ -233,6 +240,7 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
       rows.n_ring = cache.n_rows;
       rows.table = cache.block_table;
       rows.block_shift = block_shift;
+      rows.n_heads = n_hk;
       kernels_->attend_mixed(qh, head_dim, n_q, rows, head_dim, params.scale, o, o_stride, partial);
     }
   };
@@ -251,19 +259,30 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
       static_cast<size_t>(kSplitTokens * kMaxChunks * n_head) * static_cast<size_t>(head_dim + 2);
   if (chunk_buf_.size() < split_floats) chunk_buf_.resize(split_floats);  // once per shape
   const bool split = max_chunks > 1;
-  // Work items are (token, KV head, slice of its query heads[, chunk]). A whole group per
-  // item reads each K/V row once for all its heads; when that leaves threads idle
-  // (decoding a model with few KV heads on many cores), the group is cut into slices.
-  // Each head's result is the same either way.
+  // Work items are (token, KV heads, slice of their query heads[, chunk]). An item of
+  // several KV heads reads its rows whole, in storage order (attention_tiles.h), where
+  // one head's slice of each row after another would leave the core waiting on memory; it
+  // takes as many as the kernels walk together while each thread still gets two items or
+  // more. A whole group per item reads each K/V row once for all its heads; when that
+  // leaves threads idle (decoding a model with few KV heads on many cores), the group is
+  // cut into slices. Each head's result is the same bits however the items are cut.
   const int64_t per_pair = split ? ChunkPlan(n_read(0)).n_chunks : 1;
+  int64_t kv_batch = n_head_kv;
+  while (kv_batch > 1 && (n_head_kv % kv_batch != 0 ||
+                          !attend_reads_heads_together(kv_batch * group, kv_batch, head_dim) ||
+                          n_tokens * (n_head_kv / kv_batch) * per_pair < 2 * pool_.n_threads())) {
+    --kv_batch;
+  }
+  const int64_t n_batches = n_head_kv / kv_batch;
   int64_t n_slices = 1;
-  while (n_slices < group && n_tokens * n_head_kv * n_slices * per_pair < pool_.n_threads()) {
+  while (kv_batch == 1 && n_slices < group &&
+         n_tokens * n_head_kv * n_slices * per_pair < pool_.n_threads()) {
     n_slices *= 2;
   }
   n_slices = std::min(n_slices, group);
   const int64_t slice = (group + n_slices - 1) / n_slices;
   const int64_t n_chunk_slots = split ? max_chunks : 1;
-  const int64_t n_items = n_tokens * n_head_kv * n_slices * n_chunk_slots;
+  const int64_t n_items = n_tokens * n_batches * n_slices * n_chunk_slots;
   // Chunk c of token t, head h: its accumulator and (m, l) in chunk_buf_ (split only).
   float* const split_acc = chunk_buf_.data();
   float* const split_ml = split_acc + kSplitTokens * kMaxChunks * n_head * head_dim;
@@ -279,29 +298,33 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
       const int64_t item = n_items - 1 - taken;
       const int64_t c = item % n_chunk_slots;
       const int64_t pair = item / n_chunk_slots;
-      const int64_t t = pair / (n_head_kv * n_slices);
-      const int64_t hk = pair / n_slices % n_head_kv;
+      const int64_t t = pair / (n_batches * n_slices);
+      const int64_t hk = pair / n_slices % n_batches * kv_batch;
       const int64_t first = pair % n_slices * slice;
-      const int64_t n_q = std::min(slice, group - first);
+      const int64_t n_q = kv_batch > 1 ? kv_batch * group : std::min(slice, group - first);
       const ChunkPlan plan(n_read(t));
       if (n_q <= 0 || c >= plan.n_chunks) continue;
       const int64_t h0 = hk * group + first;
       float* o = out + t * q_row + h0 * head_dim;
       if (plan.n_chunks == 1) {
-        attend_rows(t, hk, h0, n_q, 0, plan.n, o, head_dim, nullptr);
+        attend_rows(t, hk, kv_batch, h0, n_q, 0, plan.n, o, head_dim, nullptr);
       } else if (split) {
-        attend_rows(t, hk, h0, n_q, c * plan.rows, plan.rows_of(c),
+        attend_rows(t, hk, kv_batch, h0, n_q, c * plan.rows, plan.rows_of(c),
                     split_acc + slot(t, c, h0) * head_dim, head_dim, split_ml + 2 * slot(t, c, h0));
       } else {
-        // Every chunk in turn, into a buffer, merged into out kGroup heads at a time.
-        alignas(64) float acc[attention_tiles::kGroup * ref::kMaxHeadDim];
-        float ml[2 * attention_tiles::kGroup];
-        float m[attention_tiles::kGroup];
-        float l[attention_tiles::kGroup];
-        for (int64_t g0 = 0; g0 < n_q; g0 += attention_tiles::kGroup) {
-          const int64_t n_g = std::min(attention_tiles::kGroup, n_q - g0);
+        // Every chunk in turn, into a buffer, merged into out: all the item's heads at once
+        // when it has several KV heads, else kGroup heads at a time.
+        using attention_tiles::kMaxWalkHeads;
+        alignas(64) float acc[kAttendWalkFloats];
+        float ml[2 * kMaxWalkHeads];
+        float m[kMaxWalkHeads];
+        float l[kMaxWalkHeads];
+        const int64_t per_call = kv_batch > 1 ? n_q : attention_tiles::kGroup;
+        for (int64_t g0 = 0; g0 < n_q; g0 += per_call) {
+          const int64_t n_g = std::min(per_call, n_q - g0);
           for (int64_t cc = 0; cc < plan.n_chunks; ++cc) {
-            attend_rows(t, hk, h0 + g0, n_g, cc * plan.rows, plan.rows_of(cc), acc, head_dim, ml);
+            attend_rows(t, hk, kv_batch, h0 + g0, n_g, cc * plan.rows, plan.rows_of(cc), acc,
+                        head_dim, ml);
             for (int64_t h = 0; h < n_g; ++h) {
               merge_chunk(o + (g0 + h) * head_dim, m[h], l[h], acc + h * head_dim, ml[2 * h],
                           ml[2 * h + 1], head_dim, cc == 0);

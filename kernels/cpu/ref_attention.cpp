@@ -141,29 +141,49 @@ void attend_one_mixed(const float* q, const KvRowsMixed& kv, int64_t head_dim, f
   finish_head(acc, m, l, head_dim, out, partial);
 }
 
+// Query head h reads KV head h / (n_q / n_heads): these give the rows of KV head g alone.
+KvRows one_head(const KvRows& kv, size_t elem_bytes, int64_t g) {
+  KvRows r = kv;
+  r.k = static_cast<const uint8_t*>(kv.k) + static_cast<size_t>(g * kv.head_stride) * elem_bytes;
+  r.v = static_cast<const uint8_t*>(kv.v) + static_cast<size_t>(g * kv.head_stride) * elem_bytes;
+  r.n_heads = 1;
+  return r;
+}
+
+KvRowsMixed one_head(const KvRowsMixed& kv, int64_t g) {
+  KvRowsMixed r = kv;
+  r.k = kv.k + static_cast<size_t>(g) * kv.k_head_bytes;
+  r.v = kv.v + static_cast<size_t>(g) * kv.v_head_bytes;
+  r.n_heads = 1;
+  return r;
+}
+
 }  // namespace
 
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
                   int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial) {
+  const int64_t group = n_q / kv.n_heads;
   for (int64_t h = 0; h < n_q; ++h) {
-    attend_one_mixed(q + h * q_stride, kv, head_dim, scale, out + h * out_stride,
-                     partial == nullptr ? nullptr : partial + 2 * h);
+    attend_one_mixed(q + h * q_stride, one_head(kv, h / group), head_dim, scale,
+                     out + h * out_stride, partial == nullptr ? nullptr : partial + 2 * h);
   }
 }
 
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
                 float scale, float* out, int64_t out_stride, float* partial) {
+  const int64_t group = n_q / kv.n_heads;
   for (int64_t h = 0; h < n_q; ++h) {
-    attend_one_f32(q + h * q_stride, kv, head_dim, scale, out + h * out_stride,
-                   partial == nullptr ? nullptr : partial + 2 * h);
+    attend_one_f32(q + h * q_stride, one_head(kv, sizeof(float), h / group), head_dim, scale,
+                   out + h * out_stride, partial == nullptr ? nullptr : partial + 2 * h);
   }
 }
 
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
                 float scale, float* out, int64_t out_stride, float* partial) {
+  const int64_t group = n_q / kv.n_heads;
   for (int64_t h = 0; h < n_q; ++h) {
-    attend_one_f16(q + h * q_stride, kv, head_dim, scale, out + h * out_stride,
-                   partial == nullptr ? nullptr : partial + 2 * h);
+    attend_one_f16(q + h * q_stride, one_head(kv, sizeof(uint16_t), h / group), head_dim, scale,
+                   out + h * out_stride, partial == nullptr ? nullptr : partial + 2 * h);
   }
 }
 

@@ -1,6 +1,6 @@
-// AVX2 attention for one token over a KV cache: the n_q query heads that share a KV head
-// walk the cache together in tiles of 32 rows (each K and V row loaded, and for F16
-// widened, once per group): all scores of the tile, then each head's online-softmax
+// AVX2 attention for one token over a KV cache: the query heads walk the cache together in
+// tiles of rows (attention_tiles.h; each K and V row loaded, and for F16 widened, once per
+// KV head): all scores of the tile, then each head's online-softmax
 // weights (running max m, sum l, rescale factor when m grows, as ref_attention.cpp does
 // row by row), then V added to every head's accumulator, held in registers per chunk.
 // F16 cache: the steps of llama.cpp's AVX2 flash attention, like the reference: q and the
@@ -71,12 +71,13 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
 // and, for F16, two conversions per row), so that each step's latency is hidden by the
 // others'. Every element's own chain of steps is the same whatever the grouping.
 template <bool kF16, bool kRescale, int kNq, int kC>
-void accumulate_chunks(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+void accumulate_chunks(float* acc, int64_t acc_stride, const float* const* vr, int64_t n_rows,
                        int64_t c, const float (*ms)[kTile], const float (*vs)[kTile],
                        uint32_t rescale_rows) {
   __m256 a[kNq][kC];
   for (int h = 0; h < kNq; ++h) {
-    for (int col = 0; col < kC; ++col) a[h][col] = _mm256_loadu_ps(acc[h] + c + 8 * col);
+    for (int col = 0; col < kC; ++col)
+      a[h][col] = _mm256_loadu_ps(acc + h * acc_stride + c + 8 * col);
   }
   for (int64_t j = 0; j < n_rows; ++j) {
     for (int col = 0; col < kC; ++col) {
@@ -94,7 +95,8 @@ void accumulate_chunks(float (*acc)[ref::kMaxHeadDim], const float* const* vr, i
     }
   }
   for (int h = 0; h < kNq; ++h) {
-    for (int col = 0; col < kC; ++col) _mm256_storeu_ps(acc[h] + c + 8 * col, a[h][col]);
+    for (int col = 0; col < kC; ++col)
+      _mm256_storeu_ps(acc + h * acc_stride + c + 8 * col, a[h][col]);
   }
 }
 
@@ -106,28 +108,29 @@ void accumulate_chunks(float (*acc)[ref::kMaxHeadDim], const float* const* vr, i
 // a time (16 registers hold up to 8 accumulators besides the row and the weights), the
 // last whole ones one by one.
 template <bool kF16, bool kRescale, int kNq>
-void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+void accumulate_tile(float* acc, int64_t acc_stride, const float* const* vr, int64_t n_rows,
                      int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile],
                      uint32_t rescale_rows) {
   constexpr int kCols = kNq <= 2 ? 4 : kNq <= 4 ? 2 : 1;
   int64_t c = 0;
   for (; c + 8 * kCols <= head_dim; c += 8 * kCols) {
-    accumulate_chunks<kF16, kRescale, kNq, kCols>(acc, vr, n_rows, c, ms, vs, rescale_rows);
+    accumulate_chunks<kF16, kRescale, kNq, kCols>(acc, acc_stride, vr, n_rows, c, ms, vs,
+                                                  rescale_rows);
   }
   for (; c + 8 <= head_dim; c += 8) {
-    accumulate_chunks<kF16, kRescale, kNq, 1>(acc, vr, n_rows, c, ms, vs, rescale_rows);
+    accumulate_chunks<kF16, kRescale, kNq, 1>(acc, acc_stride, vr, n_rows, c, ms, vs, rescale_rows);
   }
   for (; c < head_dim; ++c) {
     for (int64_t j = 0; j < n_rows; ++j) {
       for (int h = 0; h < kNq; ++h) {
-        float a = acc[h][c];
+        float a = acc[h * acc_stride + c];
         if (kRescale && (rescale_rows >> j & 1)) {
           a *= ms[h][j];
           if constexpr (kF16) a = round_f16(a);
         }
         a = std::fma(vr[j][c], vs[h][j], a);
         if constexpr (kF16) a = round_f16(a);
-        acc[h][c] = a;
+        acc[h * acc_stride + c] = a;
       }
     }
   }
@@ -142,10 +145,11 @@ struct Ops {
     avx2::widen_f16(src, dst, n);
   }
   template <bool kF16, bool kRescale, int kNq>
-  static void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr,
+  static void accumulate_tile(float* acc, int64_t acc_stride, const float* const* vr,
                               int64_t n_rows, int64_t head_dim, const float (*ms)[kTile],
                               const float (*vs)[kTile], uint32_t rescale_rows) {
-    avx2::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs, rescale_rows);
+    avx2::accumulate_tile<kF16, kRescale, kNq>(acc, acc_stride, vr, n_rows, head_dim, ms, vs,
+                                               rescale_rows);
   }
 };
 

@@ -1,7 +1,8 @@
 // AVX-512 attention for one token over a KV cache: avx2/ops_attention.cpp with 16-lane
 // vectors (a 64- or 128-element head is 4 or 8 vectors; other sizes end in a masked one).
-// The query heads of one KV head walk the cache in tiles of 32 rows: scores, then each
-// head's online-softmax weights, then V added to the group's accumulators in registers.
+// The query heads walk the cache in tiles of rows (attention_tiles.h): scores, then each
+// head's online-softmax weights, then V added to each KV head's group of accumulators in
+// registers.
 // F16 cache: as llama.cpp's AVX-512 flash attention steps: q and the accumulator rounded
 // to F16, q.k as 4 x 16 float lanes over 64-element steps ((x0 + x2) + (x1 + x3), then a
 // lane reduction), the tail in double, V added with an FMA. F32 cache: float throughout.
@@ -79,7 +80,7 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
 // keep the vector units busy where one chunk's kNq chains would leave them waiting on each
 // step's latency. Every element's own chain of steps is the same whatever the grouping.
 template <bool kF16, bool kRescale, int kNq>
-void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+void accumulate_tile(float* acc, int64_t acc_stride, const float* const* vr, int64_t n_rows,
                      int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile],
                      uint32_t rescale_rows) {
   static_assert(kNq >= 1 && kNq <= attention_tiles::kGroup);
@@ -94,8 +95,9 @@ void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int
     __m512 a[kNq][kCols];
     for (int h = 0; h < kNq; ++h) {
       for (int col = 0; col < kCols; ++col) {
-        a[h][col] = mask[col] == 0 ? _mm512_setzero_ps()
-                                   : _mm512_maskz_loadu_ps(mask[col], acc[h] + c0 + 16 * col);
+        a[h][col] = mask[col] == 0
+                        ? _mm512_setzero_ps()
+                        : _mm512_maskz_loadu_ps(mask[col], acc + h * acc_stride + c0 + 16 * col);
       }
     }
     for (int64_t j = 0; j < n_rows; ++j) {
@@ -116,7 +118,8 @@ void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int
     }
     for (int h = 0; h < kNq; ++h) {
       for (int col = 0; col < kCols; ++col) {
-        if (mask[col] != 0) _mm512_mask_storeu_ps(acc[h] + c0 + 16 * col, mask[col], a[h][col]);
+        if (mask[col] != 0)
+          _mm512_mask_storeu_ps(acc + h * acc_stride + c0 + 16 * col, mask[col], a[h][col]);
       }
     }
   }
@@ -133,10 +136,11 @@ struct Ops {
     avx512::widen_f16(src, dst, n);
   }
   template <bool kF16, bool kRescale, int kNq>
-  static void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr,
+  static void accumulate_tile(float* acc, int64_t acc_stride, const float* const* vr,
                               int64_t n_rows, int64_t head_dim, const float (*ms)[kTile],
                               const float (*vs)[kTile], uint32_t rescale_rows) {
-    avx512::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs, rescale_rows);
+    avx512::accumulate_tile<kF16, kRescale, kNq>(acc, acc_stride, vr, n_rows, head_dim, ms, vs,
+                                                 rescale_rows);
   }
 };
 

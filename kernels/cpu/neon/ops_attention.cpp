@@ -1,6 +1,6 @@
 // NEON attention for one token over a KV cache: the shared tile walk of
-// kernels/cpu/attention_tiles.h (query heads of one KV head walk the cache in tiles of 32
-// rows: scores, then each head's online-softmax weights, then V added to the group's
+// kernels/cpu/attention_tiles.h (the query heads walk the cache in tiles of rows: scores,
+// then each head's online-softmax weights, then V added to each KV head's group of
 // accumulators in registers) with 4-lane vectors. Baseline armv8-a only (F16 <-> F32
 // conversions are part of it).
 // F16 cache: as llama.cpp's armv8 flash attention without F16 arithmetic: q and the
@@ -65,12 +65,12 @@ inline void widen_f16(const uint16_t* src, float* dst, int64_t n) {
 // each result is rounded to F16. Multiplying by ms = 1 (and rounding an F16 value)
 // changes nothing, so the rescale runs only on the rows rescale_rows marks.
 template <bool kF16, bool kRescale, int kNq, int kRegs>
-inline void accumulate_chunk(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+inline void accumulate_chunk(float* acc, int64_t acc_stride, const float* const* vr, int64_t n_rows,
                              int64_t c, const float (*ms)[kTile], const float (*vs)[kTile],
                              uint32_t rescale_rows) {
   float32x4_t a[kNq][kRegs];
   for (int h = 0; h < kNq; ++h) {
-    for (int r = 0; r < kRegs; ++r) a[h][r] = vld1q_f32(acc[h] + c + 4 * r);
+    for (int r = 0; r < kRegs; ++r) a[h][r] = vld1q_f32(acc + h * acc_stride + c + 4 * r);
   }
   for (int64_t j = 0; j < n_rows; ++j) {
     float32x4_t x[kRegs];
@@ -87,35 +87,35 @@ inline void accumulate_chunk(float (*acc)[ref::kMaxHeadDim], const float* const*
     }
   }
   for (int h = 0; h < kNq; ++h) {
-    for (int r = 0; r < kRegs; ++r) vst1q_f32(acc[h] + c + 4 * r, a[h][r]);
+    for (int r = 0; r < kRegs; ++r) vst1q_f32(acc + h * acc_stride + c + 4 * r, a[h][r]);
   }
 }
 
 // The whole head: 8-column chunks (two registers per head, 16 for a group of 8 heads),
 // then one of 4, then single columns with the same operations in scalar form.
 template <bool kF16, bool kRescale, int kNq>
-void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr, int64_t n_rows,
+void accumulate_tile(float* acc, int64_t acc_stride, const float* const* vr, int64_t n_rows,
                      int64_t head_dim, const float (*ms)[kTile], const float (*vs)[kTile],
                      uint32_t rescale_rows) {
   int64_t c = 0;
   for (; c + 8 <= head_dim; c += 8) {
-    accumulate_chunk<kF16, kRescale, kNq, 2>(acc, vr, n_rows, c, ms, vs, rescale_rows);
+    accumulate_chunk<kF16, kRescale, kNq, 2>(acc, acc_stride, vr, n_rows, c, ms, vs, rescale_rows);
   }
   if (c + 4 <= head_dim) {
-    accumulate_chunk<kF16, kRescale, kNq, 1>(acc, vr, n_rows, c, ms, vs, rescale_rows);
+    accumulate_chunk<kF16, kRescale, kNq, 1>(acc, acc_stride, vr, n_rows, c, ms, vs, rescale_rows);
     c += 4;
   }
   for (; c < head_dim; ++c) {
     for (int64_t j = 0; j < n_rows; ++j) {
       for (int h = 0; h < kNq; ++h) {
-        float a = acc[h][c];
+        float a = acc[h * acc_stride + c];
         if (kRescale && (rescale_rows >> j & 1)) {
           a *= ms[h][j];
           if constexpr (kF16) a = round_f16(a);
         }
         a = std::fma(vr[j][c], vs[h][j], a);
         if constexpr (kF16) a = round_f16(a);
-        acc[h][c] = a;
+        acc[h * acc_stride + c] = a;
       }
     }
   }
@@ -130,10 +130,11 @@ struct Ops {
     neon::widen_f16(src, dst, n);
   }
   template <bool kF16, bool kRescale, int kNq>
-  static void accumulate_tile(float (*acc)[ref::kMaxHeadDim], const float* const* vr,
+  static void accumulate_tile(float* acc, int64_t acc_stride, const float* const* vr,
                               int64_t n_rows, int64_t head_dim, const float (*ms)[kTile],
                               const float (*vs)[kTile], uint32_t rescale_rows) {
-    neon::accumulate_tile<kF16, kRescale, kNq>(acc, vr, n_rows, head_dim, ms, vs, rescale_rows);
+    neon::accumulate_tile<kF16, kRescale, kNq>(acc, acc_stride, vr, n_rows, head_dim, ms, vs,
+                                               rescale_rows);
   }
 };
 
