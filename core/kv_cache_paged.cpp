@@ -4,7 +4,6 @@
 // any of them that a forward pass is about to write into, so no copy-on-write is needed
 // anywhere else.
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "core/kv_block_pool.h"
