@@ -26,6 +26,10 @@
 // one batched forward pass of one token per sequence ("tgN x S"); t/s counts the tokens of all S
 // sequences, and the effective bandwidth is per pass (the weights are read once for all). stdout
 // carries only the table or the JSON; progress goes to stderr.
+// With -kvu/--kv-unified, every test's caches are sequences of one paged KV pool (blocks of
+// --block-size rows), as `qrun serve` keeps them by default: each pass first reserves its
+// positions' blocks and attention reads the rows through block tables, so the difference
+// from a run without it is what paging costs (the JSON says kv_unified).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,6 +44,7 @@
 #include "cli/sampling_flags.h"
 #include "cli/session.h"
 #include "cli/threads.h"
+#include "core/kv_block_pool.h"
 #include "core/model_info.h"
 #include "kernels/cpu/cpu_backend.h"
 #if defined(QRUN_HAVE_CUDA)
@@ -66,6 +71,8 @@ struct BenchOptions {
   bool no_memory_probe = false;  // never measure the read bandwidth (no roofline)
   SamplingFlags grammar;         // only the grammar flags are declared
   DraftFlags draft;              // -md or --lookup-ngram: speculative tg tests too
+  bool kv_unified = false;       // the caches are sequences of one paged pool
+  int64_t block_size = 32;       // its rows per block
 };
 
 // How a tg test chooses its tokens: fixed random ones (llama-bench), or sampled from the
@@ -98,6 +105,7 @@ struct BenchContext {
   int64_t n_batch = 0;
   std::string type_k;
   std::string type_v;
+  bool kv_unified = false;
 };
 
 double mean(const std::vector<double>& v) {
@@ -201,6 +209,14 @@ std::vector<int32_t> bench_tokens(const Session& s, int64_t n, uint32_t seed) {
   return tokens;
 }
 
+// One forward pass of `tokens` at `pos`; a paged cache first takes the blocks they need,
+// as qrun serve's scheduler reserves them before each pass.
+Result<void> forward_at(Session& s, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
+                        float* logits) {
+  if (kv.paged()) QRUN_TRY(kv.reserve(pos, static_cast<int64_t>(tokens.size()), *s.backend));
+  return s.model->forward(*s.backend, tokens, pos, kv, false, logits);
+}
+
 // Clears `kv` and prefills the `depth` tokens into it in batches of n_batch (untimed).
 Result<void> prefill_depth(Session& s, KvCache& kv, std::span<const int32_t> depth, int64_t n_batch,
                            std::vector<float>& logits) {
@@ -208,9 +224,8 @@ Result<void> prefill_depth(Session& s, KvCache& kv, std::span<const int32_t> dep
   const int64_t n_depth = static_cast<int64_t>(depth.size());
   for (int64_t i = 0; i < n_depth; i += n_batch) {
     const int64_t n = std::min(n_batch, n_depth - i);
-    QRUN_TRY(s.model->forward(*s.backend,
-                              depth.subspan(static_cast<size_t>(i), static_cast<size_t>(n)), i, kv,
-                              false, logits.data()));
+    QRUN_TRY(forward_at(s, depth.subspan(static_cast<size_t>(i), static_cast<size_t>(n)), i, kv,
+                        logits.data()));
   }
   return {};
 }
@@ -230,8 +245,8 @@ Result<int64_t> run_once(Session& s, std::span<const int32_t> depth, int64_t n_b
   if (one_by_one) {
     int32_t token = tokens.empty() ? 0 : tokens[0];
     for (size_t i = 0; i < tokens.size(); ++i) {
-      QRUN_TRY(s.model->forward(*s.backend, std::span<const int32_t>(&token, 1),
-                                pos0 + static_cast<int64_t>(i), s.kv, false, logits.data()));
+      QRUN_TRY(forward_at(s, std::span<const int32_t>(&token, 1), pos0 + static_cast<int64_t>(i),
+                          s.kv, logits.data()));
       if (sampler == nullptr) {
         if (i + 1 < tokens.size()) token = tokens[i + 1];
         continue;
@@ -247,7 +262,7 @@ Result<int64_t> run_once(Session& s, std::span<const int32_t> depth, int64_t n_b
       return *sampler->constraint()->error();
     }
   } else {
-    QRUN_TRY(s.model->forward(*s.backend, tokens, pos0, s.kv, false, logits.data()));
+    QRUN_TRY(forward_at(s, tokens, pos0, s.kv, logits.data()));
   }
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
       .count();
@@ -267,6 +282,8 @@ Result<int64_t> run_parallel_once(Session& s, std::vector<KvCache>& caches,
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < tokens.size(); ++i) {
     for (size_t j = 0; j < parts.size(); ++j) {
+      if (caches[j].paged())
+        QRUN_TRY(caches[j].reserve(pos0 + static_cast<int64_t>(i), 1, *s.backend));
       parts[j] = {tokens.subspan((i + j) % tokens.size(), 1), pos0 + static_cast<int64_t>(i),
                   &caches[j], false, logits.data() + j * n_vocab};
     }
@@ -306,15 +323,17 @@ Result<int64_t> run_generate(Session& s, const BenchRecord& r, int64_t n_batch,
   return static_cast<int64_t>(std::llround(t.gen_ms * 1e6));
 }
 
+// pool: with --kv-unified, the pool whose sequences the -np caches are (s.kv is one too).
 Result<void> run_test(Session& s, const BenchOptions& o, BenchRecord& r,
-                      const DraftSetup* draft = nullptr) {
+                      const std::shared_ptr<KvBlockPool>& pool, const DraftSetup* draft) {
   const bool tg = r.n_gen > 0;
   const std::vector<int32_t> tokens = bench_tokens(s, tg ? r.n_gen : r.n_prompt, 1234);
   const std::vector<int32_t> depth = bench_tokens(s, r.n_depth, 4321);
   std::vector<float> logits(static_cast<size_t>(s.model->hparams().n_vocab * r.n_parallel));
   std::vector<KvCache> caches;
   for (int64_t j = 0; r.n_parallel > 1 && j < r.n_parallel; ++j) {
-    Result<KvCache> kv = make_flagged_kv_cache(*s.model, o.model, s.kv.n_ctx());
+    Result<KvCache> kv = pool != nullptr ? make_paged_kv_cache(*s.model, pool, s.kv.n_ctx())
+                                         : make_flagged_kv_cache(*s.model, o.model, s.kv.n_ctx());
     if (!kv.ok()) return kv.error();
     caches.push_back(std::move(*kv));
   }
@@ -399,6 +418,7 @@ nlohmann::ordered_json record_json(const BenchContext& c, const BenchRecord& r) 
   j["n_threads"] = r.n_threads;
   j["type_k"] = c.type_k;
   j["type_v"] = c.type_v;
+  j["kv_unified"] = c.kv_unified;
   j["n_prompt"] = r.n_prompt;
   j["n_gen"] = r.n_gen;
   j["tg_tokens"] = r.mode == TgMode::kFixed     ? "fixed"
@@ -505,6 +525,7 @@ void print_markdown(const BenchContext& c, const std::vector<BenchRecord>& recor
     std::printf("; memory read bandwidth: %.2f GB/s with %d thread%s", m.gbps, n_threads,
                 n_threads == 1 ? "" : "s");
   }
+  if (c.kv_unified) std::printf("; KV cache paged (--kv-unified)");
   std::printf("\n");
 }
 
@@ -545,6 +566,13 @@ Result<void> run_bench(BenchOptions o) {
   for (int64_t p : o.n_prompt) max_p = std::max(max_p, p);
   for (int64_t n : o.n_gen) max_n = std::max(max_n, n);
   if (o.grammar.error) return *o.grammar.error;
+  if (o.kv_unified && o.draft.enabled()) {  // generate() decodes into a contiguous cache only
+    return make_error(ErrorCode::kUsage, "--kv-unified: not with -md/--lookup-ngram");
+  }
+  if ((o.block_size & (o.block_size - 1)) != 0) {
+    return make_error(ErrorCode::kUsage, format("--block-size %lld: not a power of two",
+                                                static_cast<long long>(o.block_size)));
+  }
   for (int64_t d : o.n_depth) max_d = std::max(max_d, d);
   for (int64_t np : o.n_parallel) o.model.n_seq = std::max(o.model.n_seq, np);
   if (o.model.model.empty() && o.memory) return run_memory_only(o);
@@ -585,6 +613,28 @@ Result<void> run_bench(BenchOptions o) {
   const KvTypes kv_types_chosen = kv_types(o.model);
   c.type_k = dtype_name(kv_types_chosen.k);
   c.type_v = dtype_name(kv_types_chosen.v);
+  c.kv_unified = o.kv_unified;
+  // --kv-unified: one pool with room for every cache a test holds at once (s.kv and the -np
+  // caches), each up to the context; s.kv becomes its first sequence.
+  std::shared_ptr<KvBlockPool> pool;
+  if (o.kv_unified) {
+    if (!s.backend->supports_paged_kv()) {
+      return make_error(ErrorCode::kUsage,
+                        format("--kv-unified needs a backend that reads paged KV views, and the "
+                               "%s backend does not",
+                               std::string(s.backend->name()).c_str()));
+    }
+    const int64_t n_ctx = s.kv.n_ctx();
+    const int64_t blocks_per_seq = (n_ctx + o.block_size - 1) / o.block_size;
+    { KvCache contiguous = std::move(s.kv); }  // freed before the pool takes its memory
+    Result<std::shared_ptr<KvBlockPool>> made = make_kv_block_pool(
+        *s.model, blocks_per_seq * (o.model.n_seq + 1), o.block_size, kv_types_chosen);
+    if (!made.ok()) return made.error();
+    pool = std::move(*made);
+    Result<KvCache> kv = make_paged_kv_cache(*s.model, pool, n_ctx);
+    if (!kv.ok()) return kv.error();
+    s.kv = std::move(*kv);
+  }
 
   std::vector<BenchRecord> records;
   std::map<int, kernels::MemBandwidth> memory;
@@ -638,7 +688,7 @@ Result<void> run_bench(BenchOptions o) {
       r.n_parallel = n_parallel;
       r.n_threads = n_threads;
       r.mode = mode;
-      QRUN_TRY(run_test(s, o, r, draft ? &*draft : nullptr));
+      QRUN_TRY(run_test(s, o, r, pool, draft ? &*draft : nullptr));
       records.push_back(std::move(r));
       return {};
     };
@@ -703,6 +753,12 @@ void register_bench(CLI::App& app, Action* selected) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  cmd->add_flag("--kv-unified", o->kv_unified,
+                "The caches are sequences of one paged KV pool, as qrun serve keeps them "
+                "(blocks reserved before each pass, read through block tables)");
+  cmd->add_option("--block-size", o->block_size, "Tokens per KV block with --kv-unified")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{16}, int64_t{4096}));
   cmd->add_option("-r,--repetitions", o->repetitions, "Timed runs per test, after one warm-up")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));

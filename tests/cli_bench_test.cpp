@@ -286,6 +286,38 @@ TEST(CliBench, ParallelDecodesSequencesTogether) {
   }
 }
 
+// --kv-unified runs every test on sequences of one paged pool: a prompt, a decode and a
+// batched decode of three sequences whose depth and tokens cross blocks of 16 rows (the
+// pool holds them all at once), flagged in the JSON and under the table. A block size that
+// is not a power of two, and a drafter (generate() decodes into a contiguous cache), are
+// refused before the model loads.
+TEST(CliBench, KvUnifiedPagesEveryCache) {
+  const std::string model = synth_model(temp_dir(), false);
+  CommandResult r =
+      run_command(qrun() + " bench -m '" + model +
+                  "' -p 40 -n 20 -np 1,3 -d 20 -r 2 -t 2 -kvu --block-size 16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 3u) << r.out;  // pp40, tg20, tg20 x3, each at depth 20
+  for (const nlohmann::json& rec : j) {
+    EXPECT_EQ(rec["kv_unified"], true);
+    EXPECT_EQ(rec["n_depth"], 20);
+    EXPECT_GT(rec["avg_ts"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(j[2]["n_parallel"], 3);
+  CommandResult md = run_command(qrun() + " bench -m '" + model + "' -p 8 -n 4 -r 1 -t 1 -kvu");
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_NE(md.out.find("KV cache paged (--kv-unified)"), std::string::npos) << md.out;
+  CommandResult plain = run_command(qrun() + " bench -m '" + model + "' -p 8 -n 0 -r 1 --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)[0]["kv_unified"], false);
+  for (const char* bad : {"-kvu --block-size 24", "-kvu --block-size 8", "-kvu --lookup-ngram 2"}) {
+    CommandResult e = run_command(qrun() + " bench -m '" + model + "' -p 0 -n 4 -r 1 " + bad);
+    EXPECT_EQ(e.exit_code, 2) << bad << ": " << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+  }
+}
+
 TEST(CliBench, BadInputIsAUsageOrContextError) {
   const std::string model = data_path("models/stories260K.gguf").string();
   for (const char* args : {"-p x", "-p -1", "-n 1,y", "-r 0", "-t 0", "--no-such-flag", "-p 0 -n 0",
