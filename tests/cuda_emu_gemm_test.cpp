@@ -137,6 +137,28 @@ TEST(CudaEmuGemm, DequantizeF16EqualsTheReferenceRoundedToF16) {
   }
 }
 
+// Eight elements a thread and one 16-byte store where the destination is 16-byte aligned
+// and n a multiple of 8, else one element a thread: the same bits either way (a
+// destination one F16 past an aligned one; F32 sources of 8 and 13 elements).
+TEST(CudaEmuGemm, DequantizeF16AtAnyDestinationAlignment) {
+  for (const DType type : {DType::kQ8_0, DType::kQ4_K, DType::kF32}) {
+    SCOPED_TRACE(dtype_name(type));
+    for (const int64_t n : {int64_t{8}, int64_t{13}, int64_t{4096}}) {
+      if (n % type_traits(type).block_elems != 0) continue;
+      const std::vector<uint8_t> q = quantize(type, random_vector(n, 11));
+      const std::vector<uint16_t> want = reference_f16(type, q, n);
+      DeviceArray<uint8_t> d_src{std::span<const uint8_t>(q)};
+      for (const int64_t offset : {0, 1}) {
+        DeviceArray<uint16_t> dst(static_cast<size_t>(n + offset));
+        dequantize_f16(type, WeightLayout::kBlocks, d_src.data(), n, dst.data() + offset, Stream{});
+        std::vector<uint16_t> got = dst.download();
+        got.erase(got.begin(), got.begin() + offset);
+        expect_same_bits(got, want);
+      }
+    }
+  }
+}
+
 // Q4_0 and Q8_0 repacked for the decode kernels (WeightLayout::kGroups8) dequantize to the
 // very F16s of the file's blocks: rows of 1 and 5 runs of 8 blocks, random block bytes.
 TEST(CudaEmuGemm, DequantizeF16OfGroupedWeightsHasTheBlocksBits) {
