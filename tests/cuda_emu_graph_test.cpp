@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/gguf/gguf.h"
+#include "core/kv_block_pool.h"
 #include "core/kv_cache.h"
 #include "core/model.h"
 #include "ggml-like/quants.h"
@@ -137,6 +138,44 @@ TEST_F(CudaEmuGraph, ANewKvCacheMidCaptureEndsTheCaptureEarly) {
   const CudaBackend::GraphStats& s = graphs.graph_stats();
   EXPECT_EQ(s.captures, 3);
   EXPECT_EQ(s.flushes, 1);  // the step on the new cache; the next one is captured whole
+}
+
+// Decode on a paged cache, past two block edges: the block table grows in the middle of
+// captured steps, and its upload is captured with them (its device copy has room for the
+// whole table, and the last upload is known done once the previous step's logits came
+// back), so no step flushes; the logits are the eager backend's.
+TEST_F(CudaEmuGraph, PagedDecodeAcrossBlockEdgesStaysCaptured) {
+  constexpr int64_t kBlockRows = 16, kCtx = 64;
+  CudaBackend eager(false), graphs(true);
+  std::vector<KvCache> caches;
+  for (int i = 0; i < 2; ++i) {
+    Result<std::shared_ptr<KvBlockPool>> pool =
+        make_kv_block_pool(*model_, kCtx / kBlockRows, kBlockRows, DType::kF16);
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    Result<KvCache> kv = make_paged_kv_cache(*model_, *pool, kCtx);
+    ASSERT_TRUE(kv.ok()) << kv.error().message;
+    caches.push_back(std::move(*kv));
+  }
+  const std::vector<int32_t> prompt = {1, 403, 407};
+  Decoder d(*model_);
+  ASSERT_TRUE(caches[0].reserve(0, 3, eager).ok());
+  ASSERT_TRUE(caches[1].reserve(0, 3, graphs).ok());
+  std::vector<float> want = d.prefill(eager, caches[0], prompt);
+  ASSERT_EQ(d.prefill(graphs, caches[1], prompt), want);
+  const int64_t n_steps = 2 * kBlockRows + 4 - 3;  // positions 3 .. 35
+  for (int64_t step = 0; step < n_steps; ++step) {
+    SCOPED_TRACE(step);
+    const int32_t token = argmax(want);
+    const int64_t pos = 3 + step;
+    ASSERT_TRUE(caches[0].reserve(pos, 1, eager).ok());
+    ASSERT_TRUE(caches[1].reserve(pos, 1, graphs).ok());
+    want = d.decode(eager, caches[0], token, pos);
+    ASSERT_EQ(d.decode(graphs, caches[1], token, pos), want);
+  }
+  const CudaBackend::GraphStats& s = graphs.graph_stats();
+  EXPECT_EQ(s.captures, n_steps - 1);
+  EXPECT_EQ(s.flushes, 0) << "a block table's upload ended a capture";
+  EXPECT_EQ(s.launches, n_steps - 1);
 }
 
 // A decode-shaped step of backend ops on synthetic weights: one embedding row into x, RoPE

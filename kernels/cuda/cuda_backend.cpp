@@ -228,7 +228,12 @@ void CudaBackend::finish_output(float* host, const float* device, int64_t n) {
   end_capture(false);  // the step's logits (or another result the host reads)
   copy_to_host(host, device, static_cast<size_t>(n) * sizeof(float), stream());
   synchronize(stream());
+  staging_copies_done();
+}
+
+void CudaBackend::staging_copies_done() {
   positions_queued_ = false;
+  for (auto& [host, table] : block_tables_) table.queued = false;
 }
 
 void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
@@ -333,11 +338,14 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, fl
   if (n_ids != 1) return;
   // A decode step: captured from here on if the last scope was one on these buffers.
   if (graphs_ && decode_warm_) {
-    if (positions_queued_) {
+    const bool staged =
+        positions_queued_ || std::any_of(block_tables_.begin(), block_tables_.end(),
+                                         [](const auto& entry) { return entry.second.queued; });
+    if (staged) {
       // (after a scope that did not read its result back) so that RoPE's upload of the
-      // new positions need not end the capture to wait for the last one
+      // new positions, or a block table's, need not end the capture to wait for the last one
       synchronize(stream());
-      positions_queued_ = false;
+      staging_copies_done();
     }
     begin_capture(stream());
     capturing_ = true;
@@ -579,13 +587,17 @@ KvLayerView CudaBackend::device_view(const KvLayerView& cache, DeviceKv& layer, 
   d.k = layer.k.data();
   d.v = layer.v.data();
   if (cache.paged()) {
+    const auto blocks = [&](int64_t rows) {
+      return (rows + cache.block_rows - 1) / cache.block_rows;
+    };
+    // (no table holds more entries than the pool has blocks)
     d.block_table =
-        device_block_table(cache.block_table, (end + cache.block_rows - 1) / cache.block_rows);
+        device_block_table(cache.block_table, blocks(end), blocks(cache.storage_rows()));
   }
   return d;
 }
 
-const int32_t* CudaBackend::device_block_table(const int32_t* host, int64_t n) {
+const int32_t* CudaBackend::device_block_table(const int32_t* host, int64_t n, int64_t capacity) {
   if (block_tables_.size() >= kMaxBlockTables && block_tables_.count(host) == 0) {
     // (tables of caches long gone: the copies may still be read by queued work)
     flush();
@@ -598,7 +610,7 @@ const int32_t* CudaBackend::device_block_table(const int32_t* host, int64_t n) {
   if (t.device.size() < want) {
     flush();  // an allocation (and the old copy may be read by queued work: freed after it)
     synchronize(stream());
-    const size_t room = std::max(want, 2 * t.device.size());
+    const size_t room = std::max({want, static_cast<size_t>(capacity), 2 * t.device.size()});
     t.staging = PinnedArray<int32_t>(room);
     t.device = DeviceArray<int32_t>(room);
   } else if (t.queued) {

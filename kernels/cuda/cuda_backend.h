@@ -189,8 +189,12 @@ class CudaBackend final : public Backend {
   KvLayerView device_view(const KvLayerView& cache, DeviceKv& layer, int64_t end);
   // The first n entries of the block table at `host` in device memory, copied (through
   // pinned memory, so a capture can hold the copy) only when they differ from the entries
-  // that table's copy holds.
-  const int32_t* device_block_table(const int32_t* host, int64_t n);
+  // that table's copy holds; its device copy has room for `capacity` entries (the pool's
+  // blocks: as many as any table can hold), so that a decode step that crosses into a new block
+  // neither allocates nor waits.
+  const int32_t* device_block_table(const int32_t* host, int64_t n, int64_t capacity);
+  // After a synchronize of the stream: no copy from the staging memory is still queued.
+  void staging_copies_done();
   struct WeightCopy {
     DeviceArray<uint8_t> bytes;
     std::array<uint8_t, 128> ends;  // the host data's first and last 64 bytes
