@@ -23,15 +23,17 @@
 
 namespace qrun::kernels::attention_tiles {
 
-inline constexpr int64_t kGroup = 8;  // query heads of one KV head walked together, at most
+// Query heads of one KV head walked together, at most.
+inline constexpr int64_t kGroup = kAttendWalkMaxGroup;
 inline constexpr int64_t kTile = 32;  // cache rows per tile, at most (scores, weights, then V)
 static_assert(kTile <= 32, "softmax_weights marks a tile's rows in 32 bits");
 // A walk holds its heads' accumulators, attend_head_floats(head_dim) floats apart, in
 // kAttendWalkFloats, and a tile of rows of all its KV heads, widened, in kTile *
 // kMaxHeadDim floats (attend_reads_heads_together); one KV head's kGroup heads always fit.
-inline constexpr int64_t kMaxWalkHeads = 64;
+inline constexpr int64_t kMaxWalkHeads = kAttendWalkMaxHeads;
 static_assert(kGroup * ref::kMaxHeadDim <= kAttendWalkFloats && kGroup <= kMaxWalkHeads);
-static_assert(ref::kMaxHeadDim >= 1024, "a walk's KV heads take up to 1024 values of a row");
+static_assert(ref::kMaxHeadDim >= kAttendWalkMaxRowValues,
+              "a tile holds kMaxHeadDim values of each of its rows");
 
 // Ops provides, as static members:
 //   kAlign                      alignment of the per-group float buffers, in bytes
@@ -253,7 +255,7 @@ void walk(Rows& rd, const float* q, int64_t q_stride, int64_t g0, int64_t n_grou
   }
   // Tiles of 8 rows where the walk's KV heads take at most 512 values of a row, else 32.
   // Measured on one Zen 4 core, decoding over an F16 cache of 4096 rows: 8-row tiles took
-  // 0.66x the time of 32-row ones with 3 KV heads of 64 (smollm), 0.85x with one of 256
+  // 0.66x to 0.84x the time of 32-row ones with 3 KV heads of 64 (smollm), 0.85x with one of 256
   // (Gemma 3 270M), the same within noise with 2 of 64 and 4 of 64 and with 8 of 128 (where 4-row
   // tiles lost 5%); over 256 rows, in cache, the same within 5% either way.
   const int64_t tile = n_groups * head_dim <= 512 ? 8 : kTile;

@@ -181,17 +181,21 @@ using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const K
                           float* partial);
 // Whether the SIMD attend kernels walk a call's KV heads in one pass over the rows (each
 // tile of rows read whole, for every head, before the next tile), rather than one head
-// after another: when the KV heads have at most 8 query heads each, there are at most 64
-// query heads, the KV heads' values take at most 1024 elements of a row, and the
-// accumulators of all n_q heads fit in the walk's 32 KiB (head_dim rounded up to 16 floats
-// each).
+// after another: when the KV heads have at most kAttendWalkMaxGroup query heads each, there
+// are at most kAttendWalkMaxHeads query heads, the KV heads' values take at most
+// kAttendWalkMaxRowValues elements of a row, and the accumulators of all n_q heads fit in
+// the walk's kAttendWalkFloats (head_dim rounded up to 16 floats each).
+inline constexpr int64_t kAttendWalkMaxGroup = 8;
+inline constexpr int64_t kAttendWalkMaxHeads = 64;
+inline constexpr int64_t kAttendWalkMaxRowValues = 1024;
 inline constexpr int64_t kAttendWalkFloats = 8192;
 inline int64_t attend_head_floats(int64_t head_dim) {
   return (head_dim + 15) / 16 * 16;
 }
 inline bool attend_reads_heads_together(int64_t n_q, int64_t n_heads, int64_t head_dim) {
-  return n_heads > 0 && n_q % n_heads == 0 && n_q / n_heads <= 8 && n_q <= 64 &&
-         n_heads * head_dim <= 1024 && n_q * attend_head_floats(head_dim) <= kAttendWalkFloats;
+  return n_heads > 0 && n_q % n_heads == 0 && n_q / n_heads <= kAttendWalkMaxGroup &&
+         n_q <= kAttendWalkMaxHeads && n_heads * head_dim <= kAttendWalkMaxRowValues &&
+         n_q * attend_head_floats(head_dim) <= kAttendWalkFloats;
 }
 // The rows of KV heads for attention over any other pair of cache types (K and V each
 // F32, F16, BF16, Q8_0 or Q4_0; both F32 or both F16 take attend_f32 / attend_f16), with
