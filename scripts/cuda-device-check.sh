@@ -27,7 +27,8 @@
 #   QRUN_NCU: the files to profile, of 8b, 1.1b and gemma (e.g. "8b gemma"): Nsight Compute
 #     (where installed) times every kernel of a decode step (graphs off) and prints the sum
 #     per kernel name; Nsight Systems (where installed) sums the CUDA calls and kernels of a
-#     whole decode run.
+#     whole decode run. 8b-pp and 8b-pp-kvu: the kernels of the 8B file's pp512 (the second
+#     with a paged cache), their sums and shares.
 set -uo pipefail
 dir=${1:-.dev}
 out=/tmp/qrun-device-logs  # everything, packed into $OUT/logs.tgz (default ./logs.tgz) at the end
@@ -203,9 +204,28 @@ profile() {  # $1: a name for the logs, $2: the model file
     done
   fi
 }
+profile_prefill() {  # $1: a name for the logs, $2: the model file, then bench's extra flags
+  # Two pp512 runs (the warm-up and one timed), every launch timed; the weights' repacking
+  # at load (repack_g8_kernel) is left out of the sums.
+  local name=$1 file=$2
+  shift 2
+  command -v ncu > /dev/null || return 0
+  QRUN_CUDA_GRAPHS=0 timeout 170 ncu --launch-count 4000 --csv --cache-control none \
+    --clock-control none --print-kernel-base function --metrics gpu__time_duration.sum \
+    "$qrun" bench -ngl all -m "$file" -p 512 -n 0 -r 1 "$@" \
+    > "$out/ncu_$name.csv" 2> "$out/ncu_$name.err"
+  echo "== ncu, $name: the sum per kernel over two pp512 runs (ns), and its share"
+  grep '"gpu__time_duration.sum"' "$out/ncu_$name.csv" | grep -v '"repack_g8_kernel"' |
+    awk -F'","' '{t=$NF; gsub(/[",]/, "", t); s[$5]+=t; n[$5]++; total+=t}
+                 END {for (k in s) printf "%12.0f %5.1f%% x%d %s\n", s[k], 100*s[k]/total, n[k],
+                      substr(k, 1, 60)}' |
+    sort -rn | head -24 | tee "$out/ncu_summary_$name.txt"
+}
 for name in ${QRUN_NCU:-}; do
   case $name in
     8b) profile 8b "$big" ;;
+    8b-pp) profile_prefill 8b-pp "$big" ;;
+    8b-pp-kvu) profile_prefill 8b-pp-kvu "$big" --kv-unified ;;
     1.1b) profile 1.1b "$small" ;;
     gemma) [ -n "$gemma" ] && profile gemma "$gemma" ;;
   esac
