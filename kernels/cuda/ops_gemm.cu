@@ -155,47 +155,40 @@ struct DqQ6_K {
   }
 };
 
-// One thread per element (grid-stride): consecutive threads write consecutive F16s.
-template <class T>
+// kPer consecutive elements per thread, grid-stride. One: consecutive threads write
+// consecutive F16s. Eight (kBlockElems is 1 or a multiple of 8, so they share a block):
+// written in one 16-byte store, with an eighth of the stores and block address
+// computations (one per element moved about 0.5 TB/s on an H100, a sixth of its
+// bandwidth). The same F16 per element either way.
+template <class T, int kPer>
 __global__ void __launch_bounds__(kThreads)
     dequantize_f16_kernel(const uint8_t* src, int64_t n, uint16_t* dst) {
+  static_assert(kPer == 1 || (kPer == 8 && (T::kBlockElems == 1 || T::kBlockElems % 8 == 0)));
   wait_for_prior_kernels();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
-       e += stride) {
-    dst[e] =
-        T::f16(src + e / T::kBlockElems * T::kBlockBytes, static_cast<int>(e % T::kBlockElems));
-  }
-}
-
-// Eight consecutive elements per thread, of one block (kBlockElems is 1 or a multiple of
-// 8), written in one 16-byte store: the same F16 per element as the kernel above, with an
-// eighth of its stores and block address computations (the one-per-element kernel moved
-// about 0.5 TB/s on an H100, a sixth of its bandwidth).
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    dequantize_f16x8_kernel(const uint8_t* src, int64_t n8, uint16_t* dst) {
-  wait_for_prior_kernels();
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n8;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n / kPer;
        i += stride) {
-    const int64_t e = 8 * i;
+    const int64_t e = kPer * i;
     const uint8_t* blk = src + e / T::kBlockElems * T::kBlockBytes;
     const int j = static_cast<int>(e % T::kBlockElems);
-    uint32_t w[4];
-    QRUN_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t lo =
-          T::f16(T::kBlockElems == 1 ? blk + 2 * k * T::kBlockBytes : blk, j + 2 * k);
-      const uint32_t hi =
-          T::f16(T::kBlockElems == 1 ? blk + (2 * k + 1) * T::kBlockBytes : blk, j + 2 * k + 1);
-      w[k] = lo | hi << 16;
-    }
+    if constexpr (kPer == 1) {
+      dst[e] = T::f16(blk, j);
+    } else {
+      uint32_t w[4];
+      QRUN_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t lo =
+            T::f16(T::kBlockElems == 1 ? blk + 2 * k * T::kBlockBytes : blk, j + 2 * k);
+        const uint32_t hi =
+            T::f16(T::kBlockElems == 1 ? blk + (2 * k + 1) * T::kBlockBytes : blk, j + 2 * k + 1);
+        w[k] = lo | hi << 16;
+      }
 #if defined(QRUN_SIMT_EMU)
-    std::memcpy(dst + e, w, sizeof w);
+      std::memcpy(dst + e, w, sizeof w);
 #else
-    *reinterpret_cast<uint4*>(dst + e) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(dst + e) = make_uint4(w[0], w[1], w[2], w[3]);
 #endif
+    }
   }
 }
 
@@ -205,13 +198,12 @@ void launch_dequantize(const void* src, int64_t n, uint16_t* dst, Stream stream)
              "dequantize_f16: %lld elements, not a multiple of %d", static_cast<long long>(n),
              T::kBlockElems);
   if (n == 0) return;
-  static_assert(T::kBlockElems == 1 || T::kBlockElems % 8 == 0);
   if (n % 8 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-    launch(dequantize_f16x8_kernel<T>, grid_for(n / 8), dim3(kThreads), stream,
-           static_cast<const uint8_t*>(src), n / 8, dst);
+    launch(dequantize_f16_kernel<T, 8>, grid_for(n / 8), dim3(kThreads), stream,
+           static_cast<const uint8_t*>(src), n, dst);
     return;
   }
-  launch(dequantize_f16_kernel<T>, grid_for(n), dim3(kThreads), stream,
+  launch(dequantize_f16_kernel<T, 1>, grid_for(n), dim3(kThreads), stream,
          static_cast<const uint8_t*>(src), n, dst);
 }
 
