@@ -4,7 +4,8 @@
 # /usr/src/googletest) into build/neon and runs them under qemu-user on three emulated CPUs,
 # one per NEON level (kernel_table.h):
 #   max          I8MM and dotprod: selects i8mm; its run walks the generic, neon, dotprod
-#                and i8mm tables, so it runs every test of every level;
+#                and i8mm tables, so it runs every test of every level (the attention tests
+#                a level only where its kernels differ: tests/support/attention_isas.h);
 #   neoverse-n1  dotprod without I8MM: selects dotprod;
 #   cortex-a53   neither: selects neon.
 # The last two compare nothing the first run has not (each level's table is built from the

@@ -25,6 +25,7 @@
 #include "ggml-like/quants.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/kernel_table.h"
+#include "tests/support/attention_isas.h"
 
 namespace qrun::kernels {
 namespace {
@@ -143,7 +144,7 @@ TEST(KernelsKvTypes, AttendMixedMatchesReference) {
               g.attend_mixed(q.data(), q_stride, n_q,
                              mixed_rows(g, kt, vt, k, v, row, first, n_kv, n_kv), head_dim, scale,
                              ref.data(), out_stride, nullptr);
-              for (Isa isa : simd_isas()) {
+              for (Isa isa : isas_with_own_attention(simd_isas(), kt, vt)) {
                 SCOPED_TRACE(testing::Message()
                              << isa_name(isa) << " K " << dtype_name(kt) << " V " << dtype_name(vt)
                              << " head_dim " << head_dim << " n_kv " << n_kv << " n_q " << n_q
@@ -287,7 +288,7 @@ TEST(KernelsKvTypes, BackendAttentionMatchesStoredRows) {
               EXPECT_EQ(std::memcmp(v_ref.data() + (n_pos - 1) * vb, want_v.data(), vb), 0);
             }
           }
-          for (Isa isa : simd_isas()) {
+          for (Isa isa : isas_with_own_attention(simd_isas(), kt, vt)) {
             SCOPED_TRACE(isa_name(isa));
             CpuBackend be(3, isa);
             std::vector<uint8_t> k_isa, v_isa;
