@@ -6,8 +6,8 @@
 // the prompt). For `once`, every logits row (the prompt from one batched prefill, then 4
 // decode steps) is compared by KL divergence; for every step of every prompt, our top token
 // must be llama.cpp's unless its top two are within kFlipGap, and our logits of llama.cpp's
-// ten best tokens must be close (RMS difference). Runs on every kernel ISA this host runs and
-// prints a table of the figures.
+// ten best tokens must be close (RMS difference). Runs on every kernel ISA this host runs (the
+// generic one without `swa`) and prints a table of the figures.
 //
 // Why these bounds and not bit-exactness: this model amplifies rounding. Its residual
 // stream carries outliers in the hundreds, and llama.cpp's attention keeps its accumulator
@@ -163,7 +163,13 @@ TEST_P(ForwardReal, MatchesLlamaCpp) {
   ASSERT_TRUE((*model)->check_backend(backend).ok());
   Model& m = **model;
 
-  for (const std::string prompt : {"once", "park", "long", "swa"}) {
+  // The generic kernels skip `swa`: their pass over its 781 tokens took 90 % of this test's
+  // time (320 s of CPU), the sliding window is the model's and the cache's logic, which the
+  // SIMD ISAs check here, and the generic attention over a window's ring is held to theirs
+  // in kernels_attention_chunks_test (SlidingWindowRing).
+  std::vector<std::string> prompts = {"once", "park", "long", "swa"};
+  if (isa == kernels::Isa::kGeneric) prompts.pop_back();
+  for (const std::string& prompt : prompts) {
     SCOPED_TRACE(prompt + " on " + kernels::isa_name(isa));
     const bool with_logits = prompt == "once";
     const test::Golden g = golden(prompt, with_logits);
