@@ -14,7 +14,8 @@
 namespace qrun::kernels {
 
 // Whether CpuBackend's kv_store and attention on a cache of K `k_type` and V `v_type` call
-// the same kernels on ISAs a and b (ops_attention.cpp reads these and no others).
+// the same kernels on ISAs a and b (ops_attention.cpp reads these and no others: a type's
+// row converter, kv_row_converter, is its quantize_act or the reference quantizer).
 inline bool same_attention_kernels(Isa a, Isa b, DType k_type, DType v_type) {
   const CpuKernels& x = cpu_kernels(a);
   const CpuKernels& y = cpu_kernels(b);
@@ -26,7 +27,7 @@ inline bool same_attention_kernels(Isa a, Isa b, DType k_type, DType v_type) {
   };
   return x.attend_f32 == y.attend_f32 && x.attend_f16 == y.attend_f16 &&
          x.attend_mixed == y.attend_mixed && x.to_f16 == y.to_f16 && same_type(k_type) &&
-         same_type(v_type) && same_type(DType::kBF16) && same_type(DType::kQ8_0);
+         same_type(v_type);
 }
 
 // The ISAs of `isas`, in order, less each one whose attention kernels for the cache types
