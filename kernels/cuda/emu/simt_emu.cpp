@@ -102,12 +102,12 @@ thread_local BlockRun* t_run = nullptr;
 // add the unwind's unpoisoning either.
 using LongJmp = void (*)(__jmp_buf_tag*, int);
 LongJmp libc_longjmp() {
-  static const LongJmp jump = [] {
+  static const LongJmp libc_jump = [] {
     void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
     void* symbol = libc != nullptr ? dlsym(libc, "_longjmp") : nullptr;
     return symbol != nullptr ? reinterpret_cast<LongJmp>(symbol) : LongJmp{&_longjmp};
   }();
-  return jump;
+  return libc_jump;
 }
 void jump(jmp_buf to) {
   libc_longjmp()(to, 1);
