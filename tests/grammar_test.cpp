@@ -138,12 +138,28 @@ TEST(GrammarParse, LeftRecursionIsRefusedAtParseTime) {
             std::string::npos);
   EXPECT_NE(parse_error("root ::= opt root \"x\" | \"y\"\nopt ::= \"z\"?").find("left-recursive"),
             std::string::npos);
-  // A repetition of something that can be empty would loop forever without consuming.
-  EXPECT_EQ(parse_error("root ::= (\"a\"?)*"),
-            "the grammar is left-recursive: rule 'root' (in a group or repetition) can reach "
-            "itself without consuming a character");
+  // Through a nullable prefix, the rest of the alternative after the reference grows the
+  // stack at every turn.
+  EXPECT_EQ(parse_error("root ::= (\"a\"? root \"b\")* \"c\""),
+            "the grammar is left-recursive: rule 'root' can reach itself without consuming a "
+            "character");
   // Right recursion is fine.
   expect_language("root ::= \"a\" root | \"b\"", {"b", "aab"}, {"a"});
+}
+
+// A repetition of something that can match nothing reaches itself without consuming a
+// character, but only through tail references, which come back to a stack the matcher has
+// already expanded: llama.cpp takes these (test-grammar-integration's "segfault" case).
+TEST(GrammarParse, RepetitionsOfNullableSymbolsAreTaken) {
+  expect_language("root ::= ( [x]* )*", {"", "x", "xx"}, {"y", "yy"});
+  expect_language("root ::= (\"a\"?)* \"c\"", {"c", "ac", "aaac"}, {"", "a", "cc", "ca"});
+  expect_language("root ::= (\"a\"? \"b\"?)+", {"", "ab", "ba", "bbaab"}, {"c", "abc"});
+  expect_language("root ::= ((\"a\"*){2,3})*", {"", "a", "aaaa"}, {"b"});
+  // Through a named rule, and two rules: b* then x.
+  expect_language("root ::= a\na ::= b? a | \"x\"\nb ::= \"b\"", {"x", "bx", "bbbx"},
+                  {"", "b", "xb"});
+  expect_language("root ::= a \"!\"\na ::= c a | \"x\" | \"\"\nc ::= \"c\"?",
+                  {"!", "x!", "ccx!", "cc!"}, {"", "xx!"});
 }
 
 TEST(GrammarParse, AbsurdRepetitionBoundsAreRefused) {

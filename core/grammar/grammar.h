@@ -3,7 +3,9 @@
 // elements: alternatives separated by kAlt and closed by kEnd; a character set is a kChar
 // or kCharNot element followed by kCharAlt / kCharRngUpper elements. Groups and
 // repetitions become generated rules, as in llama.cpp. A parsed Grammar has no undefined
-// rule and no left recursion (through nullable prefixes too), so expanding it terminates.
+// rule and no left recursion (through nullable prefixes too) but through tail references
+// (a repetition of something that can match nothing, `("a"?)*`), whose expansion comes back
+// to a stack it has already seen, so expanding it terminates.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,9 @@ struct Grammar {
   std::vector<std::vector<GrammarElement>> rules;  // by rule id
   std::vector<std::string> names;                  // rule names; generated ones contain '_'+n
   uint32_t root = 0;
+  // Some rule can reach itself without consuming a character, through tail references
+  // only: the matcher must skip the stacks it has already expanded.
+  bool empty_loops = false;
 };
 
 // Limits that keep a hostile grammar from exhausting memory.

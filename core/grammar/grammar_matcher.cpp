@@ -4,6 +4,8 @@
 // matches past that set; a byte sequence is decoded as UTF-8 with a trailing incomplete
 // character kept aside and checked against the code points it could still become.
 #include <algorithm>
+#include <functional>
+#include <set>
 
 #include "core/grammar/grammar.h"
 
@@ -25,17 +27,28 @@ Error too_many_stacks() {
       format("the grammar is too ambiguous: more than %zu positions at once", kGrammarMaxStacks));
 }
 
+// Orders stacks by their pointers, for the set of stacks advance_stack has expanded.
+struct StackLess {
+  bool operator()(const Stack& a, const Stack& b) const {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                        std::less<const GrammarElement*>());
+  }
+};
+
 // Expands rule references at the top of `stack` until every resulting stack is empty or
-// has a character set on top, adding each new one to `out` once.
+// has a character set on top, adding each new one to `out` once. In a grammar with empty
+// loops a stack can come back: each is expanded once.
 Result<void> advance_stack(const Grammar& g, Stack stack, std::vector<Stack>& out) {
   std::vector<Stack> todo;
   todo.push_back(std::move(stack));
+  std::set<Stack, StackLess> expanded;
   size_t steps = 0;
   while (!todo.empty()) {
     if (++steps > kMaxExpansionSteps) return too_many_stacks();
     Stack s = std::move(todo.back());
     todo.pop_back();
     if (!s.empty() && s.back()->op == GrammarOp::kRuleRef) {
+      if (g.empty_loops && !expanded.insert(s).second) continue;
       const GrammarElement* pos = s.back();
       const GrammarElement* alt = g.rules[pos->value].data();
       for (;;) {

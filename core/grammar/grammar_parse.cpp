@@ -374,74 +374,145 @@ class Parser {
     }
     const auto root = ids_.find("root");
     if (root == ids_.end()) return make_error(ErrorCode::kUsage, "the grammar has no 'root' rule");
-    // Nullable rules, to a fixed point.
-    std::vector<bool> nullable(rules_.size(), false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < rules_.size(); ++r) {
-        if (nullable[r]) continue;
-        bool alt_empty = true;
-        for (const GrammarElement& e : rules_[r]) {
-          if (e.op == GrammarOp::kAlt || e.op == GrammarOp::kEnd) {
-            if (alt_empty) {
-              nullable[r] = true;
-              changed = true;
-              break;
-            }
-            alt_empty = true;
-          } else if (e.op == GrammarOp::kRuleRef) {
-            alt_empty = alt_empty && nullable[e.value];
-          } else if (e.op == GrammarOp::kChar || e.op == GrammarOp::kCharNot ||
-                     e.op == GrammarOp::kCharAny) {
-            alt_empty = false;
-          }
-        }
+    const std::vector<bool> nullable = fixed_point(false);
+    // Left recursion. An edge r -> v: rule r has an alternative that can start with rule v
+    // (every element before that reference can match nothing). Expanding the reference keeps
+    // the rest of the alternative on the stack, so a cycle of such edges grows the stack
+    // without end unless every edge of it is a tail reference (the last element of its
+    // alternative, as in the rule a repetition of something nullable generates,
+    // `r ::= x r |`): such cycles come back to a stack already seen, which the matcher skips
+    // (Grammar::empty_loops). Any other cycle is refused.
+    // A loop that can never leave (`a ::= a`) matches nothing and is refused too.
+    const std::vector<FrontEdge> edges = front_edges(nullable);
+    const std::vector<uint32_t> component = strongly_connected(edges);
+    const std::vector<bool> ends = fixed_point(true);
+    bool empty_loops = false;
+    for (const FrontEdge& e : edges) {
+      if (component[e.from] != component[e.to]) continue;
+      if (e.tail && ends[e.from]) {
+        empty_loops = true;
+        continue;
       }
-    }
-    // Left recursion: a depth-first walk over the rules each rule can start with.
-    std::vector<uint8_t> state(rules_.size(), 0);  // 0 new, 1 in progress, 2 done
-    for (uint32_t r = 0; r < rules_.size(); ++r) {
-      uint32_t culprit = 0;
-      if (left_recursive(r, nullable, state, culprit)) {
-        const std::string& name = names_[culprit];
-        const size_t cut = name.rfind('_');
-        const bool generated = generated_.count(culprit) != 0 && cut != std::string::npos;
-        const std::string shown = generated ? name.substr(0, cut) : name;
-        return make_error(ErrorCode::kUsage,
-                          format("the grammar is left-recursive: rule '%s'%s can reach itself "
-                                 "without consuming a character",
-                                 shown.c_str(), generated ? " (in a group or repetition)" : ""));
-      }
+      const std::string& name = names_[e.from];
+      const size_t cut = name.rfind('_');
+      const bool generated = generated_.count(e.from) != 0 && cut != std::string::npos;
+      const std::string shown = generated ? name.substr(0, cut) : name;
+      return make_error(ErrorCode::kUsage,
+                        format("the grammar is left-recursive: rule '%s'%s can reach itself "
+                               "without consuming a character",
+                               shown.c_str(), generated ? " (in a group or repetition)" : ""));
     }
     Grammar g;
     g.rules = std::move(rules_);
     g.names = std::move(names_);
     g.root = root->second;
+    g.empty_loops = empty_loops;
     return g;
   }
 
-  bool left_recursive(uint32_t r, const std::vector<bool>& nullable, std::vector<uint8_t>& state,
-                      uint32_t& culprit) {
-    if (state[r] == 2) return false;
-    if (state[r] == 1) {
-      culprit = r;
-      return true;
-    }
-    state[r] = 1;
-    bool at_front = true;
-    for (const GrammarElement& e : rules_[r]) {
-      if (e.op == GrammarOp::kAlt || e.op == GrammarOp::kEnd) {
-        at_front = true;
-      } else if (e.op == GrammarOp::kRuleRef) {
-        if (at_front && left_recursive(e.value, nullable, state, culprit)) return true;
-        at_front = at_front && nullable[e.value];
-      } else if (e.op == GrammarOp::kChar || e.op == GrammarOp::kCharNot ||
-                 e.op == GrammarOp::kCharAny) {
-        at_front = false;
+  struct FrontEdge {
+    uint32_t from, to;
+    bool tail;  // the reference ends its alternative
+  };
+
+  // The references each rule's alternatives can start with, in rule order.
+  std::vector<FrontEdge> front_edges(const std::vector<bool>& nullable) const {
+    std::vector<FrontEdge> edges;
+    for (uint32_t r = 0; r < rules_.size(); ++r) {
+      const std::vector<GrammarElement>& rule = rules_[r];
+      bool at_front = true;
+      for (size_t i = 0; i < rule.size(); ++i) {
+        const GrammarElement& e = rule[i];
+        if (e.op == GrammarOp::kAlt || e.op == GrammarOp::kEnd) {
+          at_front = true;
+        } else if (e.op == GrammarOp::kRuleRef) {
+          const GrammarOp next = rule[i + 1].op;  // every rule ends with kEnd
+          if (at_front)
+            edges.push_back({r, e.value, next == GrammarOp::kAlt || next == GrammarOp::kEnd});
+          at_front = at_front && nullable[e.value];
+        } else if (e.op == GrammarOp::kChar || e.op == GrammarOp::kCharNot ||
+                   e.op == GrammarOp::kCharAny) {
+          at_front = false;
+        }
       }
     }
-    state[r] = 2;
-    return false;
+    return edges;
+  }
+
+  // The rules with an alternative of such rules alone (chars = false: the rules that can
+  // match nothing) or of such rules and characters (chars = true: the rules that match some
+  // text), to a fixed point.
+  std::vector<bool> fixed_point(bool chars) const {
+    std::vector<bool> in(rules_.size(), false);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < rules_.size(); ++r) {
+        if (in[r]) continue;
+        bool alt_in = true;
+        for (const GrammarElement& e : rules_[r]) {
+          if (e.op == GrammarOp::kAlt || e.op == GrammarOp::kEnd) {
+            if (alt_in) {
+              in[r] = true;
+              changed = true;
+              break;
+            }
+            alt_in = true;
+          } else if (e.op == GrammarOp::kRuleRef) {
+            alt_in = alt_in && in[e.value];
+          } else if (e.op == GrammarOp::kChar || e.op == GrammarOp::kCharNot ||
+                     e.op == GrammarOp::kCharAny) {
+            alt_in = alt_in && chars;
+          }
+        }
+      }
+    }
+    return in;
+  }
+
+  // Tarjan's strongly connected components of the rules under `edges` (without recursion:
+  // generated rules can chain thousands deep): component ids by rule.
+  std::vector<uint32_t> strongly_connected(const std::vector<FrontEdge>& edges) const {
+    const size_t n = rules_.size();
+    std::vector<size_t> first(n + 1, 0);  // edges of rule r: [first[r], first[r + 1])
+    for (const FrontEdge& e : edges) ++first[e.from + 1];
+    for (size_t r = 0; r < n; ++r) first[r + 1] += first[r];
+    constexpr uint32_t kUnseen = UINT32_MAX;
+    std::vector<uint32_t> index(n, kUnseen), low(n, 0), component(n, kUnseen);
+    std::vector<uint32_t> stack;
+    std::vector<std::pair<uint32_t, size_t>> walk;  // (rule, next edge to follow)
+    uint32_t next_index = 0, n_components = 0;
+    for (uint32_t start = 0; start < n; ++start) {
+      if (index[start] != kUnseen) continue;
+      walk.push_back({start, first[start]});
+      index[start] = low[start] = next_index++;
+      stack.push_back(start);
+      while (!walk.empty()) {
+        auto& [r, at] = walk.back();
+        if (at < first[r + 1]) {
+          const uint32_t v = edges[at++].to;
+          if (index[v] == kUnseen) {
+            index[v] = low[v] = next_index++;
+            stack.push_back(v);
+            walk.push_back({v, first[v]});
+          } else if (component[v] == kUnseen) {
+            low[r] = std::min(low[r], index[v]);
+          }
+          continue;
+        }
+        const uint32_t done = r;
+        walk.pop_back();
+        if (!walk.empty()) low[walk.back().first] = std::min(low[walk.back().first], low[done]);
+        if (low[done] != index[done]) continue;
+        uint32_t v = 0;
+        do {
+          v = stack.back();
+          stack.pop_back();
+          component[v] = n_components;
+        } while (v != done);
+        ++n_components;
+      }
+    }
+    return component;
   }
 
   std::string_view src_;
