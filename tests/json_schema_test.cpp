@@ -144,8 +144,11 @@ TEST(JsonSchema, ErrorsQuotingControlCharactersStayOneLine) {
 TEST(JsonSchema, UnsupportedKeywordsNameTheKeywordAndPath) {
   EXPECT_EQ(schema_error(R"({"type": "string", "not": {"const": "a"}})"),
             "unsupported keyword 'not' at $");
-  EXPECT_EQ(schema_error(R"({"properties": {"a": {"items": {"uniqueItems": true}}}})"),
-            "unsupported keyword 'uniqueItems' at $.properties.a.items");
+  EXPECT_EQ(schema_error(R"({"properties": {"a": {"items": {"propertyNames": {}}}}})"),
+            "unsupported keyword 'propertyNames' at $.properties.a.items");
+  EXPECT_EQ(schema_error(R"({"properties": {"a": {"items": {}, "uniqueItems": true}}})"),
+            "true is not supported: a grammar cannot keep the items distinct at "
+            "$.properties.a.uniqueItems");
   EXPECT_EQ(schema_error(R"({"type": "strin"})"), "unsupported type 'strin' at $.type");
   EXPECT_EQ(schema_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})"),
             "'b' is not in properties at $.required");
@@ -156,8 +159,16 @@ TEST(JsonSchema, UnsupportedKeywordsNameTheKeywordAndPath) {
   EXPECT_EQ(schema_error(R"({"anyOf": []})"), "expected a non-empty array at $.anyOf");
   EXPECT_EQ(schema_error("[1]"), "a schema must be an object or true at $");
   EXPECT_EQ(schema_error("{"), "not JSON");
-  EXPECT_EQ(schema_error(R"({"type": "number", "minimum": 0})"),
-            "only integers take bounds ('type': 'integer') at $.minimum");
+  EXPECT_EQ(schema_error(R"({"type": "number", "minimum": 1, "exclusiveMaximum": 1})"),
+            "no number lies between the bounds at $");
+  EXPECT_EQ(schema_error(R"({"type": "number", "minimum": 0.1234567890123456})"),
+            "at most 15 digits after the point are supported at $.minimum");
+  EXPECT_EQ(schema_error(R"({"type": "number", "maximum": 1e19})"),
+            "out of the supported range (at most 10^18 in magnitude) at $.maximum");
+  EXPECT_EQ(schema_error(R"({"items": [{}], "prefixItems": [{}]})"),
+            "an array of schemas (the older tuple form) with 'prefixItems' at $.items");
+  EXPECT_EQ(schema_error(R"({"items": {}, "additionalItems": false})"),
+            "applies only with 'items' as an array (use 'items') at $.additionalItems");
   EXPECT_EQ(schema_error(R"({"type": "string", "format": "email"})"),
             "unsupported format 'email' (supported: date, time, date-time, uuid) at $.format");
   EXPECT_EQ(schema_error(R"({"$ref": "other.json#/a"})"),
@@ -306,11 +317,26 @@ TEST(JsonSchema, ArraysWithPrefixItemsAndCounts) {
   for (const char* no : {R"(["a"])", R"([1,"a"])", R"(["a",1,null,null])", R"(["a",1,2])"}) {
     EXPECT_FALSE(accepts(tuple, no)) << no;
   }
+  // uniqueItems: false asks nothing, and true holds of itself with one item at most.
+  EXPECT_TRUE(accepts(schema_grammar(R"({"items": {}, "uniqueItems": false})"), "[1,1]"));
+  EXPECT_TRUE(accepts(schema_grammar(R"({"maxItems": 1, "uniqueItems": true})"), "[1]"));
   const auto exact = schema_grammar(R"({"prefixItems": [{"const": "x"}]})");
   EXPECT_TRUE(accepts(exact, R"(["x"])"));
   EXPECT_FALSE(accepts(exact, R"(["x",1])"));
   EXPECT_EQ(schema_error(R"({"prefixItems": [{}, {}], "maxItems": 1})"),
             "below the number of prefixItems (all of them are written) at $.maxItems");
+  // The tuple form of the drafts before 2020-12: `items` as an array is prefixItems, and
+  // `additionalItems` the items after them.
+  const auto old_tuple = schema_grammar(R"({"items": [{"format": "date"}, {"type": "integer"}]})");
+  EXPECT_TRUE(accepts(old_tuple, R"(["2012-04-23", 7])"));
+  for (const char* no : {R"(["2012-04-23"])", R"(["x", 7])", R"(["2012-04-23", 7, 8])"})
+    EXPECT_FALSE(accepts(old_tuple, no)) << no;
+  const auto old_more = schema_grammar(
+      R"({"items": [{"const": "x"}], "additionalItems": {"type": "boolean"}, "maxItems": 3})");
+  for (const char* yes : {R"(["x"])", R"(["x", true])", R"(["x", true, false])"})
+    EXPECT_TRUE(accepts(old_more, yes)) << yes;
+  for (const char* no : {R"(["x", 1])", R"(["x", true, true, true])"})
+    EXPECT_FALSE(accepts(old_more, no)) << no;
 }
 
 TEST(JsonSchema, StringLengths) {
@@ -367,6 +393,71 @@ TEST(JsonSchema, IntegerRangesMatchExactlyTheBoundedValues) {
   EXPECT_TRUE(accepts(big, "123456789012"));
   EXPECT_TRUE(accepts(big, "9999999999999999"));
   EXPECT_FALSE(accepts(big, "123456789011"));
+}
+
+// A value in thousandths as JSON writes it: "-2.5" for -2500; with pad, all three digits
+// after the point ("-2.500", and "3.000" for 3000).
+std::string thousandths(int64_t t, bool pad) {
+  const std::string sign = t < 0 ? "-" : "";
+  const int64_t a = t < 0 ? -t : t;
+  std::string frac = std::to_string(1000 + a % 1000).substr(1);
+  if (!pad) frac.erase(frac.find_last_not_of('0') + 1);
+  return sign + std::to_string(a / 1000) + (frac.empty() ? "" : "." + frac);
+}
+
+// Number ranges against exact comparisons (in thousandths) of values around and between
+// the bounds, each written the shortest way and with three decimals.
+TEST(JsonSchema, NumberRangesMatchExactlyTheBoundedValues) {
+  struct Bound {
+    int64_t at;  // thousandths
+    bool inclusive;
+  };
+  struct Case {
+    std::optional<Bound> lo, hi;
+  };
+  const std::vector<Case> cases = {
+      {Bound{0, false}, std::nullopt},         {Bound{0, true}, std::nullopt},
+      {std::nullopt, Bound{0, false}},         {std::nullopt, Bound{0, true}},
+      {Bound{-2500, true}, Bound{1250, true}}, {Bound{-2500, false}, Bound{1250, false}},
+      {Bound{-1999, true}, Bound{-1, false}},  {Bound{5, false}, Bound{7, true}},
+      {Bound{1000, true}, Bound{1000, true}},  {std::nullopt, Bound{-1500, true}},
+      {Bound{125, false}, std::nullopt},       {Bound{-125, true}, Bound{2000, false}},
+      {Bound{1990, true}, Bound{12010, false}}};
+  std::vector<int64_t> values;
+  for (int64_t t = -2600; t <= 2600; t += 13) values.push_back(t);
+  for (const Case& c : cases) {
+    nlohmann::json schema = {{"type", "number"}};
+    for (const auto& [b, lower] : {std::pair{c.lo, true}, std::pair{c.hi, false}}) {
+      if (!b) continue;
+      const char* key = lower ? (b->inclusive ? "minimum" : "exclusiveMinimum")
+                              : (b->inclusive ? "maximum" : "exclusiveMaximum");
+      schema[key] = static_cast<double>(b->at) / 1000;
+      for (int64_t d = -2; d <= 2; ++d) values.push_back(b->at + d);
+    }
+    const auto g = schema_grammar(schema.dump());
+    ASSERT_NE(g, nullptr) << schema.dump();
+    for (const int64_t t : values) {
+      const bool want = (!c.lo || (c.lo->inclusive ? t >= c.lo->at : t > c.lo->at)) &&
+                        (!c.hi || (c.hi->inclusive ? t <= c.hi->at : t < c.hi->at));
+      for (const bool pad : {false, true}) {
+        ASSERT_EQ(accepts(g, thousandths(t, pad)), want)
+            << schema.dump() << " " << thousandths(t, pad);
+      }
+    }
+    for (const char* no : {"-0", "-0.0", "1e2", "01", "1.", ".5"})
+      EXPECT_FALSE(accepts(g, no)) << schema.dump() << " " << no;
+  }
+  // Integral bounds on a number: the price of json-schema.org's example product.
+  const auto price = schema_grammar(R"({"type": "number", "exclusiveMinimum": 0})");
+  for (const char* yes : {"12.50", "0.001", "7", "100000.25"})
+    EXPECT_TRUE(accepts(price, yes)) << yes;
+  for (const char* no : {"0", "0.000", "-3", "-0.5"}) EXPECT_FALSE(accepts(price, no)) << no;
+  // Without bounds, numbers keep their exponent.
+  EXPECT_TRUE(accepts(schema_grammar(R"({"type": "number"})"), "1.5e-3"));
+  // Of two lower bounds the tighter one holds; at the same value, the exclusive one.
+  const auto both = schema_grammar(R"({"type": "number", "minimum": 2, "exclusiveMinimum": 2})");
+  EXPECT_FALSE(accepts(both, "2"));
+  EXPECT_TRUE(accepts(both, "2.01"));
 }
 
 TEST(JsonSchema, Formats) {

@@ -41,6 +41,8 @@ const std::set<std::string> kKeywords = {"type",
                                          "const",
                                          "items",
                                          "prefixItems",
+                                         "additionalItems",
+                                         "uniqueItems",
                                          "minItems",
                                          "maxItems",
                                          "minLength",
@@ -295,7 +297,8 @@ class Converter {
       return false;
     };
     if (any({"properties", "required", "additionalProperties"})) types.push_back("object");
-    if (any({"items", "prefixItems", "minItems", "maxItems"})) types.push_back("array");
+    if (any({"items", "prefixItems", "additionalItems", "minItems", "maxItems"}))
+      types.push_back("array");
     if (any({"pattern", "format", "minLength", "maxLength"})) types.push_back("string");
     if (any({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
       types.push_back("integer");
@@ -369,13 +372,8 @@ class Converter {
                                  int depth) {
     if (t == "string") return visit_string(s, path);
     if (t == "integer") return visit_integer(s, path);
-    if (t == "number") {
-      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-        if (s.contains(k))
-          return error_at(path + "." + k, "only integers take bounds ('type': 'integer')");
-      }
-    }
-    if (t == "number" || t == "boolean" || t == "null") {
+    if (t == "number") return visit_number(s, path);
+    if (t == "boolean" || t == "null") {
       use(t);
       return t;
     }
@@ -465,19 +463,64 @@ class Converter {
     return add_rule(schema::integer_range(lo, hi) + " space");
   }
 
+  // Bounds of any decimal value, exactly: the digits of each bound as the schema writes
+  // it. The numbers are written without an exponent (schema::number_range).
+  Result<std::string> visit_number(const json& s, const std::string& path) {
+    std::optional<schema::NumberBound> lo, hi;
+    for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(k)) continue;
+      const json& v = s[k];
+      if (!v.is_number()) return error_at(path + "." + k, "expected a number");
+      const std::string key = k;
+      Result<schema::NumberBound> b =
+          schema::parse_bound(v.dump(), key == "minimum" || key == "maximum");
+      if (!b.ok()) return error_at(path + "." + k, b.error().message);
+      const bool lower = key == "minimum" || key == "exclusiveMinimum";
+      std::optional<schema::NumberBound>& side = lower ? lo : hi;
+      const int c = side ? schema::compare_bounds(*b, *side) : (lower ? 1 : -1);
+      if (c == 0) {
+        side->inclusive = side->inclusive && b->inclusive;
+      } else if ((c > 0) == lower) {
+        side = *b;
+      }
+    }
+    if (!lo && !hi) {
+      use("number");
+      return std::string("number");
+    }
+    if (lo && hi) {
+      const int c = schema::compare_bounds(*lo, *hi);
+      if (c > 0 || (c == 0 && !(lo->inclusive && hi->inclusive)))
+        return error_at(path, "no number lies between the bounds");
+    }
+    use("space");
+    return add_rule(schema::number_range(lo, hi) + " space");
+  }
+
   Result<std::string> visit_array(const json& s, const std::string& path, int depth) {
     use("space");
     Result<int64_t> min_items = count(s, "minItems", path);
     if (!min_items.ok()) return min_items.error();
     Result<int64_t> max_items = count(s, "maxItems", path);
     if (!max_items.ok()) return max_items.error();
+    // The tuple form of the drafts before 2020-12, `items` as an array, is prefixItems, and
+    // its `additionalItems` is what `items` is now.
+    const bool tuple = s.contains("items") && s["items"].is_array();
+    if (tuple && s.contains("prefixItems"))
+      return error_at(path + ".items",
+                      "an array of schemas (the older tuple form) with 'prefixItems'");
+    if (!tuple && s.contains("additionalItems"))
+      return error_at(path + ".additionalItems",
+                      "applies only with 'items' as an array (use 'items')");
+    const std::string prefix_key = tuple ? "items" : "prefixItems";
+    const std::string items_key = tuple ? "additionalItems" : "items";
     std::vector<std::string> prefix;
-    if (s.contains("prefixItems")) {
-      const json& p = s["prefixItems"];
-      if (!p.is_array()) return error_at(path + ".prefixItems", "expected an array");
+    if (s.contains(prefix_key)) {
+      const json& p = s[prefix_key];
+      if (!p.is_array()) return error_at(path + "." + prefix_key, "expected an array");
       for (size_t i = 0; i < p.size(); ++i) {
         Result<std::string> r =
-            visit(p[i], path + ".prefixItems[" + std::to_string(i) + "]", depth + 1);
+            visit(p[i], path + "." + prefix_key + "[" + std::to_string(i) + "]", depth + 1);
         if (!r.ok()) return r.error();
         prefix.push_back(*r);
       }
@@ -485,14 +528,23 @@ class Converter {
     const int64_t n = static_cast<int64_t>(prefix.size());
     // Further items: from `items`; with prefixItems and no `items`, none are written.
     std::string item;
-    const bool items_false = s.contains("items") && s["items"] == false;
-    if (s.contains("items") && !items_false) {
-      Result<std::string> r = visit(s["items"], path + ".items", depth + 1);
+    const bool items_false = s.contains(items_key) && s[items_key] == false;
+    if (s.contains(items_key) && !items_false) {
+      Result<std::string> r = visit(s[items_key], path + "." + items_key, depth + 1);
       if (!r.ok()) return r.error();
       item = *r;
-    } else if (!s.contains("items") && n == 0) {
+    } else if (!s.contains(items_key) && n == 0) {
       use("value");
       item = "value";
+    }
+    // A grammar cannot keep items apart; uniqueItems holds of its own with one item at most.
+    if (s.contains("uniqueItems")) {
+      const json& u = s["uniqueItems"];
+      if (!u.is_boolean()) return error_at(path + ".uniqueItems", "expected true or false");
+      if (u.get<bool>() && !(*max_items >= 0 && *max_items <= 1) && !(item.empty() && n <= 1)) {
+        return error_at(path + ".uniqueItems",
+                        "true is not supported: a grammar cannot keep the items distinct");
+      }
     }
     int64_t lo = std::max<int64_t>(0, *min_items - n);
     int64_t hi = item.empty() ? 0 : *max_items < 0 ? -1 : *max_items - n;

@@ -2,9 +2,12 @@
 // json-schema-to-grammar): type (object, array, string, number, integer, boolean, null, or
 // a list of them), properties, required, additionalProperties (false, true or a schema),
 // enum, const, anyOf/oneOf/allOf, $ref to #/$defs/... or #/definitions/... (or any local
-// JSON pointer; recursion allowed), items, prefixItems, minItems/maxItems,
-// minLength/maxLength, minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers,
-// pattern (a regex subset, see json_schema_regex.cpp), format date, time, date-time and
+// JSON pointer; recursion allowed), items, prefixItems (or items as an array, with
+// additionalItems, as the drafts before 2020-12), minItems/maxItems, uniqueItems false (true
+// only where one item at most can be written), minLength/maxLength,
+// minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers and numbers (exact for any
+// decimal bound; bounded numbers are written without an exponent), pattern (a regex
+// subset, see json_schema_regex.cpp), format date, time, date-time and
 // uuid. Annotations (title, description, $schema, $id, $comment, examples, default, ...)
 // are ignored. Objects write the listed properties in the listed order (the required ones
 // always), then further pairs only under additionalProperties. Anything else is refused,

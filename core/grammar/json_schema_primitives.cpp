@@ -2,7 +2,12 @@
 // formats, and integer ranges written as digit rules. A range [lo, hi] splits into numbers
 // of each digit count; a same-length range [a, b] is a shared prefix, then at most three
 // branches: a's first digit followed by [a's rest, 9..9], the digits strictly between
-// followed by any digits, b's first digit followed by [0..0, b's rest].
+// followed by any digits, b's first digit followed by [0..0, b's rest]. Number ranges split
+// the same way on the integer part; the digits after the point compare as strings padded
+// with zeros, one digit at a time.
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <map>
 
 #include "core/grammar/json_schema_internal.h"
@@ -124,6 +129,100 @@ std::string alternation(const std::vector<std::string>& alts) {
   return alts.size() == 1 ? out : "(" + out + ")";
 }
 
+// The digit strings after a decimal point (a tail of at most kMaxBoundDecimals digits past
+// the bounds' own) whose value 0.d lies between 0.a and 0.b: `empty` whether no digit at all
+// (the value 0) is one, `more` a GBNF expression for those of one digit or more ("" when
+// none is).
+struct Fraction {
+  bool empty = false;
+  std::string more;
+};
+
+// `head` followed by a digit string of `rest`.
+std::string followed_by(const std::string& head, const Fraction& rest) {
+  if (rest.more.empty()) return head;
+  return head + " (" + rest.more + ")" + (rest.empty ? "?" : "");
+}
+
+// Any digit string of 1 to n digits, and of none too.
+Fraction any_fraction(size_t n) {
+  return {true, format("[0-9]{1,%zu}", n)};
+}
+
+// a and b are suffixes of bounds' digits (no trailing zeros: empty means zeros from here);
+// b is absent for no upper bound.
+Fraction fraction(const std::string& a, bool a_incl, const std::optional<std::string>& b,
+                  bool b_incl) {
+  if (a.empty() && !b) {  // from 0 (or above it) up
+    if (a_incl) return any_fraction(kMaxBoundDecimals);
+    return {false, format("\"0\"{0,%zu} [1-9] [0-9]{0,%zu}", kMaxBoundDecimals - 1,
+                          kMaxBoundDecimals - 1)};
+  }
+  if (a.empty() && b->empty()) {  // exactly 0
+    if (!(a_incl && b_incl)) return {};
+    return {true, format("\"0\"{1,%zu}", kMaxBoundDecimals)};
+  }
+  // The first digit: a's, those strictly between (any digits after them), b's.
+  const char a0 = a.empty() ? '0' : a[0];
+  const std::string a_rest = a.empty() ? "" : a.substr(1);
+  const char b0 = !b ? static_cast<char>('9' + 1) : b->empty() ? '0' : (*b)[0];
+  const std::optional<std::string> b_rest =
+      !b ? std::nullopt : std::optional<std::string>(b->empty() ? "" : b->substr(1));
+  std::vector<std::string> alts;
+  auto add = [&](char lo, char hi, const Fraction& rest) {
+    if (lo > hi || (!rest.empty && rest.more.empty())) return;
+    alts.push_back(followed_by(digit_class(lo, hi), rest));
+  };
+  if (a0 == b0) {
+    add(a0, a0, fraction(a_rest, a_incl, b_rest, b_incl));
+  } else {
+    add(a0, a0, fraction(a_rest, a_incl, std::nullopt, false));
+    add(static_cast<char>(a0 + 1), static_cast<char>(b0 - 1), any_fraction(kMaxBoundDecimals - 1));
+    if (b) add(b0, b0, fraction("", true, b_rest, b_incl));
+  }
+  Fraction out;
+  out.empty = a.empty() && a_incl && (!b || !b->empty() || b_incl);
+  if (!alts.empty()) out.more = alternation(alts);
+  return out;
+}
+
+// "." and the digits of `f`, or nothing where the value 0 is in it; nullopt when f is empty.
+std::optional<std::string> point(const Fraction& f) {
+  if (f.more.empty()) return f.empty ? std::optional<std::string>("") : std::nullopt;
+  const std::string body = "\".\" (" + f.more + ")";
+  return f.empty ? "(" + body + ")?" : body;
+}
+
+int64_t integer_of(const NumberBound& b) {
+  return std::stoll(b.int_part);
+}
+
+// Non-negative numbers between a and b (a <= b; b absent: no upper bound).
+std::vector<std::string> non_negative_numbers(const NumberBound& a,
+                                              const std::optional<NumberBound>& b) {
+  std::vector<std::string> alts;
+  auto add = [&](const std::string& integer, const Fraction& f) {
+    if (std::optional<std::string> p = point(f)) alts.push_back(join(integer, *p));
+  };
+  const int64_t ai = integer_of(a);
+  const std::string literal_a = "\"" + a.int_part + "\"";
+  const Fraction any = any_fraction(kMaxBoundDecimals);
+  if (!b) {
+    add(literal_a, fraction(a.frac, a.inclusive, std::nullopt, false));
+    if (ai + 1 <= kMaxIntegerBound) add(alternation(non_negative(ai + 1, -1)), any);
+    return alts;
+  }
+  const int64_t bi = integer_of(*b);
+  if (ai == bi) {
+    add(literal_a, fraction(a.frac, a.inclusive, b->frac, b->inclusive));
+    return alts;
+  }
+  add(literal_a, fraction(a.frac, a.inclusive, std::nullopt, false));
+  if (ai + 1 <= bi - 1) add(alternation(non_negative(ai + 1, bi - 1)), any);
+  add("\"" + b->int_part + "\"", fraction("", true, b->frac, b->inclusive));
+  return alts;
+}
+
 }  // namespace
 
 const std::string* primitive_body(const std::string& name) {
@@ -155,6 +254,88 @@ std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi) 
     for (std::string& a : non_negative(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1)) {
       alts.push_back(a);
     }
+  }
+  return alternation(alts);
+}
+
+}  // namespace qrun::schema
+
+namespace qrun::schema {
+
+Result<NumberBound> parse_bound(std::string_view text, bool inclusive) {
+  NumberBound b;
+  b.inclusive = inclusive;
+  size_t i = 0;
+  if (i < text.size() && text[i] == '-') {
+    b.negative = true;
+    ++i;
+  }
+  std::string digits;
+  int64_t point = -1;
+  for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.');
+       ++i) {
+    if (text[i] == '.') {
+      point = static_cast<int64_t>(digits.size());
+    } else {
+      digits += text[i];
+    }
+  }
+  if (point < 0) point = static_cast<int64_t>(digits.size());
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    const std::string exponent(text.substr(i + 1));
+    point += std::clamp<int64_t>(std::strtoll(exponent.c_str(), nullptr, 10), -400, 400);
+  }
+  if (point < 0) {
+    digits.insert(0, static_cast<size_t>(-point), '0');
+    point = 0;
+  }
+  if (point > static_cast<int64_t>(digits.size()))
+    digits.append(static_cast<size_t>(point) - digits.size(), '0');
+  b.int_part = digits.substr(0, static_cast<size_t>(point));
+  b.frac = digits.substr(static_cast<size_t>(point));
+  b.int_part.erase(0, std::min(b.int_part.find_first_not_of('0'), b.int_part.size()));
+  if (b.int_part.empty()) b.int_part = "0";
+  b.frac.erase(b.frac.find_last_not_of('0') + 1);
+  if (b.int_part == "0" && b.frac.empty()) b.negative = false;
+  if (b.frac.size() > kMaxBoundDecimals) {
+    return make_error(ErrorCode::kUsage, format("at most %zu digits after the point are supported",
+                                                kMaxBoundDecimals));
+  }
+  if (b.int_part.size() > 19 || std::stoull(b.int_part) > static_cast<uint64_t>(kMaxIntegerBound)) {
+    return make_error(ErrorCode::kUsage, "out of the supported range (at most 10^18 in magnitude)");
+  }
+  return b;
+}
+
+int compare_bounds(const NumberBound& a, const NumberBound& b) {
+  if (a.negative != b.negative) return a.negative ? -1 : 1;
+  int magnitude = 0;
+  if (a.int_part.size() != b.int_part.size()) {
+    magnitude = a.int_part.size() < b.int_part.size() ? -1 : 1;
+  } else if (a.int_part != b.int_part) {
+    magnitude = a.int_part < b.int_part ? -1 : 1;
+  } else if (a.frac != b.frac) {
+    magnitude = a.frac < b.frac ? -1 : 1;  // no trailing zeros: a prefix is the smaller
+  }
+  return a.negative ? -magnitude : magnitude;
+}
+
+std::string number_range(const std::optional<NumberBound>& lo,
+                         const std::optional<NumberBound>& hi) {
+  const NumberBound zero{false, "0", "", true};
+  std::vector<std::string> alts;
+  if (!lo || lo->negative) {  // negatives: "-" then |x|, above 0 (no "-0")
+    NumberBound from = hi && hi->negative ? *hi : zero;
+    from.negative = false;
+    from.inclusive = hi && hi->negative && hi->inclusive;
+    std::optional<NumberBound> to = lo;
+    if (to) to->negative = false;
+    alts.push_back("\"-\" " + alternation(non_negative_numbers(from, to)));
+  }
+  if (!hi || !hi->negative) {
+    if (hi && hi->int_part == "0" && hi->frac.empty() && !hi->inclusive) return alternation(alts);
+    NumberBound from = lo && !lo->negative ? *lo : zero;
+    for (std::string& a : non_negative_numbers(from, hi)) alts.push_back(std::move(a));
   }
   return alternation(alts);
 }
