@@ -9,7 +9,6 @@
 // elements a thread), and the tiles are dequantized and multiplied in turn on one stream,
 // not overlapped.
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
@@ -174,20 +173,16 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kPer == 1) {
       dst[e] = T::f16(blk, j);
     } else {
-      uint32_t w[4];
+      int w[4];
       QRUN_UNROLL
       for (int k = 0; k < 4; ++k) {
         const uint32_t lo =
             T::f16(T::kBlockElems == 1 ? blk + 2 * k * T::kBlockBytes : blk, j + 2 * k);
         const uint32_t hi =
             T::f16(T::kBlockElems == 1 ? blk + (2 * k + 1) * T::kBlockBytes : blk, j + 2 * k + 1);
-        w[k] = lo | hi << 16;
+        w[k] = static_cast<int>(lo | hi << 16);
       }
-#if defined(QRUN_SIMT_EMU)
-      std::memcpy(dst + e, w, sizeof w);
-#else
-      *reinterpret_cast<uint4*>(dst + e) = make_uint4(w[0], w[1], w[2], w[3]);
-#endif
+      store_16b(dst + e, w);
     }
   }
 }

@@ -268,26 +268,6 @@ struct alignas(16) Tile {
   int ints[kBytes / 4];
 };
 
-// 16 bytes from global memory at p (16-byte aligned) to v, and from v to shared memory.
-__device__ __forceinline__ void load16(const uint8_t* p, int* v) {
-#if defined(QRUN_SIMT_EMU)
-  std::memcpy(v, p, 16);
-#else
-  const int4 q = *reinterpret_cast<const int4*>(p);
-  v[0] = q.x;
-  v[1] = q.y;
-  v[2] = q.z;
-  v[3] = q.w;
-#endif
-}
-__device__ __forceinline__ void store16(int* dst, const int* v) {
-#if defined(QRUN_SIMT_EMU)
-  std::memcpy(dst, v, 16);
-#else
-  *reinterpret_cast<int4*>(dst) = make_int4(v[0], v[1], v[2], v[3]);
-#endif
-}
-
 template <class T, int kTokens>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     mmvq_tile_kernel(TileGroup group, int64_t n_in, const BlockQ8_1* x, int64_t n_tokens) {
@@ -315,7 +295,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
     for (int k = 0; k < kTileVecsPerLane; ++k) {
       const int64_t i = static_cast<int64_t>(k) * kWarp + lane;
-      if (i < vecs) load16(row + start + 16 * i, v[k]);
+      if (i < vecs) load_16b(row + start + 16 * i, v[k]);
     }
   };
   // The first tile's loads are in flight while the kernel before this one finishes.
@@ -327,7 +307,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
     for (int k = 0; k < kTileVecsPerLane; ++k) {
       const int64_t i = static_cast<int64_t>(k) * kWarp + lane;
-      if (i < vecs) store16(tile + 4 * i, v[k]);
+      if (i < vecs) store_16b(tile + 4 * i, v[k]);
     }
     __syncwarp();
     if (c0 + kTileChunks < n_chunks) fetch(start + kTileBytes);
@@ -441,7 +421,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
       for (int r = 0; r < kRows; ++r) {
         QRUN_UNROLL
         for (int v = 0; v < kQInts; v += 4)
-          load16(rows[r] + at + G::kQs * k + 4 * v, q[u][r].q + v);
+          load_16b(rows[r] + at + G::kQs * k + 4 * v, q[u][r].q + v);
         d[u][r] = f16_to_f32(*reinterpret_cast<const uint16_t*>(rows[r] + at + 8 * G::kQs + 2 * k));
       }
     }

@@ -16,6 +16,8 @@
 #include "kernels/cuda/runtime.h"
 
 #if defined(QRUN_SIMT_EMU)
+#include <cstring>
+
 #include "ggml-like/fp16.h"
 #include "kernels/cuda/emu/simt_emu.h"
 #else
@@ -129,6 +131,27 @@ __device__ __forceinline__ int load_i32_a2(const void* p) {
 }
 __device__ __forceinline__ int load_i32_a4(const void* p) {
   return *static_cast<const int*>(p);
+}
+
+// 16 bytes at p (16-byte aligned) into v[0..3], and v[0..3] to dst (16-byte aligned), each
+// as one vector access on the GPU.
+__device__ __forceinline__ void load_16b(const void* p, int* v) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(v, p, 16);
+#else
+  const int4 q = *static_cast<const int4*>(p);
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
+#endif
+}
+__device__ __forceinline__ void store_16b(void* dst, const int* v) {
+#if defined(QRUN_SIMT_EMU)
+  std::memcpy(dst, v, 16);
+#else
+  *static_cast<int4*>(dst) = make_int4(v[0], v[1], v[2], v[3]);
+#endif
 }
 
 // Sums over the 32 lanes of a warp (butterfly: every lane gets the total, in the same

@@ -38,11 +38,7 @@ __device__ __forceinline__ void load_words(const uint8_t* p, int* out) {
   std::memcpy(out, p, sizeof(int) * N);
 #else
   if constexpr (kAligned && N == 4) {
-    const int4 v = *reinterpret_cast<const int4*>(p);
-    out[0] = v.x;
-    out[1] = v.y;
-    out[2] = v.z;
-    out[3] = v.w;
+    load_16b(p, out);
   } else if constexpr (kAligned && N == 2) {
     const int2 v = *reinterpret_cast<const int2*>(p);
     out[0] = v.x;
