@@ -209,11 +209,17 @@ std::vector<int32_t> bench_tokens(const Session& s, int64_t n, uint32_t seed) {
   return tokens;
 }
 
-// One forward pass of `tokens` at `pos`; a paged cache first takes the blocks they need,
-// as qrun serve's scheduler reserves them before each pass.
+// Before a pass writes n positions at pos: a paged cache takes the blocks they need, as
+// qrun serve's scheduler reserves them before each pass.
+Result<void> reserve_if_paged(Session& s, KvCache& kv, int64_t pos, int64_t n) {
+  if (!kv.paged()) return {};
+  return kv.reserve(pos, n, *s.backend);
+}
+
+// One forward pass of `tokens` at `pos`.
 Result<void> forward_at(Session& s, std::span<const int32_t> tokens, int64_t pos, KvCache& kv,
                         float* logits) {
-  if (kv.paged()) QRUN_TRY(kv.reserve(pos, static_cast<int64_t>(tokens.size()), *s.backend));
+  QRUN_TRY(reserve_if_paged(s, kv, pos, static_cast<int64_t>(tokens.size())));
   return s.model->forward(*s.backend, tokens, pos, kv, false, logits);
 }
 
@@ -282,8 +288,7 @@ Result<int64_t> run_parallel_once(Session& s, std::vector<KvCache>& caches,
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < tokens.size(); ++i) {
     for (size_t j = 0; j < parts.size(); ++j) {
-      if (caches[j].paged())
-        QRUN_TRY(caches[j].reserve(pos0 + static_cast<int64_t>(i), 1, *s.backend));
+      QRUN_TRY(reserve_if_paged(s, caches[j], pos0 + static_cast<int64_t>(i), 1));
       parts[j] = {tokens.subspan((i + j) % tokens.size(), 1), pos0 + static_cast<int64_t>(i),
                   &caches[j], false, logits.data() + j * n_vocab};
     }
