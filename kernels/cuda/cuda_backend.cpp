@@ -227,13 +227,20 @@ void CudaBackend::finish_output(float* host, const float* device, int64_t n) {
   if (resident(host, n) == device) return;
   end_capture(false);  // the step's logits (or another result the host reads)
   copy_to_host(host, device, static_cast<size_t>(n) * sizeof(float), stream());
-  synchronize(stream());
-  staging_copies_done();
+  sync_stream();
 }
 
-void CudaBackend::staging_copies_done() {
+void CudaBackend::sync_stream() {
+  synchronize(stream());
+  if (n_staged_ == 0) return;
   positions_queued_ = false;
   for (auto& [host, table] : block_tables_) table.queued = false;
+  n_staged_ = 0;
+}
+
+void CudaBackend::staged(bool& queued) {
+  if (!queued) ++n_staged_;
+  queued = true;
 }
 
 void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) {
@@ -338,14 +345,10 @@ void CudaBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, fl
   if (n_ids != 1) return;
   // A decode step: captured from here on if the last scope was one on these buffers.
   if (graphs_ && decode_warm_) {
-    const bool staged =
-        positions_queued_ || std::any_of(block_tables_.begin(), block_tables_.end(),
-                                         [](const auto& entry) { return entry.second.queued; });
-    if (staged) {
+    if (n_staged_ > 0) {
       // (after a scope that did not read its result back) so that RoPE's upload of the
       // new positions, or a block table's, need not end the capture to wait for the last one
-      synchronize(stream());
-      staging_copies_done();
+      sync_stream();
     }
     begin_capture(stream());
     capturing_ = true;
@@ -466,12 +469,12 @@ const int32_t* CudaBackend::device_positions(std::span<const int32_t> positions)
   if (positions_queued_) {
     // The last copy from the staging memory may still be queued (or captured).
     flush();
-    synchronize(stream());
+    sync_stream();
   }
   std::copy(positions.begin(), positions.end(), positions_.data());
   n_positions_ = positions.size();
   copy_to_device(device_positions_.data(), positions_.data(), positions.size_bytes(), stream());
-  positions_queued_ = true;
+  staged(positions_queued_);
   return device_positions_.data();
 }
 
@@ -601,7 +604,7 @@ const int32_t* CudaBackend::device_block_table(const int32_t* host, int64_t n, i
   if (block_tables_.size() >= kMaxBlockTables && block_tables_.count(host) == 0) {
     // (tables of caches long gone: the copies may still be read by queued work)
     flush();
-    synchronize(stream());
+    sync_stream();
     block_tables_.clear();
   }
   BlockTableCopy& t = block_tables_[host];
@@ -609,19 +612,19 @@ const int32_t* CudaBackend::device_block_table(const int32_t* host, int64_t n, i
   if (want <= t.n && std::equal(host, host + n, t.staging.data())) return t.device.data();
   if (t.device.size() < want) {
     flush();  // an allocation (and the old copy may be read by queued work: freed after it)
-    synchronize(stream());
+    sync_stream();
     const size_t room = std::max({want, static_cast<size_t>(capacity), 2 * t.device.size()});
     t.staging = PinnedArray<int32_t>(room);
     t.device = DeviceArray<int32_t>(room);
   } else if (t.queued) {
     // The last copy from the staging memory may still be queued (or captured).
     flush();
-    synchronize(stream());
+    sync_stream();
   }
   std::copy(host, host + n, t.staging.data());
   t.n = want;
   copy_to_device(t.device.data(), t.staging.data(), want * sizeof(int32_t), stream());
-  t.queued = true;
+  staged(t.queued);
   return t.device.data();
 }
 
@@ -653,8 +656,7 @@ void CudaBackend::kv_to_host(const KvLayerView& cache) {
   end_capture(false);
   copy_to_host(cache.k, it->second.k.data(), bytes, stream());
   copy_to_host(cache.v, it->second.v.data(), bytes, stream());
-  synchronize(stream());
-  positions_queued_ = false;
+  sync_stream();
 }
 
 void CudaBackend::kv_from_host(const KvLayerView& cache) {

@@ -193,8 +193,11 @@ class CudaBackend final : public Backend {
   // blocks: as many as any table can hold), so that a decode step that crosses into a new block
   // neither allocates nor waits.
   const int32_t* device_block_table(const int32_t* host, int64_t n, int64_t capacity);
-  // After a synchronize of the stream: no copy from the staging memory is still queued.
-  void staging_copies_done();
+  // Waits for all the work queued on the stream; then no copy from a staging buffer (the
+  // positions', a block table's) is still queued, and each may be written again at once.
+  void sync_stream();
+  // Marks a staging buffer's flag: a copy from it is queued (n_staged_ counts the flags set).
+  void staged(bool& queued);
   struct WeightCopy {
     DeviceArray<uint8_t> bytes;
     std::array<uint8_t, 128> ends;  // the host data's first and last 64 bytes
@@ -238,6 +241,7 @@ class CudaBackend final : public Backend {
   PinnedArray<int32_t> positions_;
   size_t n_positions_ = 0;
   bool positions_queued_ = false;
+  size_t n_staged_ = 0;  // staging buffers whose copy may not have run (positions, tables)
   DeviceArray<int32_t> device_positions_;
   Stream stream_{};
   // Graphs: whether to use them; whether the stream is capturing; whether this scope ran a
