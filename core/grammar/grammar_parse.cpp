@@ -37,8 +37,9 @@ class Parser {
 
  private:
   // --- errors -------------------------------------------------------------------------
-  bool error(size_t offset, std::string what) {
-    if (!err_) err_ = ParseError{offset, "expected " + what};
+  bool error(size_t offset, std::string what) { return refuse(offset, "expected " + what); }
+  bool refuse(size_t offset, std::string why) {
+    if (!err_) err_ = ParseError{offset, std::move(why)};
     return false;
   }
   Error fail() const { return located(err_->offset, err_->what); }
@@ -293,6 +294,11 @@ class Parser {
         if (peek() != ')') return error(pos_, "')' or '|'");
         ++pos_;
         out.push_back({GrammarOp::kRuleRef, sub});
+      } else if (c == '<' || (c == '!' && peek(1) == '<')) {
+        // llama.cpp's whole-token elements: this matcher follows text, not token ids.
+        return refuse(pos_,
+                      "token elements (<[id]>, <token>, !<...>) are not supported; "
+                      "write the token's text as a string");
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (!have_sym) return error(pos_, "something to repeat before '" + std::string(1, c) + "'");
         int64_t lo = 0;
