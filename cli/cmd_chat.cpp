@@ -1,5 +1,6 @@
 // `qrun chat -m MODEL`: an interactive conversation through the model's chat template (or
-// --chat-template-file; a model without one is an error, never a fallback). On a terminal
+// --chat-template / --chat-template-file; a model without one is an error, never a
+// fallback). On a terminal
 // the input is readline with a history file; from a pipe, each line (or joined multi-line
 // message) is a user message and the replies go to stdout, one per message, unattended.
 // Flags: the model and sampling flags of `run`, plus the system prompt, context policy,
@@ -11,6 +12,7 @@
 #include <cstdlib>
 
 #include "cli/chat_repl.h"
+#include "cli/chat_template_flags.h"
 #include "cli/commands.h"
 #include "cli/draft_flags.h"
 #include "cli/gpu_offload.h"
@@ -30,7 +32,7 @@ struct ChatOptions {
   int64_t n_predict = -1;
   std::string system_prompt;
   std::string system_prompt_file;
-  std::string chat_template_file;
+  ChatTemplateFlags chat_template;
   std::string context_policy = "drop-oldest";
   std::string color = "auto";
   bool no_history = false;
@@ -64,14 +66,9 @@ Result<void> run_chat(const ChatOptions& o) {
     while (!system_prompt.empty() && (system_prompt.back() == '\n' || system_prompt.back() == '\r'))
       system_prompt.pop_back();  // the file's final newline is not part of the prompt
   }
-  std::optional<ChatTemplate> tmpl;
-  if (!o.chat_template_file.empty()) {  // read before the model: a typo fails fast
-    Result<std::string> source = read_text_file("--chat-template-file", o.chat_template_file);
-    if (!source.ok()) return source.error();
-    Result<ChatTemplate> t = ChatTemplate::parse(std::move(*source), o.chat_template_file);
-    if (!t.ok()) return t.error();
-    tmpl.emplace(std::move(*t));
-  }
+  Result<std::optional<ChatTemplate>> flag_template = read_chat_template_flags(o.chat_template);
+  if (!flag_template.ok()) return flag_template.error();
+  std::optional<ChatTemplate> tmpl = std::move(*flag_template);
 
   Result<std::unique_ptr<Session>> session = open_session(o.model, !o.quiet);
   if (!session.ok()) return session.error();
@@ -143,8 +140,7 @@ void register_chat(CLI::App& app, Action* selected) {
   cmd->add_option("--system-prompt", o->system_prompt, "System prompt (also -sys)");
   add_file_option(cmd, "--system-prompt-file", o->system_prompt_file,
                   "Read the system prompt from a file");
-  add_file_option(cmd, "--chat-template-file", o->chat_template_file,
-                  "Jinja chat template file (instead of the model's tokenizer.chat_template)");
+  add_chat_template_flags(cmd, o->chat_template);
   cmd->add_option("--context-policy", o->context_policy,
                   "When the conversation outgrows the context: drop-oldest exchanges, shift "
                   "(drop down to half the context), or error")

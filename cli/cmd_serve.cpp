@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "cli/chat_template_flags.h"
 #include "cli/commands.h"
 #include "cli/sampling_flags.h"
 #include "cli/serve/server.h"
@@ -43,7 +44,7 @@ struct ServeOptions {
   std::string api_key;       // --api-key, or QRUN_API_KEY from the environment
   std::string api_key_file;  // --api-key-file: the key on its first line
   double timeout_s = 600;
-  std::string chat_template_file;
+  ChatTemplateFlags chat_template;
   bool quiet = false;
 };
 
@@ -86,17 +87,14 @@ Result<void> run_serve(ServeOptions o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not a death
 
+  Result<std::optional<ChatTemplate>> flag_template = read_chat_template_flags(o.chat_template);
+  if (!flag_template.ok()) return flag_template.error();
   Result<ChatTemplate> tmpl = make_error(ErrorCode::kUnsupported, "");
-  if (!o.chat_template_file.empty()) {  // read before the model: a typo fails fast
-    Result<std::string> source = read_text_file("--chat-template-file", o.chat_template_file);
-    if (!source.ok()) return source.error();
-    tmpl = ChatTemplate::parse(std::move(*source), o.chat_template_file);
-    if (!tmpl.ok()) return tmpl.error();
-  }
+  if (*flag_template) tmpl = std::move(**flag_template);
   Result<std::unique_ptr<Session>> session = open_session(o.model, !o.quiet);
   if (!session.ok()) return session.error();
   Session& s = **session;
-  if (o.chat_template_file.empty()) {
+  if (!*flag_template) {
     tmpl = ChatTemplate::from_gguf(s.file, s.model_name);
     if (!tmpl.ok() && !o.quiet) {
       std::fprintf(stderr, "qrun: warning: %s; /v1/chat/completions will answer 400\n",
@@ -291,8 +289,7 @@ void register_serve(CLI::App& app, Action* selected) {
                   "ends with finish_reason \"length\" and the text so far (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e7));
-  add_file_option(cmd, "--chat-template-file", o->chat_template_file,
-                  "Jinja chat template file (instead of the model's tokenizer.chat_template)");
+  add_chat_template_flags(cmd, o->chat_template);
   cmd->add_flag("-q,--quiet", o->quiet, "No logs on stderr but the listening address");
   add_sampling_flags(cmd, o->sampling);
   cmd->footer(

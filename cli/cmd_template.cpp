@@ -1,10 +1,11 @@
-// `qrun template (-m MODEL | --chat-template-file FILE) --messages CONV.json
+// `qrun template (-m MODEL | --chat-template-file FILE | --chat-template TEXT) --messages CONV.json
 // [--add-generation-prompt] [--bos-token S] [--eos-token S]`: prints the prompt a chat
 // template renders for a conversation, byte for byte and without an added newline. With -m the
 // template is the GGUF's tokenizer.chat_template (only the metadata is read) and bos/eos default
-// to the vocabulary's BOS/EOS texts; --chat-template-file overrides the model's template.
+// to the vocabulary's BOS/EOS texts; --chat-template(-file) overrides the model's template.
 #include <cstdio>
 
+#include "cli/chat_template_flags.h"
 #include "cli/commands.h"
 #include "cli/text_file.h"
 #include "core/jinja/chat_template.h"
@@ -15,7 +16,7 @@ namespace {
 
 struct TemplateOptions {
   std::string model;
-  std::string template_file;
+  ChatTemplateFlags chat_template;
   std::string messages;
   bool add_generation_prompt = false;
   std::string bos_token;
@@ -42,9 +43,13 @@ Result<nlohmann::ordered_json> read_messages(const std::string& path) {
 }
 
 Result<void> run_template(const TemplateOptions& o, bool bos_given, bool eos_given) {
-  if (o.model.empty() && o.template_file.empty()) {
+  Result<std::optional<ChatTemplate>> flag_template = read_chat_template_flags(o.chat_template);
+  if (!flag_template.ok()) return flag_template.error();
+  std::optional<ChatTemplate> tmpl = std::move(*flag_template);
+  if (o.model.empty() && !tmpl) {
     return make_error(ErrorCode::kUsage,
-                      "template: give a model (-m MODEL.gguf) or --chat-template-file FILE");
+                      "template: give a model (-m MODEL.gguf), --chat-template-file FILE or "
+                      "--chat-template TEXT");
   }
   if (o.messages.empty())
     return make_error(ErrorCode::kUsage, "template: no conversation given (--messages CONV.json)");
@@ -53,11 +58,10 @@ Result<void> run_template(const TemplateOptions& o, bool bos_given, bool eos_giv
   render.add_generation_prompt = o.add_generation_prompt;
   render.bos_token = o.bos_token;
   render.eos_token = o.eos_token;
-  std::optional<ChatTemplate> tmpl;
   if (!o.model.empty()) {
     Result<gguf::File> file = open_gguf("-m", o.model);
     if (!file) return file.error();
-    if (o.template_file.empty()) {
+    if (!tmpl) {
       Result<ChatTemplate> t = ChatTemplate::from_gguf(*file, o.model);
       if (!t) return t.error();
       tmpl.emplace(std::move(t).value());
@@ -69,13 +73,6 @@ Result<void> run_template(const TemplateOptions& o, bool bos_given, bool eos_giv
       if (!bos_given && t.bos() != kNoToken) render.bos_token = t.token_text(t.bos());
       if (!eos_given && t.eos() != kNoToken) render.eos_token = t.token_text(t.eos());
     }
-  }
-  if (!o.template_file.empty()) {
-    Result<std::string> source = read_text_file("--chat-template-file", o.template_file);
-    if (!source) return source.error();
-    Result<ChatTemplate> t = ChatTemplate::parse(std::move(*source), o.template_file);
-    if (!t) return t.error();
-    tmpl.emplace(std::move(t).value());
   }
   Result<nlohmann::ordered_json> messages = read_messages(o.messages);
   if (!messages) return messages.error();
@@ -94,8 +91,7 @@ void register_template(CLI::App& app, Action* selected) {
   auto o = std::make_shared<TemplateOptions>();
   CLI::App* cmd = app.add_subcommand("template", "Print the prompt a chat template renders");
   add_file_option(cmd, "-m,--model", o->model, "GGUF file whose tokenizer.chat_template to use");
-  add_file_option(cmd, "--chat-template-file", o->template_file,
-                  "Jinja chat template file (instead of the model's)");
+  add_chat_template_flags(cmd, o->chat_template);
   add_file_option(cmd, "--messages", o->messages,
                   "JSON file with an array of messages ({\"role\": ..., \"content\": ...}); - "
                   "reads standard input");

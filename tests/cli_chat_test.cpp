@@ -296,7 +296,7 @@ TEST_F(CliChat, ContextPolicies) {
   EXPECT_EQ(bad.exit_code, 2);
 }
 
-TEST_F(CliChat, TemplateFromAFileOrAClearError) {
+TEST_F(CliChat, TemplateFromAFileTheFlagOrAClearError) {
   const std::string stories = data_path("models/stories260K.gguf").string();
   const CommandResult none =
       run_command(qrun() + " chat -m '" + stories + "' -q --temp 0", "Hello\n");
@@ -317,6 +317,12 @@ TEST_F(CliChat, TemplateFromAFileOrAClearError) {
   const CommandResult missing = run_command(
       qrun() + " chat -m '" + stories + "' --chat-template-file /nonexistent.jinja", "Hello\n");
   EXPECT_EQ(missing.exit_code, 3) << missing.err;
+
+  // Or the flag's text: llama.cpp's chatml, as for a model without a template of its own.
+  const CommandResult chatml = run_command(
+      qrun() + " chat -m '" + stories + "' --chat-template chatml -q --temp 0 -n 12", "Hello\n");
+  ASSERT_EQ(chatml.exit_code, 0) << chatml.err;
+  EXPECT_GT(chatml.out.size(), 5u) << chatml.out;
 }
 
 // A model file truncated while qrun has it mapped: the next turn touches pages that no

@@ -64,6 +64,47 @@ TEST(CliTemplate, ModelTemplateFromStdinAndOverride) {
   EXPECT_EQ(over.out, "[<s>]user:Hi[<|endoftext|>]");
 }
 
+// --chat-template as llama.cpp reads it: Jinja text, or the name chatml; any other text
+// without a Jinja tag (another llama.cpp name, a file name) is refused, and so is giving it
+// with --chat-template-file.
+TEST(CliTemplate, InlineTemplateAndChatml) {
+  const std::string conv =
+      R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}])";
+  const CommandResult chatml = run_command(
+      qrun() + " template --chat-template chatml --messages - --add-generation-prompt", conv);
+  ASSERT_EQ(chatml.exit_code, 0) << chatml.err;
+  EXPECT_EQ(chatml.out,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  const CommandResult text = run_command(
+      qrun() +
+          " template --chat-template '{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+          "{% endfor %}' --messages -",
+      conv);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out, "<system>Be brief.<user>Hi");
+
+  const CommandResult name =
+      run_command(qrun() + " template --chat-template llama3 --messages -", conv);
+  EXPECT_EQ(name.exit_code, 2) << name.err;
+  EXPECT_EQ(name.err,
+            "qrun: --chat-template: 'llama3' is not a Jinja template (the one name taken is "
+            "chatml; a file goes to --chat-template-file)\n");
+  const CommandResult syntax = run_command(
+      qrun() + " template --chat-template '{% for m in messages %}' --messages -", conv);
+  EXPECT_NE(syntax.exit_code, 0);
+  EXPECT_NE(syntax.err.find("--chat-template"), std::string::npos) << syntax.err;
+  EXPECT_EQ(std::count(syntax.err.begin(), syntax.err.end(), '\n'), 1) << syntax.err;
+  const std::filesystem::path tmpl = temp_dir() / "inline.jinja";
+  std::ofstream(tmpl) << "{{ messages[0].content }}";
+  const CommandResult both =
+      run_command(qrun() + " template --chat-template chatml --chat-template-file '" +
+                      tmpl.string() + "' --messages -",
+                  conv);
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  EXPECT_NE(both.err.find("--chat-template"), std::string::npos) << both.err;
+}
+
 TEST(CliTemplate, ErrorsAreOneLine) {
   const std::string stories = data_path("models/stories260K.gguf").string();
   const CommandResult none =

@@ -98,10 +98,29 @@ Result<ChatTemplate> ChatTemplate::from_gguf(const gguf::File& file, const std::
   constexpr const char* kKey = "tokenizer.chat_template";
   if (!file.find(kKey)) {
     return make_error(ErrorCode::kUnsupported, file_name + ": no chat template (" + kKey +
-                                                   "); pass one with --chat-template-file");
+                                                   "); pass one with --chat-template-file "
+                                                   "FILE or --chat-template (Jinja, or chatml)");
   }
   QRUN_JINJA_ASSIGN(std::string source, file.get_string(kKey));
   return parse(std::move(source), file_name + ": " + kKey);
+}
+
+Result<ChatTemplate> ChatTemplate::from_flag(std::string text) {
+  if (text == "chatml") {
+    return parse(
+        "{%- for message in messages -%}\n"
+        "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}\n",
+        "--chat-template chatml");
+  }
+  if (text.find("{{") == std::string::npos && text.find("{%") == std::string::npos) {
+    return make_error(ErrorCode::kUsage,
+                      "--chat-template: '" + text +
+                          "' is not a Jinja template (the one name taken is chatml; a file "
+                          "goes to --chat-template-file)");
+  }
+  return parse(std::move(text), "--chat-template");
 }
 
 Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages,

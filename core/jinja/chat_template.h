@@ -33,6 +33,10 @@ class ChatTemplate {
   // The template in tokenizer.chat_template; kUnsupported when the file has none (the
   // message says to pass --chat-template-file).
   static Result<ChatTemplate> from_gguf(const gguf::File& file, const std::string& file_name);
+  // The template --chat-template gives, as llama.cpp reads the flag: Jinja text, or the
+  // name "chatml" (ChatML: <|im_start|>role\ncontent<|im_end|>\n). kUsage for text that
+  // holds no Jinja tag (another llama.cpp name, a path meant for --chat-template-file).
+  static Result<ChatTemplate> from_flag(std::string text);
 
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
