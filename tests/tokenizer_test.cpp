@@ -3,6 +3,8 @@
 // parsing, decoding, the streaming decoder, and the load errors.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_vocab.h"
 #include "core/unicode/unicode.h"
@@ -367,6 +369,40 @@ TEST(Tokenizer, MiniVocabulary) {
   EXPECT_EQ(t.eot(), 5);
   EXPECT_TRUE(t.is_eog(5));
   EXPECT_EQ(t.token_to_piece(4, false), " ab");
+}
+
+// WordPiece's BertNormalizer as the vocabulary sets it (llama.cpp's
+// tokenizer.ggml.normalizer.lowercase and .strip_accents, the second defaulting to the
+// first): "Café" with a precomposed é, and "Cafe" + U+0301, a combining acute accent that
+// stripping drops.
+TEST(Tokenizer, WordPieceNormalizerOptions) {
+  auto load = [](std::optional<bool> lowercase, std::optional<bool> strip) {
+    gguf::Writer w;
+    w.set_string("general.architecture", "bert");
+    w.set_string("tokenizer.ggml.model", "bert");
+    w.set_string_array("tokenizer.ggml.tokens",
+                       {"[UNK]", "\u2581cafe", "\u2581caf\u00e9", "\u2581Cafe", "\u2581Caf\u00e9",
+                        "\u2581Cafe\u0301", "\u2581cafe\u0301"});
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    if (lowercase) w.set_bool("tokenizer.ggml.normalizer.lowercase", *lowercase);
+    if (strip) w.set_bool("tokenizer.ggml.normalizer.strip_accents", *strip);
+    Result<gguf::File> file = gguf::File::from_bytes(w.to_bytes(), "bert.gguf");
+    EXPECT_TRUE(file.ok());
+    Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(*file);
+    EXPECT_TRUE(tok.ok()) << tok.error().message;
+    return std::move(*tok);
+  };
+  struct Case {
+    std::optional<bool> lowercase, strip;
+    int32_t precomposed, combining;  // the ids "Café" and "Cafe\u0301" give
+  };
+  for (const Case& c : {Case{std::nullopt, std::nullopt, 1, 1}, Case{true, false, 2, 6},
+                        Case{false, std::nullopt, 4, 5}, Case{false, true, 3, 3}}) {
+    const auto tok = load(c.lowercase, c.strip);
+    ASSERT_NE(tok, nullptr);
+    EXPECT_EQ(tok->encode("Caf\u00e9", false, false), std::vector<int32_t>{c.precomposed});
+    EXPECT_EQ(tok->encode("Cafe\u0301", false, false), std::vector<int32_t>{c.combining});
+  }
 }
 
 TEST(Tokenizer, LoadErrorsAndWarnings) {

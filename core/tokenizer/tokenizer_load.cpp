@@ -201,6 +201,12 @@ Result<void> read_special_ids(const gguf::File& file, Vocab& v) {
   v.add_bos = *add_bos;
   v.add_eos = *add_eos;
   v.add_space_prefix = *prefix;
+  Result<bool> lowercase = file.get_bool_or("tokenizer.ggml.normalizer.lowercase", v.lowercase);
+  if (!lowercase) return lowercase.error();
+  Result<bool> strip = file.get_bool_or("tokenizer.ggml.normalizer.strip_accents", *lowercase);
+  if (!strip) return strip.error();
+  v.lowercase = *lowercase;
+  v.strip_accents = *strip;
   // Defaults that do not exist in a small vocabulary mean "none".
   for (int32_t* id : {&v.bos, &v.eos, &v.eot, &v.eom, &v.unk, &v.sep, &v.pad, &v.mask}) {
     if (*id >= n) *id = kNoToken;

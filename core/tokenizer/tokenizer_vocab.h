@@ -81,6 +81,11 @@ struct Vocab {
   bool add_space_prefix = false;  // SPM: a space before the text (and after special tokens)
   bool ignore_merges = false;     // BPE: a pre-token that is a whole token skips merging
   bool clean_spaces = false;      // decode: drop spaces before punctuation and contractions
+  // WordPiece's BertNormalizer (tokenizer.ggml.normalizer.lowercase and .strip_accents; the
+  // second defaults to the first): lowercase the text; drop accents (each code point to the
+  // first of its NFD form, then combining marks left out).
+  bool lowercase = true;
+  bool strip_accents = true;
 
   StringMap bpe_ranks;  // merge_key(left, right) -> rank
   std::vector<SplitPattern> pre_patterns;

@@ -1,7 +1,8 @@
-// WordPiece ("bert" vocabularies), as llama.cpp's WPM tokenizer: lowercase, strip accents
-// (first code point of the NFD form), split at white space and around punctuation and CJK
-// ideographs; then each word, prefixed with U+2581, is covered greedily by the longest
-// vocabulary entries. A word that cannot be covered completely becomes one [UNK].
+// WordPiece ("bert" vocabularies), as llama.cpp's WPM tokenizer: BertNormalizer's lowercase
+// and accent stripping (the first code point of each NFD form, combining marks dropped), as
+// the vocabulary asks; split at white space and around punctuation and CJK ideographs; then
+// each word, prefixed with U+2581, is covered greedily by the longest vocabulary entries. A
+// word that cannot be covered completely becomes one [UNK].
 #include "core/tokenizer/tokenizer_vocab.h"
 #include "core/unicode/unicode.h"
 
@@ -16,25 +17,26 @@ bool is_cjk_ideograph(uint32_t cpt) {
          (cpt >= 0xF900 && cpt <= 0xFAFF) || (cpt >= 0x2F800 && cpt <= 0x2FA1F);
 }
 
-std::vector<std::string> split_words(std::string_view text) {
+std::vector<std::string> split_words(const Vocab& vocab, std::string_view text) {
   using unicode::Category;
   std::vector<std::string> words(1);
   for (uint32_t cpt : unicode::decode_utf8(text)) {
-    cpt = unicode::nfd_first(cpt);
+    if (vocab.strip_accents) cpt = unicode::nfd_first(cpt);
     if (unicode::is_whitespace(cpt)) {
       if (!words.back().empty()) words.emplace_back();
       continue;
     }
     const Category cat = unicode::category(cpt);
     if (cpt == 0 || cpt == unicode::kReplacementChar || cat == Category::kControl) continue;
-    const std::string lower = unicode::to_utf8(unicode::to_lower(cpt));
+    if (vocab.strip_accents && cat == Category::kMark) continue;
+    const std::string normal = unicode::to_utf8(vocab.lowercase ? unicode::to_lower(cpt) : cpt);
     if (cat == Category::kPunctuation || (cpt < 0x7F && cat == Category::kSymbol) ||
         is_cjk_ideograph(cpt)) {
       if (!words.back().empty()) words.emplace_back();
-      words.back() = lower;  // a word of its own
+      words.back() = normal;  // a word of its own
       words.emplace_back();
     } else {
-      words.back() += lower;
+      words.back() += normal;
     }
   }
   if (words.back().empty()) words.pop_back();
@@ -44,7 +46,7 @@ std::vector<std::string> split_words(std::string_view text) {
 }  // namespace
 
 void wpm_tokenize(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out) {
-  for (const std::string& word : split_words(text)) {
+  for (const std::string& word : split_words(vocab, text)) {
     const std::string spelled = "\xE2\x96\x81" + word;  // U+2581 marks the start of a word
     const size_t n = spelled.size();
     const size_t start = out.size();
