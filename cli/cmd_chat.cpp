@@ -1,8 +1,8 @@
 // `qrun chat -m MODEL`: an interactive conversation through the model's chat template (or
 // --chat-template / --chat-template-file; a model without one is an error, never a
-// fallback). On a terminal
-// the input is readline with a history file; from a pipe, each line (or joined multi-line
-// message) is a user message and the replies go to stdout, one per message, unattended.
+// fallback). On a terminal the input is readline with a history file; from a pipe, each line
+// (or joined multi-line message) is a user message and the replies go to stdout, one per
+// message, unattended.
 // Flags: the model and sampling flags of `run`, plus the system prompt, context policy,
 // history and colour. The loop itself is cli/chat_repl.cpp.
 #include <unistd.h>

@@ -258,10 +258,6 @@ std::string integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi) 
   return alternation(alts);
 }
 
-}  // namespace qrun::schema
-
-namespace qrun::schema {
-
 Result<NumberBound> parse_bound(std::string_view text, bool inclusive) {
   NumberBound b;
   b.inclusive = inclusive;
