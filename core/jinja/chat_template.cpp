@@ -1,6 +1,7 @@
 // ChatTemplate: a jinja::Template plus the variables Hugging Face passes to chat templates
-// (messages, add_generation_prompt, bos_token, eos_token) and the clock strftime_now reads:
-// QRUN_TEMPLATE_NOW=YYYY-MM-DDTHH:MM:SS pins it (tests), otherwise it is the local time.
+// (messages, add_generation_prompt, bos_token, eos_token, and tools when given) and the
+// clock strftime_now reads: QRUN_TEMPLATE_NOW=YYYY-MM-DDTHH:MM:SS pins it (tests),
+// otherwise it is the local time.
 #include "core/jinja/chat_template.h"
 
 #include <algorithm>
@@ -73,12 +74,17 @@ Result<std::string> render_value(const jinja::Template& tmpl, jinja::Value messa
   QRUN_JINJA_ASSIGN(const std::tm now, template_now());
   jinja::RenderOptions render_options;
   render_options.now = now;
-  const jinja::Variables variables = {
+  jinja::Variables variables = {
       {"messages", std::move(messages)},
       {"add_generation_prompt", jinja::Value::boolean(options.add_generation_prompt)},
       {"bos_token", jinja::Value::string(options.bos_token)},
       {"eos_token", jinja::Value::string(options.eos_token)},
   };
+  if (!options.tools.is_null()) {
+    auto tools = jinja::from_json(options.tools);
+    if (!tools.ok()) return make_error(ErrorCode::kUsage, "tools: " + tools.error().message);
+    variables.emplace_back("tools", std::move(tools).value());
+  }
   return tmpl.render(variables, render_options);
 }
 

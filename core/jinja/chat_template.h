@@ -23,6 +23,8 @@ struct ChatRenderOptions {
   bool add_generation_prompt = true;
   std::string bos_token;  // the strings the template sees as bos_token / eos_token
   std::string eos_token;
+  // The template's "tools" variable (OpenAI's tools array); null leaves it undefined.
+  nlohmann::ordered_json tools;
 };
 
 class ChatTemplate {
