@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "cli/sampling_flags.h"
 
@@ -223,6 +224,95 @@ bool response_format_field(const Json& body, std::shared_ptr<const Grammar>* out
   return true;
 }
 
+// "tools": [{"type": "function", "function": {"name", "description"?, "parameters"?}}].
+bool tools_field(const Json& body, ToolSet* out, ApiError* error) {
+  const auto it = body.find("tools");
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_array()) {
+    *error = field_error("tools", "must be an array of tools");
+    return false;
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& t = (*it)[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function") {
+      *error = field_error(where,
+                           "must be an object with \"type\": \"function\" (the one "
+                           "kind of tool qrun serve supports)");
+      return false;
+    }
+    const auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string() ||
+        (*fn)["name"].get<std::string>().empty()) {
+      *error = field_error(where + ".function", "must be an object with a non-empty 'name'");
+      return false;
+    }
+    const auto params = fn->find("parameters");
+    if (params != fn->end() && !params->is_object() && !params->is_null()) {
+      *error = field_error(where + ".function.parameters", "must be an object (a JSON Schema)");
+      return false;
+    }
+    const std::string name = (*fn)["name"].get<std::string>();
+    if (!names.insert(name).second) {
+      *error = field_error(where + ".function.name", "is \"" + name + "\", named twice");
+      return false;
+    }
+    Json function = *fn;
+    if (params != fn->end() && params->is_null()) function.erase("parameters");
+    out->tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return true;
+}
+
+// "tool_choice": "none", "auto", "required" or {"type": "function", "function": {"name"}};
+// "parallel_tool_calls": a boolean.
+bool tool_choice_field(const Json& body, ToolSet* tools, ApiError* error) {
+  if (!bool_field(body, "parallel_tool_calls", &tools->parallel, error)) return false;
+  const auto it = body.find("tool_choice");
+  if (it == body.end() || it->is_null()) return true;
+  ToolChoice& choice = tools->choice;
+  if (it->is_string()) {
+    const std::string mode = it->get<std::string>();
+    if (mode == "none") {
+      choice.mode = ToolChoice::Mode::kNone;
+    } else if (mode == "auto") {
+      choice.mode = ToolChoice::Mode::kAuto;
+    } else if (mode == "required") {
+      choice.mode = ToolChoice::Mode::kRequired;
+    } else {
+      *error = field_error("tool_choice", "is \"" + mode +
+                                              "\"; expected \"none\", \"auto\", \"required\" "
+                                              "or a function");
+      return false;
+    }
+  } else {
+    const auto fn = it->is_object() ? it->find("function") : it->end();
+    if (fn == it->end() || !fn->is_object() || !fn->contains("name") ||
+        !(*fn)["name"].is_string()) {
+      *error = field_error("tool_choice",
+                           "must be a string or {\"type\": \"function\", "
+                           "\"function\": {\"name\": ...}}");
+      return false;
+    }
+    choice.mode = ToolChoice::Mode::kFunction;
+    choice.function = (*fn)["name"].get<std::string>();
+    bool known = false;
+    for (const Json& t : tools->tools) known = known || t["function"]["name"] == choice.function;
+    if (!known) {
+      *error = field_error(
+          "tool_choice", "names the function \"" + choice.function + "\", which is not in 'tools'");
+      return false;
+    }
+  }
+  if (tools->tools.empty() && choice.mode != ToolChoice::Mode::kNone &&
+      choice.mode != ToolChoice::Mode::kAuto) {
+    *error = field_error("tool_choice", "asks for a tool call but 'tools' is empty");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 nlohmann::json error_json(const ApiError& e) {
@@ -310,6 +400,16 @@ std::optional<CompletionRequest> parse_request(const std::string& body_text, End
       !response_format_field(body, &r.grammar, error)) {
     return std::nullopt;
   }
+  if (endpoint == Endpoint::kChat &&
+      (!tools_field(body, &r.tools, error) || !tool_choice_field(body, &r.tools, error))) {
+    return std::nullopt;
+  }
+  if (r.tools.active() && r.grammar) {
+    *error = field_error("response_format",
+                         "cannot be combined with 'tools' (send tool_choice \"none\" to answer "
+                         "in the format without calling tools)");
+    return std::nullopt;
+  }
   return r;
 }
 
@@ -371,6 +471,53 @@ nlohmann::json response_json(Endpoint endpoint, const ResponseIds& ids, const st
   choice["finish_reason"] = finish_reason(reason);
   j["choices"] = nlohmann::json::array({choice});
   j["usage"] = usage_json(n_prompt, n_completion, n_cached);
+  return j;
+}
+
+nlohmann::json tool_call_json(const ToolCall& call) {
+  return {{"id", call.id},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+nlohmann::json tool_calls_response_json(const ResponseIds& ids, const ParsedReply& reply,
+                                        int64_t n_prompt, int64_t n_completion, int64_t n_cached) {
+  nlohmann::json j = envelope(Endpoint::kChat, ids, false);
+  nlohmann::json calls = nlohmann::json::array();
+  for (const ToolCall& c : reply.calls) calls.push_back(tool_call_json(c));
+  nlohmann::json message = {
+      {"role", "assistant"},
+      {"content", reply.content.empty() ? nlohmann::json() : nlohmann::json(reply.content)},
+      {"tool_calls", std::move(calls)}};
+  j["choices"] = nlohmann::json::array({{{"index", 0},
+                                         {"message", std::move(message)},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", "tool_calls"}}});
+  j["usage"] = usage_json(n_prompt, n_completion, n_cached);
+  return j;
+}
+
+nlohmann::json tool_call_chunk_json(const ResponseIds& ids, const ToolCall& call, size_t index,
+                                    bool include_usage) {
+  nlohmann::json j = envelope(Endpoint::kChat, ids, true);
+  nlohmann::json entry = tool_call_json(call);
+  entry["index"] = index;
+  j["choices"] = nlohmann::json::array(
+      {{{"index", 0},
+        {"delta", {{"tool_calls", nlohmann::json::array({std::move(entry)})}}},
+        {"logprobs", nullptr},
+        {"finish_reason", nullptr}}});
+  if (include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+nlohmann::json tool_calls_finish_chunk_json(const ResponseIds& ids, bool include_usage) {
+  nlohmann::json j = envelope(Endpoint::kChat, ids, true);
+  j["choices"] = nlohmann::json::array({{{"index", 0},
+                                         {"delta", nlohmann::json::object()},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", "tool_calls"}}});
+  if (include_usage) j["usage"] = nullptr;
   return j;
 }
 

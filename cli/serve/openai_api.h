@@ -14,6 +14,7 @@
 #include "core/generate.h"
 #include "core/grammar/grammar.h"
 #include "core/sampling/sampling.h"
+#include "core/tool_calls.h"
 
 namespace qrun::cli::serve {
 
@@ -46,6 +47,9 @@ struct CompletionRequest {
   // response_format json_object or json_schema: the grammar the output must follow; null
   // for text (the server's --grammar / --json-schema, if any, then applies).
   std::shared_ptr<const Grammar> grammar;
+  // /v1/chat/completions: tools, tool_choice and parallel_tool_calls (default false, as
+  // llama-server: one call per reply).
+  ToolSet tools;
 };
 
 // Parses a request body for `endpoint` against a vocabulary of `n_vocab` tokens. Malformed
@@ -60,7 +64,7 @@ std::optional<CompletionRequest> parse_request(const std::string& body, Endpoint
 SamplingParams request_sampling(const CompletionRequest& r, const SamplingParams& defaults);
 
 // OpenAI's finish_reason: "stop" for an end-of-generation token or a stop string, "length"
-// for the token budget or a full context.
+// for the token budget or a full context ("tool_calls" is the caller's to give).
 const char* finish_reason(StopReason reason);
 
 // The fixed parts of every response to one request.
@@ -76,6 +80,18 @@ nlohmann::json usage_json(int64_t n_prompt, int64_t n_completion, int64_t n_cach
 nlohmann::json response_json(Endpoint endpoint, const ResponseIds& ids, const std::string& text,
                              StopReason reason, int64_t n_prompt, int64_t n_completion,
                              int64_t n_cached = 0);
+// The whole chat response for a reply that called tools: content (null when empty),
+// tool_calls, and finish_reason "tool_calls".
+nlohmann::json tool_calls_response_json(const ResponseIds& ids, const ParsedReply& reply,
+                                        int64_t n_prompt, int64_t n_completion,
+                                        int64_t n_cached = 0);
+// The streamed chunk announcing call `index` whole (id, name and arguments at once).
+nlohmann::json tool_call_chunk_json(const ResponseIds& ids, const ToolCall& call, size_t index,
+                                    bool include_usage);
+// The last streamed chunk of a reply that called tools: finish_reason "tool_calls".
+nlohmann::json tool_calls_finish_chunk_json(const ResponseIds& ids, bool include_usage);
+// The tool_calls entry of a message: {"id", "type": "function", "function": {...}}.
+nlohmann::json tool_call_json(const ToolCall& call);
 // One streamed chunk: `text` as the delta (chat: with the role on the first chunk), and a
 // finish_reason when `reason` is set. With include_usage every chunk has "usage": null.
 nlohmann::json chunk_json(Endpoint endpoint, const ResponseIds& ids, const std::string& text,

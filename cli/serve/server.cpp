@@ -6,6 +6,7 @@
 // the slot.
 #include "cli/serve/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -96,6 +97,8 @@ Server::Server(Session& session, std::vector<KvCache> slots, int64_t max_queued,
   if (chat_template.ok()) {
     template_.emplace(std::move(*chat_template));
     end_of_turn_ = end_of_turn_tokens(*s_.tokenizer, *template_);
+    tool_format_ = detect_tool_call_format(*template_);
+    system_role_ = supports_system_role(*template_);
   } else {
     template_error_ = chat_template.error().message;
   }
@@ -243,6 +246,86 @@ struct Generation {
   }
 };
 
+namespace {
+
+// How much of `text` can be streamed as content: all of it up to the opener of the calls,
+// less a tail that could be the opener's beginning.
+size_t streamable(std::string_view text, std::string_view opener) {
+  const size_t at = text.find(opener);
+  if (at != std::string_view::npos) return at;
+  for (size_t k = std::min(opener.size() - 1, text.size()); k > 0; --k) {
+    if (text.substr(text.size() - k) == opener.substr(0, k)) return text.size() - k;
+  }
+  return text.size();
+}
+
+// Streams a chat reply that may call tools. Content streams as it comes, until the format's
+// opener (held back while the text could be one); the calls follow once the reply is
+// complete, each whole in one chunk, and finish_reason is "tool_calls". Formats without an
+// opener (Llama 3's bare JSON, the generic JSON), and replies that must be calls, can only
+// be told apart at the end, so they are sent then.
+void stream_tool_calls(const std::shared_ptr<Generation>& g, httplib::Response& res,
+                       int64_t n_prompt, ToolCallFormat format) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [g, n_prompt, format](size_t, httplib::DataSink& sink) {
+        const bool usage = g->request.include_usage;
+        // A required call leaves no content to stream (and Mistral's is then a bare array).
+        const std::string_view opener = g->request.tools.choice.mode == ToolChoice::Mode::kAuto
+                                            ? tool_call_opener(format)
+                                            : std::string_view();
+        auto send = [&](const std::string& s) {
+          return sink.is_writable() && sink.write(s.data(), s.size());
+        };
+        bool alive = send(sse(chunk_json(Endpoint::kChat, g->ids, "", true, std::nullopt, usage)));
+        std::string text;
+        size_t sent = 0;
+        auto send_content = [&](std::string_view content) {
+          if (content.size() <= sent) return;
+          const std::string piece(content.substr(sent));
+          alive = alive &&
+                  send(sse(chunk_json(Endpoint::kChat, g->ids, piece, false, std::nullopt, usage)));
+          sent = content.size();
+        };
+        std::deque<std::string> pieces;
+        for (bool ended = false; alive && !ended;) {
+          ended = g->take(&pieces);
+          for (const std::string& p : pieces) text += p;
+          if (!opener.empty())
+            send_content(std::string_view(text).substr(0, streamable(text, opener)));
+        }
+        if (!alive) {
+          g->cancel->store(true);
+          return false;
+        }
+        const Result<GenerateResult>& result = *g->result;
+        if (!result.ok()) {
+          send(sse(error_json(server_error(500, result.error().message, "server_error"))));
+        } else {
+          const ParsedReply reply = parse_tool_calls(format, text, g->request.tools);
+          // What was streamed is a prefix of the content: the text before the opener.
+          send_content(reply.content);
+          for (size_t i = 0; alive && i < reply.calls.size(); ++i)
+            alive = send(sse(tool_call_chunk_json(g->ids, reply.calls[i], i, usage)));
+          if (!reply.calls.empty()) {
+            send(sse(tool_calls_finish_chunk_json(g->ids, usage)));
+          } else {
+            send(sse(chunk_json(Endpoint::kChat, g->ids, "", false, result->stop_reason, usage)));
+          }
+          if (usage) {
+            send(sse(usage_chunk_json(Endpoint::kChat, g->ids, n_prompt,
+                                      static_cast<int64_t>(result->tokens.size()),
+                                      result->timings.n_prompt_cached)));
+          }
+        }
+        send("data: [DONE]\n\n");
+        sink.done();
+        return true;
+      });
+}
+
+}  // namespace
+
 void Server::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point arrival = Clock::now();
@@ -264,6 +347,34 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     std::optional<nlohmann::ordered_json> messages = flatten_messages(g->request.messages, &error);
     if (!messages) return send_error(res, error);
     ChatRenderOptions options;
+    const ToolSet& tools = g->request.tools;
+    if (tools.active()) {
+      Result<nlohmann::ordered_json> with_tools =
+          tool_messages(tool_format_, tools, *messages, system_role_);
+      if (!with_tools.ok()) {
+        error.message = with_tools.error().message;
+        error.param = "messages";
+        return send_error(res, error);
+      }
+      *messages = std::move(*with_tools);
+      if (tool_format_ != ToolCallFormat::kGeneric) options.tools = tools.tools;
+      Result<std::optional<std::string>> gbnf = tool_call_grammar(tool_format_, tools);
+      if (!gbnf.ok()) {
+        error.message = gbnf.error().message;
+        error.param = "tools";
+        return send_error(res, error);
+      }
+      if (*gbnf) {
+        Result<Grammar> grammar = parse_grammar(**gbnf);
+        if (!grammar.ok()) {
+          return send_error(
+              res,
+              server_error(500, "the tool-call grammar does not parse: " + grammar.error().message,
+                           "server_error"));
+        }
+        g->request.grammar = std::make_shared<const Grammar>(std::move(*grammar));
+      }
+    }
     if (tokenizer.bos() != kNoToken) options.bos_token = tokenizer.token_text(tokenizer.bos());
     if (tokenizer.eos() != kNoToken) options.eos_token = tokenizer.token_text(tokenizer.eos());
     Result<std::string> text = template_->render_json(*messages, options);
@@ -304,7 +415,9 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
       !a.ok()) {
     return send_error(res, server_error(500, a.error().message, "server_error"));
   }
-  g->filter.emplace(tokenizer, r.stop ? *r.stop : config_.sampling.stops);
+  const bool calls = chat && r.tools.active();
+  g->filter.emplace(tokenizer, r.stop ? *r.stop : config_.sampling.stops,
+                    calls && tool_calls_need_special_tokens(tool_format_));
   seq.prompt = g->prompt;
   seq.n_predict = r.max_tokens;
   seq.timeout_s = config_.timeout_s;
@@ -389,12 +502,23 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     if (result->stop_reason == StopReason::kInterrupted) {
       return send_error(res, server_error(503, "the server is shutting down", "server_error"));
     }
-    const Json j =
-        response_json(g->request.endpoint, g->ids, text, result->stop_reason, n_prompt,
-                      static_cast<int64_t>(result->tokens.size()), result->timings.n_prompt_cached);
+    const int64_t n_gen = static_cast<int64_t>(result->tokens.size());
+    const int64_t n_cached = result->timings.n_prompt_cached;
+    if (calls) {
+      const ParsedReply reply = parse_tool_calls(tool_format_, text, r.tools);
+      if (!reply.calls.empty()) {
+        res.set_content(dump(tool_calls_response_json(g->ids, reply, n_prompt, n_gen, n_cached)),
+                        "application/json");
+        return;
+      }
+      text = reply.content;
+    }
+    const Json j = response_json(g->request.endpoint, g->ids, text, result->stop_reason, n_prompt,
+                                 n_gen, n_cached);
     res.set_content(dump(j), "application/json");
     return;
   }
+  if (calls) return stream_tool_calls(g, res, n_prompt, tool_format_);
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(

@@ -22,6 +22,7 @@
 #include "cli/session.h"
 #include "core/batch_scheduler.h"
 #include "core/jinja/chat_template.h"
+#include "core/tool_calls.h"
 
 namespace qrun::cli::serve {
 
@@ -71,6 +72,8 @@ class Server {
   std::optional<ChatTemplate> template_;
   std::string template_error_;
   std::vector<bool> end_of_turn_;
+  ToolCallFormat tool_format_ = ToolCallFormat::kGeneric;  // the template's, for tools
+  bool system_role_ = true;  // whether the template renders system messages
   std::once_flag vocab_once_;
   std::shared_ptr<const GrammarVocab> vocab_;  // each token's text for grammars, made at first use
   ServerConfig config_;
