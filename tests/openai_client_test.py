@@ -12,6 +12,7 @@ Run by ctest (tests/CMakeLists.txt) with QRUN_BINARY set. Exits 77 (ctest's skip
 client or the model is missing, unless QRUN_REQUIRE_OPENAI_CLIENT is set (scripts/test.sh
 sets it: there scripts/install-deps.sh --test and scripts/fetch-models.sh provide both).
 """
+import json
 import os
 import pathlib
 import re
@@ -134,6 +135,32 @@ class OpenAIClient(unittest.TestCase):
         first = self.complete(temperature=1.0, seed=1234, max_tokens=16).choices[0].text
         again = self.complete(temperature=1.0, seed=1234, max_tokens=16).choices[0].text
         self.assertEqual(first, again)
+
+    def test_tool_call_reaches_the_client_and_the_follow_up_renders(self):
+        # Gemma's template knows no tools: the generic format, held to a call by "required".
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                           "required": ["city"]}}}]
+        question = {"role": "user", "content": "What is the weather in Paris right now?"}
+        r = self.chat(messages=[question], tools=tools, tool_choice="required", max_tokens=64)
+        self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+        calls = r.choices[0].message.tool_calls
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(calls[0].function.name, "get_weather")
+        self.assertIsInstance(json.loads(calls[0].function.arguments)["city"], str)
+        streamed = list(self.chat(messages=[question], tools=tools, tool_choice="required",
+                                  max_tokens=64, stream=True))
+        deltas = [d for c in streamed if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+        self.assertEqual([(d.index, d.function.name, d.function.arguments) for d in deltas],
+                         [(0, "get_weather", calls[0].function.arguments)])
+        self.assertEqual(streamed[-1].choices[0].finish_reason, "tool_calls")
+        # The call and its result go back as the client library writes them.
+        follow = self.chat(messages=[question, r.choices[0].message.model_dump(exclude_none=True),
+                                     {"role": "tool", "tool_call_id": calls[0].id,
+                                      "content": "18 C and clear"}],
+                           tools=tools, max_tokens=16)
+        self.assertGreater(follow.usage.prompt_tokens, r.usage.prompt_tokens)
 
     def test_errors_are_the_clients_error_classes(self):
         import openai
