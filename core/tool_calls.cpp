@@ -2,6 +2,7 @@
 // of replies. See tool_calls.h for the formats.
 #include "core/tool_calls.h"
 
+#include <algorithm>
 #include <random>
 
 #include "core/grammar/json_schema.h"
@@ -495,6 +496,16 @@ std::string_view tool_call_opener(ToolCallFormat format) {
       break;
   }
   return "";
+}
+
+size_t content_before_calls(std::string_view text, std::string_view opener) {
+  if (opener.empty()) return text.size();
+  const size_t at = text.find(opener);
+  if (at != std::string_view::npos) return at;
+  for (size_t k = std::min(opener.size() - 1, text.size()); k > 0; --k) {
+    if (text.substr(text.size() - k) == opener.substr(0, k)) return text.size() - k;
+  }
+  return text.size();
 }
 
 ParsedReply parse_tool_calls(ToolCallFormat format, std::string_view reply, const ToolSet& tools) {

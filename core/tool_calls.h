@@ -84,6 +84,10 @@ bool tool_calls_need_special_tokens(ToolCallFormat format);
 // can be streamed as it comes.
 std::string_view tool_call_opener(ToolCallFormat format);
 
+// How much of a partial reply is content for sure: all of it up to `opener`, less a tail
+// that could be the opener's beginning (all of it when `opener` is empty).
+size_t content_before_calls(std::string_view text, std::string_view opener);
+
 struct ParsedReply {
   std::string content;  // the text that is not a call (kGeneric: the "response" string)
   std::vector<ToolCall> calls;

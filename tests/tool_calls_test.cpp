@@ -101,6 +101,21 @@ TEST(ToolCalls, ParsesHermesBlocks) {
   EXPECT_EQ(parse_tool_calls(ToolCallFormat::kHermes, "Just text.", tools).content, "Just text.");
 }
 
+// What streams before the calls: text up to the opener, holding back any tail that could
+// still become it.
+TEST(ToolCalls, ContentBeforeCallsHoldsBackAPossibleOpener) {
+  const std::string_view opener = tool_call_opener(ToolCallFormat::kHermes);
+  EXPECT_EQ(content_before_calls("Hello", opener), 5u);
+  EXPECT_EQ(content_before_calls("Hello <", opener), 6u);
+  EXPECT_EQ(content_before_calls("Hello <tool_ca", opener), 6u);
+  EXPECT_EQ(content_before_calls("Hello <tool_call>{\"na", opener), 6u);
+  EXPECT_EQ(content_before_calls("a < b", opener), 5u);      // "< b" cannot become it
+  EXPECT_EQ(content_before_calls("<tool_cal", opener), 0u);  // nothing sure yet
+  EXPECT_EQ(content_before_calls("x<tool_calm", opener), 11u);
+  EXPECT_EQ(content_before_calls("{\"name\"", ""), 7u);  // no opener: all of it
+  EXPECT_EQ(content_before_calls("ok [TOOL_", tool_call_opener(ToolCallFormat::kMistral)), 3u);
+}
+
 TEST(ToolCalls, ParsesLlama3OnlyForOfferedFunctions) {
   const ToolSet tools = weather_tools();
   const ParsedReply r = parse_tool_calls(

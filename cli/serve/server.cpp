@@ -6,7 +6,6 @@
 // the slot.
 #include "cli/serve/server.h"
 
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -248,17 +247,6 @@ struct Generation {
 
 namespace {
 
-// How much of `text` can be streamed as content: all of it up to the opener of the calls,
-// less a tail that could be the opener's beginning.
-size_t streamable(std::string_view text, std::string_view opener) {
-  const size_t at = text.find(opener);
-  if (at != std::string_view::npos) return at;
-  for (size_t k = std::min(opener.size() - 1, text.size()); k > 0; --k) {
-    if (text.substr(text.size() - k) == opener.substr(0, k)) return text.size() - k;
-  }
-  return text.size();
-}
-
 // Streams a chat reply that may call tools. Content streams as it comes, until the format's
 // opener (held back while the text could be one); the calls follow once the reply is
 // complete, each whole in one chunk, and finish_reason is "tool_calls". Formats without an
@@ -292,7 +280,7 @@ void stream_tool_calls(const std::shared_ptr<Generation>& g, httplib::Response& 
           ended = g->take(&pieces);
           for (const std::string& p : pieces) text += p;
           if (!opener.empty())
-            send_content(std::string_view(text).substr(0, streamable(text, opener)));
+            send_content(std::string_view(text).substr(0, content_before_calls(text, opener)));
         }
         if (!alive) {
           g->cancel->store(true);
