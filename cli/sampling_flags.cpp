@@ -492,7 +492,10 @@ std::shared_ptr<const GrammarVocab> make_tokenizer_grammar_vocab(const Tokenizer
   for (int32_t id = 0; id < tokenizer.n_vocab(); ++id) {
     pieces[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, /*render_special=*/false);
   }
-  return make_grammar_vocab(std::move(pieces));
+  // Token elements written as text (<think>) are the tokens the text encodes to.
+  return make_grammar_vocab(std::move(pieces), [&tokenizer](std::string_view text) {
+    return tokenizer.encode(std::string(text), /*add_special=*/false, /*parse_special=*/true);
+  });
 }
 
 Result<void> attach_grammar(const SamplingFlags& flags, const Tokenizer& tokenizer,

@@ -71,7 +71,8 @@ Result<SamplingParams> resolve_sampling_params(const SamplingFlags& flags,
 Result<std::shared_ptr<const Grammar>> json_schema_grammar(std::string_view schema);
 
 // Every token's piece (token_to_piece without special rendering) and their trie, as the
-// grammar stage reads them: made once per model (it walks the whole vocabulary).
+// grammar stage reads them: made once per model (it walks the whole vocabulary). The
+// grammar's <text> token elements are bound through `tokenizer`, which must outlive it.
 std::shared_ptr<const GrammarVocab> make_tokenizer_grammar_vocab(const Tokenizer& tokenizer);
 
 // With a grammar in `flags`, makes it the constraint of `sampler` (the tokens' pieces from

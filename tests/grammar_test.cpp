@@ -162,17 +162,6 @@ TEST(GrammarParse, RepetitionsOfNullableSymbolsAreTaken) {
                   {"!", "x!", "ccx!", "cc!"}, {"", "xx!"});
 }
 
-// llama.cpp's whole-token elements are refused where they stand, saying what they are.
-TEST(GrammarParse, TokenElementsAreRefusedNamingThem) {
-  for (const char* g :
-       {"root ::= \"a\" <[10]>", "root ::= \"a\" <think>", "root ::= \"a\" !<[10]>"}) {
-    EXPECT_EQ(parse_error(g),
-              "line 1, column 14: token elements (<[id]>, <token>, !<...>) are not supported; "
-              "write the token's text as a string")
-        << g;
-  }
-}
-
 TEST(GrammarParse, AbsurdRepetitionBoundsAreRefused) {
   EXPECT_EQ(parse_error("root ::= \"a\"{10001}"),
             "line 1, column 14: expected a repetition count of at most 10000");

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,7 +31,18 @@ enum class GrammarOp : uint8_t {
   kCharRngUpper,  // value: the upper end of a range whose lower end is the previous element
   kCharAlt,       // value: another code point of the same set
   kCharAny,       // `.`: any code point
+  kToken,         // value: a token id (<[id]>, or <text> once resolved): that one token
+  kTokenNot,      // value: a token id (!<[id]>, !<text>): any one token but that
 };
+
+// Whether an element starts a terminal: a character set or a token element.
+inline bool is_terminal(GrammarOp op) {
+  return op == GrammarOp::kChar || op == GrammarOp::kCharNot || op == GrammarOp::kCharAny ||
+         op == GrammarOp::kToken || op == GrammarOp::kTokenNot;
+}
+inline bool is_token_element(GrammarOp op) {
+  return op == GrammarOp::kToken || op == GrammarOp::kTokenNot;
+}
 
 struct GrammarElement {
   GrammarOp op;
@@ -44,6 +56,12 @@ struct Grammar {
   // Some rule can reach itself without consuming a character, through tail references
   // only: the matcher must skip the stacks it has already expanded.
   bool empty_loops = false;
+  // Token elements (llama.cpp's <[id]>, <text>, !<...>) match one whole token, by id. Those
+  // written as text hold kTokenText | i, i indexing token_texts, until
+  // resolve_grammar_tokens looks them up in a vocabulary.
+  bool has_tokens = false;
+  std::vector<std::string> token_texts;
+  static constexpr uint32_t kTokenText = 0x80000000u;
 };
 
 // Limits that keep a hostile grammar from exhausting memory.
@@ -53,6 +71,13 @@ inline constexpr size_t kGrammarMaxStacks = 4096;          // matcher positions 
 
 // Parses GBNF text. Errors (kUsage) read "line L, column C: expected ...".
 Result<Grammar> parse_grammar(std::string_view text);
+
+// The grammar with its token elements written as text bound to token ids: `lookup` gives
+// the ids a text tokenizes to (special tokens parsed), and it must be exactly one. A <[id]>
+// at or past n_vocab, or a text that is not one token, is a kUsage error naming it.
+Result<std::shared_ptr<const Grammar>> resolve_grammar_tokens(
+    std::shared_ptr<const Grammar> grammar, int32_t n_vocab,
+    const std::function<std::vector<int32_t>(std::string_view)>& lookup);
 
 // Follows a grammar through the bytes of tokens. A position is a stack of element
 // pointers into the grammar; the matcher holds the set of all positions the text so far
@@ -82,6 +107,14 @@ class GrammarMatcher {
   // Returns the error can_accept would meet on one of them.
   std::optional<Error> can_accept_some(const VocabTrie& trie, std::span<const int32_t> ids,
                                        std::span<uint8_t> allowed) const;
+  // Token elements. accept_token advances by token `id` whole: the positions its text
+  // `piece` takes (as accept) and those whose next element is a token element it matches
+  // (only between characters). token_allows says whether a token element takes `id` now;
+  // allow_token_elements sets allowed[id] = 1 for every id one takes (all ids for !<x>
+  // but x). Without token elements in the grammar these are accept, false, nothing.
+  Result<bool> accept_token(int32_t id, std::string_view piece);
+  bool token_allows(int32_t id) const;
+  void allow_token_elements(std::span<uint8_t> allowed) const;
   // Whether the text so far is a whole sentence of the grammar (EOS may come now).
   bool can_end() const;
   // Whether the text is complete and nothing more can follow.

@@ -5,6 +5,7 @@
 // character kept aside and checked against the code points it could still become.
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "core/grammar/grammar.h"
@@ -72,6 +73,7 @@ Result<void> advance_stack(const Grammar& g, Stack stack, std::vector<Stack>& ou
 
 // Whether the set starting at `pos` holds `cp`; `end` gets the element after the set.
 bool match_char(const GrammarElement* pos, uint32_t cp, const GrammarElement** end) {
+  if (is_token_element(pos->op)) return false;  // takes whole tokens, not characters
   const bool positive = pos->op != GrammarOp::kCharNot;
   bool found = false;
   do {
@@ -92,6 +94,7 @@ bool match_char(const GrammarElement* pos, uint32_t cp, const GrammarElement** e
 
 // Whether the set at `pos` holds some code point in [lo, hi] (a partial character).
 bool match_range(const GrammarElement* pos, uint32_t lo, uint32_t hi) {
+  if (is_token_element(pos->op)) return false;
   const bool positive = pos->op != GrammarOp::kCharNot;
   if (positive) {
     do {
@@ -436,6 +439,84 @@ std::optional<Error> GrammarMatcher::can_accept_some(const VocabTrie& trie,
   }
   std::sort(positions.begin(), positions.end());
   return walk_trie(trie, SomeTokens{trie, positions}, allowed);
+}
+
+namespace {
+
+// Whether the token element on top of a stack takes token `id`.
+bool token_matches(const GrammarElement* top, int32_t id) {
+  const auto v = static_cast<uint32_t>(id);
+  return (top->op == GrammarOp::kToken && top->value == v) ||
+         (top->op == GrammarOp::kTokenNot && top->value != v);
+}
+
+}  // namespace
+
+Result<bool> GrammarMatcher::accept_token(int32_t id, std::string_view piece) {
+  if (!grammar_->has_tokens) return piece.empty() ? Result<bool>(false) : accept(piece);
+  // The positions the token's text reaches, then those a token element takes it at (only
+  // between characters). When both kinds survive but the text ended inside a character,
+  // the token elements' positions win: the matcher holds one partial character for all.
+  std::vector<Stack> by_text = stacks_;
+  std::string partial = partial_;
+  bool text_ok = false;
+  if (!piece.empty()) {
+    Result<bool> ok = advance(by_text, partial, piece);
+    if (!ok.ok()) return ok;
+    text_ok = *ok;
+  }
+  std::vector<Stack> by_token;
+  if (partial_.empty()) {
+    for (const Stack& s : stacks_) {
+      if (s.empty() || !token_matches(s.back(), id)) continue;
+      Stack moved(s.begin(), s.end() - 1);
+      if (!is_end_of_sequence(s.back() + 1)) moved.push_back(s.back() + 1);
+      QRUN_TRY(advance_stack(*grammar_, std::move(moved), by_token));
+    }
+  }
+  if (by_token.empty()) {
+    if (!text_ok) return false;
+    stacks_ = std::move(by_text);
+    partial_ = std::move(partial);
+    return true;
+  }
+  if (text_ok && partial.empty()) {
+    for (Stack& s : by_text) {
+      if (std::find(by_token.begin(), by_token.end(), s) != by_token.end()) continue;
+      if (by_token.size() >= kGrammarMaxStacks) return too_many_stacks();
+      by_token.push_back(std::move(s));
+    }
+  }
+  stacks_ = std::move(by_token);
+  partial_.clear();
+  return true;
+}
+
+bool GrammarMatcher::token_allows(int32_t id) const {
+  if (!grammar_->has_tokens || !partial_.empty()) return false;
+  return std::any_of(stacks_.begin(), stacks_.end(),
+                     [&](const Stack& s) { return !s.empty() && token_matches(s.back(), id); });
+}
+
+void GrammarMatcher::allow_token_elements(std::span<uint8_t> allowed) const {
+  if (!grammar_->has_tokens || !partial_.empty()) return;
+  std::optional<uint32_t> all_but;  // one !<x> seen: every id but x (two different: all)
+  bool all = false;
+  for (const Stack& s : stacks_) {
+    if (s.empty()) continue;
+    const GrammarElement* top = s.back();
+    if (top->op == GrammarOp::kToken && top->value < allowed.size()) {
+      allowed[top->value] = 1;
+    } else if (top->op == GrammarOp::kTokenNot) {
+      all = all || (all_but && *all_but != top->value);
+      all_but = top->value;
+    }
+  }
+  if (!all_but) return;
+  // The ids a positive element or the text allowed keep their 1; x keeps what it had.
+  const uint8_t keep = *all_but < allowed.size() ? allowed[*all_but] : 0;
+  std::fill(allowed.begin(), allowed.end(), uint8_t{1});
+  if (!all && *all_but < allowed.size()) allowed[*all_but] = keep;
 }
 
 bool GrammarMatcher::can_end() const {

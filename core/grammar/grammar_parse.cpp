@@ -4,6 +4,7 @@
 // recursion (a rule reaching itself before consuming a character).
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -175,6 +176,45 @@ class Parser {
     return true;
   }
 
+  // llama.cpp's whole-token elements: <[id]> (a token id), <text> (the one token the text
+  // `<text>`, brackets included, tokenizes to: resolve_grammar_tokens binds it), each
+  // negated by a leading '!' (any one token but that).
+  bool parse_token_element(std::vector<GrammarElement>& out) {
+    const bool negated = peek() == '!';
+    if (negated) ++pos_;
+    const size_t start = pos_;  // at '<'
+    ++pos_;
+    const GrammarOp op = negated ? GrammarOp::kTokenNot : GrammarOp::kToken;
+    if (peek() == '[') {
+      ++pos_;
+      const size_t id_at = pos_;
+      uint64_t id = 0;
+      while (peek() >= '0' && peek() <= '9') {
+        id = id * 10 + static_cast<uint64_t>(peek() - '0');
+        if (id > 0x7FFFFFFF) return error(id_at, "a token id below 2^31");
+        ++pos_;
+      }
+      if (pos_ == id_at) return error(pos_, "a token id after '<['");
+      if (peek() != ']') return error(pos_, "']' after the token id");
+      ++pos_;
+      if (peek() != '>') return error(pos_, "'>' closing the token element");
+      ++pos_;
+      out.push_back({op, static_cast<uint32_t>(id)});
+    } else {
+      while (!at_end() && peek() != '>' && peek() != '\n') ++pos_;
+      if (peek() != '>') return error(pos_, "'>' closing the token element");
+      ++pos_;
+      const std::string text(src_.substr(start, pos_ - start));
+      if (text == "<>") return error(start + 1, "a token's text or [id] inside '<>'");
+      auto at = std::find(token_texts_.begin(), token_texts_.end(), text);
+      if (at == token_texts_.end()) at = token_texts_.insert(token_texts_.end(), text);
+      const auto index = static_cast<uint32_t>(at - token_texts_.begin());
+      out.push_back({op, Grammar::kTokenText | index});
+    }
+    has_tokens_ = true;
+    return true;
+  }
+
   // --- rules ---------------------------------------------------------------------------
   uint32_t symbol_id(const std::string& name) {
     auto [it, inserted] = ids_.try_emplace(name, static_cast<uint32_t>(names_.size()));
@@ -295,10 +335,7 @@ class Parser {
         ++pos_;
         out.push_back({GrammarOp::kRuleRef, sub});
       } else if (c == '<' || (c == '!' && peek(1) == '<')) {
-        // llama.cpp's whole-token elements: this matcher follows text, not token ids.
-        return refuse(pos_,
-                      "token elements (<[id]>, <token>, !<...>) are not supported; "
-                      "write the token's text as a string");
+        if (!parse_token_element(out)) return false;
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (!have_sym) return error(pos_, "something to repeat before '" + std::string(1, c) + "'");
         int64_t lo = 0;
@@ -413,6 +450,8 @@ class Parser {
     g.names = std::move(names_);
     g.root = root->second;
     g.empty_loops = empty_loops;
+    g.has_tokens = has_tokens_;
+    g.token_texts = std::move(token_texts_);
     return g;
   }
 
@@ -436,8 +475,7 @@ class Parser {
           if (at_front)
             edges.push_back({r, e.value, next == GrammarOp::kAlt || next == GrammarOp::kEnd});
           at_front = at_front && nullable[e.value];
-        } else if (e.op == GrammarOp::kChar || e.op == GrammarOp::kCharNot ||
-                   e.op == GrammarOp::kCharAny) {
+        } else if (is_terminal(e.op)) {
           at_front = false;
         }
       }
@@ -465,8 +503,7 @@ class Parser {
             alt_in = true;
           } else if (e.op == GrammarOp::kRuleRef) {
             alt_in = alt_in && in[e.value];
-          } else if (e.op == GrammarOp::kChar || e.op == GrammarOp::kCharNot ||
-                     e.op == GrammarOp::kCharAny) {
+          } else if (is_terminal(e.op)) {
             alt_in = alt_in && chars;
           }
         }
@@ -524,6 +561,8 @@ class Parser {
   std::string_view src_;
   size_t pos_ = 0;
   std::optional<ParseError> err_;
+  bool has_tokens_ = false;
+  std::vector<std::string> token_texts_;  // the texts of <text> elements
   std::map<std::string, uint32_t> ids_;
   std::map<uint32_t, size_t> first_ref_;
   std::set<uint32_t> generated_;
@@ -537,6 +576,38 @@ class Parser {
 
 Result<Grammar> parse_grammar(std::string_view text) {
   return Parser(text).run();
+}
+
+Result<std::shared_ptr<const Grammar>> resolve_grammar_tokens(
+    std::shared_ptr<const Grammar> grammar, int32_t n_vocab,
+    const std::function<std::vector<int32_t>(std::string_view)>& lookup) {
+  if (!grammar->has_tokens) return grammar;
+  std::vector<int32_t> ids;  // by token_texts index
+  for (const std::string& text : grammar->token_texts) {
+    std::vector<int32_t> tokens = lookup(text);
+    if (tokens.size() != 1) {
+      return make_error(ErrorCode::kUsage,
+                        format("the grammar's token element %s is %zu tokens in this "
+                               "vocabulary, not one (write <[id]> or the text as a string)",
+                               text.c_str(), tokens.size()));
+    }
+    ids.push_back(tokens[0]);
+  }
+  auto bound = std::make_shared<Grammar>(*grammar);
+  for (std::vector<GrammarElement>& rule : bound->rules) {
+    for (GrammarElement& e : rule) {
+      if (!is_token_element(e.op)) continue;
+      if (e.value & Grammar::kTokenText) {
+        e.value = static_cast<uint32_t>(ids[e.value & ~Grammar::kTokenText]);
+      } else if (e.value >= static_cast<uint32_t>(n_vocab)) {
+        return make_error(ErrorCode::kUsage,
+                          format("the grammar's token element <[%u]> is outside the "
+                                 "vocabulary of %d tokens",
+                                 e.value, n_vocab));
+      }
+    }
+  }
+  return std::shared_ptr<const Grammar>(std::move(bound));
 }
 
 }  // namespace qrun

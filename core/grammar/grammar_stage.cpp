@@ -3,6 +3,7 @@
 // same answers as allows() on each), accept() to advance the matcher.
 #include "core/grammar/grammar_stage.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -27,6 +28,7 @@ class GrammarStage final : public ConstraintStage {
     if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return false;
     const auto t = static_cast<size_t>(token);
     if (is_end(t)) return matcher_.can_end();
+    if (matcher_.token_allows(token)) return true;
     if (pieces_[t].empty()) return false;
     Result<bool> ok = matcher_.can_accept(pieces_[t]);
     if (!ok.ok()) {
@@ -48,7 +50,8 @@ class GrammarStage final : public ConstraintStage {
     const bool can_end = matcher_.can_end();
     for (size_t i = 0; i < ids.size(); ++i) {
       const auto t = static_cast<size_t>(ids[i]);
-      const bool ok = ids[i] >= 0 && t < pieces_.size() && (is_end(t) ? can_end : allowed_[t] != 0);
+      const bool ok = ids[i] >= 0 && t < pieces_.size() &&
+                      (is_end(t) ? can_end : allowed_[t] != 0 || matcher_.token_allows(ids[i]));
       allowed[i] = ok ? 1 : 0;
     }
   }
@@ -62,6 +65,7 @@ class GrammarStage final : public ConstraintStage {
     allowed_.resize(pieces_.size());
     std::optional<Error> err = matcher_.can_accept_all(vocab_->trie, wanted_, allowed_);
     if (err && !error_) error_ = std::move(err);
+    matcher_.allow_token_elements(allowed_);
     const uint8_t can_end = matcher_.can_end() ? 1 : 0;
     for (size_t t = 0; t < n; ++t) mask[t] = is_eog_[t] != 0 ? can_end : allowed_[t];
     std::fill(mask.begin() + static_cast<ptrdiff_t>(n), mask.end(), uint8_t{0});
@@ -80,6 +84,7 @@ class GrammarStage final : public ConstraintStage {
     allowed_.resize(pieces_.size());  // can_accept_all sets every entry
     std::optional<Error> err = matcher_.can_accept_all(vocab_->trie, wanted_, allowed_);
     if (err && !error_) error_ = std::move(err);
+    matcher_.allow_token_elements(allowed_);
     const bool can_end = matcher_.can_end();
     bool any = false;
     for (TokenCandidate& item : c.items) {
@@ -109,7 +114,7 @@ class GrammarStage final : public ConstraintStage {
     if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return;
     const auto t = static_cast<size_t>(token);
     if (is_end(t)) return;
-    Result<bool> ok = matcher_.accept(pieces_[t]);
+    Result<bool> ok = matcher_.accept_token(token, pieces_[t]);
     if (!ok.ok() && !error_) error_ = ok.error();
   }
 
@@ -134,9 +139,12 @@ class GrammarStage final : public ConstraintStage {
 
 }  // namespace
 
-std::shared_ptr<const GrammarVocab> make_grammar_vocab(std::vector<std::string> pieces) {
+std::shared_ptr<const GrammarVocab> make_grammar_vocab(
+    std::vector<std::string> pieces,
+    std::function<std::vector<int32_t>(std::string_view)> tokenize) {
   auto vocab = std::make_shared<GrammarVocab>();
   vocab->pieces = std::move(pieces);
+  vocab->tokenize = std::move(tokenize);
   vocab->trie = VocabTrie(vocab->pieces, {});
   return vocab;
 }
@@ -145,6 +153,19 @@ Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(
     std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
     std::vector<uint8_t> is_eog) {
   QRUN_CHECK(vocab != nullptr, "grammar stage without a vocabulary");
+  if (grammar->has_tokens) {
+    const GrammarVocab& v = *vocab;
+    auto by_piece = [&v](std::string_view text) {
+      const auto at = std::find(v.pieces.begin(), v.pieces.end(), text);
+      if (at == v.pieces.end()) return std::vector<int32_t>();
+      return std::vector<int32_t>{static_cast<int32_t>(at - v.pieces.begin())};
+    };
+    Result<std::shared_ptr<const Grammar>> bound = resolve_grammar_tokens(
+        std::move(grammar), static_cast<int32_t>(v.pieces.size()),
+        v.tokenize ? v.tokenize : std::function<std::vector<int32_t>(std::string_view)>(by_piece));
+    if (!bound.ok()) return bound.error();
+    grammar = std::move(*bound);
+  }
   Result<GrammarMatcher> matcher = GrammarMatcher::create(std::move(grammar));
   if (!matcher.ok()) return matcher.error();
   return std::unique_ptr<ConstraintStage>(

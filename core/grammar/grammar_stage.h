@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/grammar/grammar.h"
@@ -21,11 +23,18 @@ namespace qrun {
 struct GrammarVocab {
   std::vector<std::string> pieces;  // pieces[id]: token id's text
   VocabTrie trie;                   // every token with a non-empty piece
+  // The tokens a text is (special tokens parsed), to bind the grammar's <text> token
+  // elements; null: the tokens whose piece is the text.
+  std::function<std::vector<int32_t>(std::string_view)> tokenize;
 };
-std::shared_ptr<const GrammarVocab> make_grammar_vocab(std::vector<std::string> pieces);
+std::shared_ptr<const GrammarVocab> make_grammar_vocab(
+    std::vector<std::string> pieces,
+    std::function<std::vector<int32_t>(std::string_view)> tokenize = nullptr);
 
 // pieces[id] is token id's text; is_eog[id] marks end-of-generation tokens. Tokens with an
-// empty piece that are not end-of-generation are never allowed. If no token fits at some
+// empty piece that are not end-of-generation are allowed only by token elements (<[id]>),
+// which take a token whole by id. The grammar's <text> elements are bound to the vocabulary
+// first (kUsage when one is not a single token, or <[id]> is outside it). If no token fits at some
 // point (the vocabulary cannot spell what the grammar needs), the end-of-generation tokens
 // are allowed so that generation ends. kRuntime if the grammar cannot start (too many
 // positions).
