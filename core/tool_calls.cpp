@@ -435,10 +435,12 @@ Result<nlohmann::ordered_json> tool_messages(ToolCallFormat format, const ToolSe
   return out;
 }
 
-Result<std::optional<std::string>> tool_call_grammar(ToolCallFormat format, const ToolSet& tools) {
-  if (!tools.active()) return std::optional<std::string>();
+Result<std::optional<ToolGrammar>> tool_call_grammar(ToolCallFormat format, const ToolSet& tools) {
+  using Out = std::optional<ToolGrammar>;
+  if (!tools.active()) return Out();
   const bool required = tools.choice.mode != ToolChoice::Mode::kAuto;
-  if (format != ToolCallFormat::kGeneric && !required) return std::optional<std::string>();
+  const bool lazy = !required && format == ToolCallFormat::kHermes;
+  if (format != ToolCallFormat::kGeneric && !required && !lazy) return Out();
   // Each tool's parameters alone first, so that a refusal names the tool and a path
   // within its parameters.
   for (size_t i = 0; i < tools.tools.size(); ++i) {
@@ -461,24 +463,26 @@ Result<std::optional<std::string>> tool_call_grammar(ToolCallFormat format, cons
   Result<std::string> gbnf = json_schema_to_grammar(schema.dump());
   if (!gbnf.ok()) return make_error(ErrorCode::kUsage, "tools: " + gbnf.error().message);
   if (format == ToolCallFormat::kGeneric || format == ToolCallFormat::kLlama3)
-    return std::optional<std::string>(std::move(*gbnf));
+    return Out(ToolGrammar{std::move(*gbnf), ""});
   // Hermes and Mistral wrap the call: the converter's root becomes one call.
   std::string text = std::move(*gbnf);
   const size_t root = text.rfind("root ::=", 0) == 0 ? 0 : text.find("\nroot ::=");
   if (root == std::string::npos) return make_error(ErrorCode::kRuntime, "no root rule");
   text.replace(root == 0 ? 0 : root + 1, 4, "qrun-tool-call");
   if (format == ToolCallFormat::kHermes) {
-    const char* more =
-        tools.parallel ? R"( ("\n<tool_call>\n" qrun-tool-call "\n</tool_call>")*)" : "";
-    text +=
-        R"(root ::= "<tool_call>\n" qrun-tool-call "\n</tool_call>")" + std::string(more) + "\n";
-  } else {
-    // [TOOL_CALLS] is a control token the grammar cannot write; the array alone is parsed
-    // as calls.
-    const char* more = tools.parallel ? R"( ("," qrun-tool-call)*)" : "";
-    text += R"(root ::= "[" qrun-tool-call)" + std::string(more) + " \"]\"\n";
+    // Each block as Qwen and Hermes write it, the newlines inside optional.
+    text += R"(qrun-tool-block ::= "<tool_call>" "\n"? qrun-tool-call "\n"? "</tool_call>")"
+            "\n";
+    text += tools.parallel ? R"(root ::= qrun-tool-block ("\n"? qrun-tool-block)*)"
+                             "\n"
+                           : "root ::= qrun-tool-block\n";
+    return Out(ToolGrammar{std::move(text), lazy ? "<tool_call>" : ""});
   }
-  return std::optional<std::string>(std::move(text));
+  // [TOOL_CALLS] is a control token the grammar cannot write; the array alone is parsed as
+  // calls.
+  const char* more = tools.parallel ? R"( ("," qrun-tool-call)*)" : "";
+  text += R"(root ::= "[" qrun-tool-call)" + std::string(more) + " \"]\"\n";
+  return Out(ToolGrammar{std::move(text), ""});
 }
 
 bool tool_calls_need_special_tokens(ToolCallFormat format) {

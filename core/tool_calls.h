@@ -70,10 +70,18 @@ Result<nlohmann::ordered_json> tool_messages(ToolCallFormat format, const ToolSe
 // Whether the template renders a system message (rather than refusing or dropping it).
 bool supports_system_role(const ChatTemplate& tmpl);
 
-// The GBNF that the reply must follow, or nullopt for none: always for kGeneric; for the
-// others only when a call is required (choice required or a named function). kUsage when
-// a tool's parameters are a schema the converter refuses (naming tools[i]).
-Result<std::optional<std::string>> tool_call_grammar(ToolCallFormat format, const ToolSet& tools);
+// The grammar that holds a reply to the format, and the text that starts it (llama.cpp's
+// lazy grammar: "" when it holds from the first token).
+struct ToolGrammar {
+  std::string gbnf;
+  std::string trigger;
+};
+// The grammar for a reply, or nullopt for none. kGeneric: always. A required call (choice
+// required or a named function): the call, from the first token. kHermes under auto: the
+// calls, once the model writes <tool_call> (their JSON then follows the tools' schemas).
+// Llama 3 and Mistral under auto: none (their calls have no opener the text can show).
+// kUsage when a tool's parameters are a schema the converter refuses (naming tools[i]).
+Result<std::optional<ToolGrammar>> tool_call_grammar(ToolCallFormat format, const ToolSet& tools);
 
 // Whether generation must render control tokens as text for the parse to see the format's
 // markers (Mistral's [TOOL_CALLS] and [ARGS] are control tokens).

@@ -332,6 +332,50 @@ TEST(GrammarStage, MasksEverythingTheGrammarForbids) {
   EXPECT_FALSE(s.allows(1));
 }
 
+// A lazy grammar lets everything through until its trigger shows in the text (here split
+// over two tokens, "y" then "es"), then holds the text from the trigger on; text there the
+// grammar cannot take lifts it. reset() waits for the trigger again.
+TEST(GrammarStage, LazyGrammarWaitsForItsTrigger) {
+  ToyVocab v;
+  auto vocab = make_grammar_vocab(v.pieces);
+  Result<std::unique_ptr<ConstraintStage>> made =
+      make_grammar_stage(parse_ok(R"(root ::= "yes" "no"? "o")"), vocab, v.eog, "yes");
+  ASSERT_TRUE(made.ok());
+  ConstraintStage& s = **made;
+  for (int32_t t = 0; t < 11; ++t) EXPECT_TRUE(s.allows(t)) << t;  // EOS and "maybe" too
+  s.accept(7);                                                     // "maybe"
+  s.accept(3);                                                     // "y"
+  EXPECT_TRUE(s.allows(7));
+  s.accept(4);  // "es": "yes" is complete, and the grammar holds from its "y"
+  EXPECT_FALSE(s.allows(7));
+  EXPECT_FALSE(s.allows(0));
+  EXPECT_TRUE(s.allows(2));  // "no"
+  EXPECT_TRUE(s.allows(6));  // "o"
+  std::mt19937 rng(0);
+  CandidateList c;
+  for (int32_t i = 0; i < 11; ++i) c.items.push_back({i, 1.0f});
+  s.apply(c, rng);
+  for (int32_t i = 0; i < 11; ++i)
+    EXPECT_EQ(c.items[i].logit != -std::numeric_limits<float>::infinity(), s.allows(i)) << i;
+  s.accept(6);
+  EXPECT_TRUE(s.complete());
+  EXPECT_TRUE(s.allows(0));
+
+  s.reset();
+  EXPECT_FALSE(s.complete());
+  EXPECT_TRUE(s.allows(7));
+  s.accept(1);  // "yes" at once
+  EXPECT_FALSE(s.allows(1));
+  // Text from the trigger on that the grammar cannot take lifts it.
+  Result<std::unique_ptr<ConstraintStage>> strict =
+      make_grammar_stage(parse_ok(R"(root ::= "n" "o")"), vocab, v.eog, "y");
+  ASSERT_TRUE(strict.ok());
+  (*strict)->accept(1);  // "yes": "y" triggers, "es" does not fit
+  EXPECT_TRUE((*strict)->allows(7));
+  EXPECT_FALSE((*strict)->complete());
+  EXPECT_FALSE((*strict)->error().has_value());
+}
+
 TEST(GrammarStage, SamplerFastPathResamplesOnlyWhenThePickIsRejected) {
   ToyVocab v;
   Result<std::unique_ptr<ConstraintStage>> stage =

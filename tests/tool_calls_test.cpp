@@ -274,11 +274,14 @@ bool matches(const std::string& gbnf, const std::string& s) {
   return ok.ok() && *ok && m->can_end();
 }
 
-std::string grammar_for(ToolCallFormat format, const ToolSet& tools) {
-  Result<std::optional<std::string>> g = tool_call_grammar(format, tools);
+std::string grammar_for(ToolCallFormat format, const ToolSet& tools,
+                        const std::string& trigger = "") {
+  Result<std::optional<ToolGrammar>> g = tool_call_grammar(format, tools);
   EXPECT_TRUE(g.ok()) << g.error().message;
   EXPECT_TRUE(g.ok() && g->has_value());
-  return g.ok() && *g ? **g : std::string();
+  if (!g.ok() || !*g) return "";
+  EXPECT_EQ((*g)->trigger, trigger);
+  return (*g)->gbnf;
 }
 
 TEST(ToolCalls, GenericGrammarAllowsCallsOrAResponse) {
@@ -309,11 +312,22 @@ TEST(ToolCalls, GenericGrammarAllowsCallsOrAResponse) {
       matches(only, R"({"tool_call": {"name": "get_weather", "arguments": {"city": "X"}}})"));
 }
 
-TEST(ToolCalls, KnownFormatsConstrainOnlyRequiredCalls) {
-  Result<std::optional<std::string>> none =
-      tool_call_grammar(ToolCallFormat::kHermes, weather_tools());
-  ASSERT_TRUE(none.ok());
-  EXPECT_FALSE(none->has_value());
+TEST(ToolCalls, KnownFormatsConstrainRequiredCallsAndHermesOnceItsCallOpens) {
+  for (ToolCallFormat f : {ToolCallFormat::kLlama3, ToolCallFormat::kMistral}) {
+    Result<std::optional<ToolGrammar>> none = tool_call_grammar(f, weather_tools());
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->has_value()) << tool_call_format_name(f);
+  }
+  const ToolSet off = weather_tools(ToolChoice::Mode::kNone);
+  EXPECT_FALSE(tool_call_grammar(ToolCallFormat::kGeneric, off)->has_value());
+  // Under auto a Hermes reply is free until <tool_call>, then held to the calls.
+  const std::string lazy =
+      grammar_for(ToolCallFormat::kHermes, weather_tools(), /*trigger=*/"<tool_call>");
+  EXPECT_TRUE(matches(lazy, R"(<tool_call>{"name": "get_time", "arguments": {"zone": "Z"}})"
+                            R"(</tool_call>)"));
+  EXPECT_FALSE(matches(lazy,
+                       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
+                       "</tool_call>"));  // zone is required
 
   const ToolSet required = weather_tools(ToolChoice::Mode::kRequired);
   const std::string hermes = grammar_for(ToolCallFormat::kHermes, required);
@@ -338,7 +352,7 @@ TEST(ToolCalls, KnownFormatsConstrainOnlyRequiredCalls) {
 
   ToolSet bad = weather_tools(ToolChoice::Mode::kRequired);
   bad.tools[0]["function"]["parameters"] = Json::parse(R"({"not": {"type": "string"}})");
-  Result<std::optional<std::string>> refused = tool_call_grammar(ToolCallFormat::kHermes, bad);
+  Result<std::optional<ToolGrammar>> refused = tool_call_grammar(ToolCallFormat::kHermes, bad);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("'not'"), std::string::npos) << refused.error().message;
 }

@@ -47,6 +47,7 @@ struct CompletionRequest {
   // response_format json_object or json_schema: the grammar the output must follow; null
   // for text (the server's --grammar / --json-schema, if any, then applies).
   std::shared_ptr<const Grammar> grammar;
+  std::string grammar_trigger;  // a lazy grammar's trigger (tool calls), "" for none
   // /v1/chat/completions: tools, tool_choice and parallel_tool_calls (default false, as
   // llama-server: one call per reply).
   ToolSet tools;

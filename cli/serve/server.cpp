@@ -182,7 +182,8 @@ void Server::install(httplib::Server& http, size_t max_body_bytes) {
   });
 }
 
-Result<void> Server::attach(std::shared_ptr<const Grammar> grammar, bool chat, Sampler& sampler) {
+Result<void> Server::attach(std::shared_ptr<const Grammar> grammar, std::string trigger, bool chat,
+                            Sampler& sampler) {
   if (grammar == nullptr) return {};
   const Tokenizer& tokenizer = *s_.tokenizer;
   const int32_t n_vocab = tokenizer.n_vocab();
@@ -193,7 +194,7 @@ Result<void> Server::attach(std::shared_ptr<const Grammar> grammar, bool chat, S
     is_eog[i] = chat ? (i < end_of_turn_.size() && end_of_turn_[i]) : tokenizer.is_eog(id);
   }
   Result<std::unique_ptr<ConstraintStage>> stage =
-      make_grammar_stage(std::move(grammar), vocab_, std::move(is_eog));
+      make_grammar_stage(std::move(grammar), vocab_, std::move(is_eog), std::move(trigger));
   if (!stage.ok()) return stage.error();
   sampler.set_constraint(std::move(*stage));
   return {};
@@ -346,14 +347,14 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
       }
       *messages = std::move(*with_tools);
       if (tool_format_ != ToolCallFormat::kGeneric) options.tools = tools.tools;
-      Result<std::optional<std::string>> gbnf = tool_call_grammar(tool_format_, tools);
+      Result<std::optional<ToolGrammar>> gbnf = tool_call_grammar(tool_format_, tools);
       if (!gbnf.ok()) {
         error.message = gbnf.error().message;
         error.param = "tools";
         return send_error(res, error);
       }
       if (*gbnf) {
-        Result<Grammar> grammar = parse_grammar(**gbnf);
+        Result<Grammar> grammar = parse_grammar((*gbnf)->gbnf);
         if (!grammar.ok()) {
           return send_error(
               res,
@@ -361,6 +362,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
                            "server_error"));
         }
         g->request.grammar = std::make_shared<const Grammar>(std::move(*grammar));
+        g->request.grammar_trigger = (*gbnf)->trigger;
       }
     }
     if (tokenizer.bos() != kNoToken) options.bos_token = tokenizer.token_text(tokenizer.bos());
@@ -399,7 +401,8 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
   if (!r.seed && config_.sampling.seed < 0) sp.seed = std::random_device{}();
   SeqRequest seq;
   seq.sampler = make_sampler(sp);
-  if (Result<void> a = attach(r.grammar ? r.grammar : config_.sampling.grammar, chat, seq.sampler);
+  if (Result<void> a = attach(r.grammar ? r.grammar : config_.sampling.grammar,
+                              r.grammar ? r.grammar_trigger : "", chat, seq.sampler);
       !a.ok()) {
     return send_error(res, server_error(500, a.error().message, "server_error"));
   }

@@ -62,8 +62,10 @@ class Server {
  private:
   void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
   // Makes `grammar` the constraint of `sampler`, with the end-of-generation tokens of the
-  // endpoint (a chat's end-of-turn tokens). kRuntime if the grammar cannot start.
-  Result<void> attach(std::shared_ptr<const Grammar> grammar, bool chat, Sampler& sampler);
+  // endpoint (a chat's end-of-turn tokens); lazy from `trigger` when there is one.
+  // kRuntime if the grammar cannot start.
+  Result<void> attach(std::shared_ptr<const Grammar> grammar, std::string trigger, bool chat,
+                      Sampler& sampler);
 
   Session& s_;
   int64_t slot_ctx_ = 0;

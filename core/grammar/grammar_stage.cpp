@@ -13,11 +13,13 @@ namespace {
 class GrammarStage final : public ConstraintStage {
  public:
   GrammarStage(GrammarMatcher matcher, std::shared_ptr<const GrammarVocab> vocab,
-               std::vector<uint8_t> is_eog)
+               std::vector<uint8_t> is_eog, std::string trigger)
       : matcher_(std::move(matcher)),
         vocab_(std::move(vocab)),
         pieces_(vocab_->pieces),
-        is_eog_(std::move(is_eog)) {
+        is_eog_(std::move(is_eog)),
+        trigger_(std::move(trigger)),
+        waiting_(!trigger_.empty()) {
     // One flag for every token, so that the loops over the vocabulary test no bounds.
     if (is_eog_.size() < pieces_.size()) is_eog_.resize(pieces_.size(), 0);
   }
@@ -26,6 +28,7 @@ class GrammarStage final : public ConstraintStage {
 
   bool allows(int32_t token) override {
     if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return false;
+    if (unconstrained()) return true;
     const auto t = static_cast<size_t>(token);
     if (is_end(t)) return matcher_.can_end();
     if (matcher_.token_allows(token)) return true;
@@ -39,6 +42,11 @@ class GrammarStage final : public ConstraintStage {
   }
 
   void allows_each(std::span<const int32_t> ids, std::span<uint8_t> allowed) override {
+    if (unconstrained()) {
+      for (size_t i = 0; i < ids.size(); ++i)
+        allowed[i] = ids[i] >= 0 && static_cast<size_t>(ids[i]) < pieces_.size() ? 1 : 0;
+      return;
+    }
     // The ends answer can_end(); the rest go through one walk of their trie paths.
     some_.clear();
     for (const int32_t id : ids) {
@@ -60,6 +68,11 @@ class GrammarStage final : public ConstraintStage {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     // The tokens allows() would be asked about: in the vocabulary, not -inf, not an end.
     const size_t n = std::min(logits.size(), pieces_.size());
+    if (unconstrained()) {
+      std::fill(mask.begin(), mask.begin() + static_cast<ptrdiff_t>(n), uint8_t{1});
+      std::fill(mask.begin() + static_cast<ptrdiff_t>(n), mask.end(), uint8_t{0});
+      return;
+    }
     wanted_.assign(pieces_.size(), 0);
     for (size_t t = 0; t < n; ++t) wanted_[t] = (logits[t] != kNegInf) & (is_eog_[t] == 0);
     allowed_.resize(pieces_.size());
@@ -72,6 +85,7 @@ class GrammarStage final : public ConstraintStage {
   }
 
   void apply(CandidateList& c, std::mt19937& /*rng*/) override {
+    if (unconstrained()) return;
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     // The tokens allows() would be asked about: in the vocabulary, not -inf, not an end.
     wanted_.assign(pieces_.size(), 0);
@@ -113,19 +127,40 @@ class GrammarStage final : public ConstraintStage {
   void accept(int32_t token) override {
     if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return;
     const auto t = static_cast<size_t>(token);
-    if (is_end(t)) return;
+    if (is_end(t) || lifted_) return;
+    if (waiting_) {
+      seen_ += pieces_[t];
+      const size_t at = seen_.find(trigger_);
+      if (at == std::string::npos) {
+        // Keep only what could still be the trigger's beginning.
+        if (seen_.size() >= trigger_.size()) seen_.erase(0, seen_.size() - trigger_.size() + 1);
+        return;
+      }
+      waiting_ = false;
+      Result<bool> ok = matcher_.accept(std::string_view(seen_).substr(at));
+      lifted_ = !ok.ok() || !*ok;
+      seen_.clear();
+      return;
+    }
     Result<bool> ok = matcher_.accept_token(token, pieces_[t]);
     if (!ok.ok() && !error_) error_ = ok.error();
   }
 
-  bool complete() const override { return matcher_.must_end(); }
+  bool complete() const override { return !unconstrained() && matcher_.must_end(); }
 
-  void reset() override { matcher_.reset(); }
+  void reset() override {
+    matcher_.reset();
+    waiting_ = !trigger_.empty();
+    lifted_ = false;
+    seen_.clear();
+  }
 
   std::optional<Error> error() const override { return error_; }
 
  private:
   bool is_end(size_t t) const { return t < is_eog_.size() && is_eog_[t] != 0; }
+  // A lazy grammar before its trigger, or after text it could not take.
+  bool unconstrained() const { return waiting_ || lifted_; }
 
   GrammarMatcher matcher_;
   std::shared_ptr<const GrammarVocab> vocab_;
@@ -135,6 +170,10 @@ class GrammarStage final : public ConstraintStage {
   std::vector<uint8_t> allowed_;  // the scratch of apply(), allows_all(), allows_each(), by id
   std::vector<int32_t> some_;     // allows_each()'s scratch: the ids the trie answers
   std::optional<Error> error_;
+  std::string trigger_;  // "" for a grammar that holds from the start
+  bool waiting_;         // the trigger has not come yet
+  bool lifted_ = false;  // the text from the trigger on did not fit the grammar
+  std::string seen_;     // while waiting: the text that may hold the trigger's start
 };
 
 }  // namespace
@@ -151,7 +190,7 @@ std::shared_ptr<const GrammarVocab> make_grammar_vocab(
 
 Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(
     std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
-    std::vector<uint8_t> is_eog) {
+    std::vector<uint8_t> is_eog, std::string trigger) {
   QRUN_CHECK(vocab != nullptr, "grammar stage without a vocabulary");
   if (grammar->has_tokens) {
     const GrammarVocab& v = *vocab;
@@ -168,8 +207,8 @@ Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(
   }
   Result<GrammarMatcher> matcher = GrammarMatcher::create(std::move(grammar));
   if (!matcher.ok()) return matcher.error();
-  return std::unique_ptr<ConstraintStage>(
-      std::make_unique<GrammarStage>(std::move(*matcher), std::move(vocab), std::move(is_eog)));
+  return std::unique_ptr<ConstraintStage>(std::make_unique<GrammarStage>(
+      std::move(*matcher), std::move(vocab), std::move(is_eog), std::move(trigger)));
 }
 
 Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(std::shared_ptr<const Grammar> grammar,

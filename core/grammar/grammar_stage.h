@@ -41,9 +41,13 @@ std::shared_ptr<const GrammarVocab> make_grammar_vocab(
 Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(std::shared_ptr<const Grammar> grammar,
                                                             std::vector<std::string> pieces,
                                                             std::vector<uint8_t> is_eog);
-// The same on a vocabulary built once.
+// The same on a vocabulary built once. With a `trigger` the grammar is lazy (llama.cpp's
+// lazy grammars, which tool calling uses): every token passes until the text generated
+// contains the trigger, and from there on the grammar holds the text from the trigger on.
+// Text from the trigger on that the grammar cannot take lifts the constraint for the rest of
+// the generation instead of failing it.
 Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(
     std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
-    std::vector<uint8_t> is_eog);
+    std::vector<uint8_t> is_eog, std::string trigger = "");
 
 }  // namespace qrun
