@@ -27,6 +27,7 @@ enum class Op {
   kAdd,        // dtype: kF32
   kScale,      // dtype: kF32
   kSoftcap,    // dtype: kF32
+  kMoeRows,    // dtype: kF32 (gather_rows and weighted_row_sum, a mixture-of-experts layer's)
 };
 inline const char* op_name(Op op) {
   switch (op) {
@@ -52,6 +53,8 @@ inline const char* op_name(Op op) {
       return "scale";
     case Op::kSoftcap:
       return "softcap";
+    case Op::kMoeRows:
+      return "moe_rows";
   }
   return "?";
 }
@@ -258,6 +261,17 @@ class Backend {
 
   // out[i] = cap * tanh(x[i] * (1 / cap)) (Gemma's logit soft-capping). out may alias x.
   virtual void softcap(const float* x, int64_t n, float cap, float* out) = 0;
+
+  // The row moves of a mixture-of-experts layer, whose tokens are grouped by expert so that
+  // each expert's matrices run once over all of its tokens. gather_rows:
+  // out[i] = x[rows[i]] for rows of n floats (out: [rows.size(), n]; out must not overlap x).
+  // weighted_row_sum: out[t] = sum over j < k of weights[t k + j] * src[rows[t k + j]] for
+  // t < rows.size() / k, rows of n floats, summed as llama.cpp sums its experts' outputs:
+  // each product rounded to float, then added in j order, ((p0 + p1) + p2) + ...
+  // (out must not overlap src). The defaults work in host memory.
+  virtual void gather_rows(const float* x, int64_t n, std::span<const int32_t> rows, float* out);
+  virtual void weighted_row_sum(const float* src, int64_t n, std::span<const int32_t> rows,
+                                std::span<const float> weights, int64_t k, float* out);
 
   // A backend may keep a KV cache layer in memory of its own (CUDA), which kv_store writes
   // and attention reads, leaving the host rows of the view stale. kv_to_host copies the

@@ -145,6 +145,16 @@ void SplitBackend::softcap(const float* x, int64_t n, float cap, float* out) {
   current_->softcap(x, n, cap, out);
 }
 
+void SplitBackend::gather_rows(const float* x, int64_t n, std::span<const int32_t> rows,
+                               float* out) {
+  current_->gather_rows(x, n, rows, out);
+}
+
+void SplitBackend::weighted_row_sum(const float* src, int64_t n, std::span<const int32_t> rows,
+                                    std::span<const float> weights, int64_t k, float* out) {
+  current_->weighted_row_sum(src, n, rows, weights, k, out);
+}
+
 void SplitBackend::kv_to_host(const KvLayerView& cache) {
   first_->kv_to_host(cache);
   second_->kv_to_host(cache);

@@ -1,9 +1,9 @@
 // Two backends sharing one model, as -ngl N splits it: the weights of some layers are
 // placed on the second backend (a GPU), the rest on the first (the CPU). Each op runs where
 // its weights are (a matmul's matrix, a norm's weight); an op without weights (RoPE, KV
-// store, attention, the gated activations, add, scale, softcap) runs where the op before it
-// ran, which in a decoder is the layer it belongs to. get_rows always runs on the first
-// backend (the embedding is looked up on the host, as llama.cpp does). This is how
+// store, attention, the gated activations, add, scale, softcap, the experts' row moves) runs where
+// the op before it ran, which in a decoder is the layer it belongs to. get_rows always runs on the
+// first backend (the embedding is looked up on the host, as llama.cpp does). This is how
 // llama.cpp's scheduler assigns a graph's nodes to backends: by weight, then spread to the
 // neighbours.
 // Memory: the second backend is never given the model's scratch scope, so each of its ops
@@ -76,6 +76,9 @@ class SplitBackend final : public Backend {
   void add(const float* a, const float* b, int64_t n, float* out) override;
   void scale(const float* x, int64_t n, float s, float* out) override;
   void softcap(const float* x, int64_t n, float cap, float* out) override;
+  void gather_rows(const float* x, int64_t n, std::span<const int32_t> rows, float* out) override;
+  void weighted_row_sum(const float* src, int64_t n, std::span<const int32_t> rows,
+                        std::span<const float> weights, int64_t k, float* out) override;
   // To both: each acts on the layers it holds.
   void kv_to_host(const KvLayerView& cache) override;
   void kv_from_host(const KvLayerView& cache) override;

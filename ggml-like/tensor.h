@@ -40,6 +40,17 @@ struct Tensor {
     t.data = row(first);
     return t;
   }
+  // Matrix i of a 3-D tensor ([n_in, n_out, n_matrices]: a mixture-of-experts layer's
+  // experts, one matrix each), as a matrix sharing this one's data. Same name.
+  Tensor matrix(int64_t i) const {
+    QRUN_CHECK(n_dims <= 3 && ne[3] == 1 && i >= 0 && i < ne[2], "matrix %lld of a tensor of %lld",
+               static_cast<long long>(i), static_cast<long long>(ne[2]));
+    Tensor t = *this;
+    t.n_dims = 2;
+    t.ne[2] = 1;
+    t.data = row(i * ne[1]);
+    return t;
+  }
 };
 
 }  // namespace qrun

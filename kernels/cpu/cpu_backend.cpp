@@ -102,6 +102,7 @@ bool CpuBackend::supports(Op op, DType type) const {
     case Op::kAdd:
     case Op::kScale:
     case Op::kSoftcap:
+    case Op::kMoeRows:
       return type == DType::kF32;
   }
   return false;

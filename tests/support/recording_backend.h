@@ -114,6 +114,15 @@ class RecordingBackend final : public Backend {
     ops_.emplace_back("softcap");
     inner_.softcap(x, n, cap, out);
   }
+  void gather_rows(const float* x, int64_t n, std::span<const int32_t> rows, float* out) override {
+    ops_.emplace_back("gather_rows");
+    inner_.gather_rows(x, n, rows, out);
+  }
+  void weighted_row_sum(const float* src, int64_t n, std::span<const int32_t> rows,
+                        std::span<const float> weights, int64_t k, float* out) override {
+    ops_.emplace_back("weighted_row_sum");
+    inner_.weighted_row_sum(src, n, rows, weights, k, out);
+  }
   void begin_scratch(std::span<const std::span<float>> buffers) override {
     ops_.emplace_back("begin_scratch");
     inner_.begin_scratch(buffers);
