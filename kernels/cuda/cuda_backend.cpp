@@ -15,13 +15,14 @@ QRUN_CUDA_NAMESPACE_BEGIN
 
 namespace {
 
-// Scratch slots.
-enum Slot { kIn0, kIn1, kOut, kAux, kAttnScratch, kGemm };
-
 // From this many tokens on, a quantized matmul dequantizes the weights to F16 tiles and
 // multiplies them through cuBLAS (ops_gemm.cu) instead of running MMVQ, which reads the
 // weights once per token: the dequantized tile costs about as much traffic as four passes.
 constexpr int64_t kGemmMinTokens = 5;
+
+// The most rows of an F32 matrix that a prefill multiplies in float (mmv_float) rather
+// than through the F16 GEMM: a mixture of experts' router has at most 512 (kMaxExperts).
+constexpr int64_t kMaxExactF32Rows = 512;
 
 // The most elements a gated activation quantizes for the matmul after it: it cannot tell
 // a decode step's few rows (mmvq) from a prefill chunk's many (gemm, which does not read
@@ -102,6 +103,7 @@ bool CudaBackend::supports(Op op, DType type) const {
     case Op::kAdd:
     case Op::kScale:
     case Op::kSoftcap:
+    case Op::kMoeRows:
       return type == DType::kF32;
   }
   return false;
@@ -235,6 +237,7 @@ void CudaBackend::sync_stream() {
   if (n_staged_ == 0) return;
   positions_queued_ = false;
   for (auto& [host, table] : block_tables_) table.queued = false;
+  for (StagedCopy& s : moe_rows_) s.queued = false;
   n_staged_ = 0;
 }
 
@@ -253,7 +256,11 @@ void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, floa
   const void* dw = device_matrix(w, layout);
   const float* dx = input(kIn0, x, n_tokens * n_in);
   float* dy = output(kOut, y, n_tokens * n_out);
-  if (n_tokens >= kGemmMinTokens && gemm_supports(w.type)) {
+  // F32 matrices of few rows, a mixture of experts' router above all (llama-quantize keeps
+  // it F32), stay in float: rounded to F16 for the GEMM, its logits move by ~1e-3, enough
+  // to swap two near-tied experts, and the output with them.
+  const bool exact = w.type == DType::kF32 && n_out <= kMaxExactF32Rows;
+  if (n_tokens >= kGemmMinTokens && gemm_supports(w.type) && !exact) {
     const size_t bytes = matmul_gemm_scratch_bytes(n_in, n_out, n_tokens);
     matmul_gemm(w.type, layout, dw, n_in, n_out, dx, n_tokens, dy, scratch(kGemm, bytes), bytes,
                 stream());
@@ -733,5 +740,4 @@ void CudaBackend::softcap(const float* x, int64_t n, float cap, float* out) {
   cuda::softcap(dx, n, cap, dout, stream());
   finish_output(out, dout, n);
 }
-
 QRUN_CUDA_NAMESPACE_END

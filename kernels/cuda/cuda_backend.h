@@ -32,7 +32,10 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -112,6 +115,11 @@ class CudaBackend final : public Backend {
   void add(const float* a, const float* b, int64_t n, float* out) override;
   void scale(const float* x, int64_t n, float s, float* out) override;
   void softcap(const float* x, int64_t n, float cap, float* out) override;
+  // The row ids (and weights) go to the device through pinned staging memory, so that a
+  // captured decode step holds their copies as it holds the positions'.
+  void gather_rows(const float* x, int64_t n, std::span<const int32_t> rows, float* out) override;
+  void weighted_row_sum(const float* src, int64_t n, std::span<const int32_t> rows,
+                        std::span<const float> weights, int64_t k, float* out) override;
   void kv_to_host(const KvLayerView& cache) override;
   void kv_from_host(const KvLayerView& cache) override;
   void kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n) override;
@@ -125,6 +133,8 @@ class CudaBackend final : public Backend {
   // the step's logits are out (the work that follows runs eagerly).
   void end_capture(bool early);
   void flush() { end_capture(true); }
+  // Scratch slots: an op's inputs, its output, and what else it needs on the device.
+  enum Slot { kIn0, kIn1, kOut, kAux, kAttnScratch, kGemm, kSlots };
   // Scratch slot `slot` (a device buffer that grows to the largest request and is then
   // reused) with at least `bytes`.
   void* scratch(int slot, size_t bytes);
@@ -193,8 +203,20 @@ class CudaBackend final : public Backend {
   // blocks: as many as any table can hold), so that a decode step that crosses into a new block
   // neither allocates nor waits.
   const int32_t* device_block_table(const int32_t* host, int64_t n, int64_t capacity);
+  // A small host array's device copy (gather_rows' and weighted_row_sum's row ids and
+  // weights), staged in pinned memory. Unlike the positions' it is copied on every use.
+  struct StagedCopy {
+    PinnedArray<uint8_t> staging;
+    DeviceArray<uint8_t> device;
+    bool queued = false;  // a copy from staging may not have run yet
+  };
+  // The bytes of `parts`, one after the other, copied to s's device memory (grown when
+  // short, which ends a capture; a copy from staging still queued waits first); returns it.
+  const uint8_t* upload_staged(StagedCopy& s,
+                               std::initializer_list<std::span<const std::byte>> parts);
   // Waits for all the work queued on the stream; then no copy from a staging buffer (the
-  // positions', a block table's) is still queued, and each may be written again at once.
+  // positions', a block table's, a StagedCopy's) is still queued, and each may be written
+  // again at once.
   void sync_stream();
   // Marks a staging buffer's flag: a copy from it is queued (n_staged_ counts the flags set).
   void staged(bool& queued);
@@ -228,7 +250,7 @@ class CudaBackend final : public Backend {
   // or a reused address cannot serve stale entries); cleared past kMaxBlockTables.
   static constexpr size_t kMaxBlockTables = 256;
   std::unordered_map<const int32_t*, BlockTableCopy> block_tables_;
-  DeviceArray<uint8_t> scratch_[6];  // by Slot (cuda_backend.cpp)
+  DeviceArray<uint8_t> scratch_[kSlots];  // by Slot
   // Decode attention's per-(token, head) counters (cuda::attention): zero between launches.
   DeviceArray<unsigned> attention_counters_;
   // The activations the kAux slot holds quantized (matmul): made from quantized_n_ floats
@@ -241,7 +263,10 @@ class CudaBackend final : public Backend {
   PinnedArray<int32_t> positions_;
   size_t n_positions_ = 0;
   bool positions_queued_ = false;
-  size_t n_staged_ = 0;  // staging buffers whose copy may not have run (positions, tables)
+  // gather_rows' rows and weighted_row_sum's rows and weights: one copy each, so that the
+  // two ops of a layer need not wait for each other's copy.
+  StagedCopy moe_rows_[2];
+  size_t n_staged_ = 0;  // staging buffers whose copy may not have run (positions, tables, moe)
   DeviceArray<int32_t> device_positions_;
   Stream stream_{};
   // Graphs: whether to use them; whether the stream is capturing; whether this scope ran a

@@ -40,6 +40,15 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out, Stream st
 void geglu(const float* gate, const float* up, int64_t n, float* out, Stream stream,
            BlockQ8_1* q = nullptr);
 
+// ---- mixture-of-experts row moves (ops_moe.cu); out must not overlap the source ----
+// Backend::gather_rows: out[i] = x[rows[i]] for i < n_rows, rows of n floats.
+void gather_rows(const float* x, int64_t n, const int32_t* rows, int64_t n_rows, float* out,
+                 Stream stream);
+// Backend::weighted_row_sum for t < n_out: out[t] = sum over j < k of
+// weights[t k + j] * src[rows[t k + j]], each product rounded, summed in j order.
+void weighted_row_sum(const float* src, int64_t n, const int32_t* rows, const float* weights,
+                      int64_t k, int64_t n_out, float* out, Stream stream);
+
 // Where position p of a cache layer is stored (KvLayerView::storage_row, for the kernels:
 // kv_storage_row in kv_rows.cuh): view row p % n_rows, which, when table is not null, lies
 // in block table[row >> block_shift] of 1 << block_shift rows. table is device memory.

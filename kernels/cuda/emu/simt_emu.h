@@ -134,6 +134,14 @@ inline int __dp4a(int a, int b, int c) {
   }
   return c;
 }
+// The GPU's float multiply and add rounded to nearest, which nvcc never fuses into an FMA:
+// plain operations, in a library compiled with -ffp-contract=off (emu/CMakeLists.txt).
+inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
 inline float rsqrtf(float x) {
   return 1.0f / std::sqrt(x);
 }
