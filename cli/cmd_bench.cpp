@@ -132,13 +132,27 @@ std::string utc_now() {
 }
 
 // Bytes of weights one decoded token reads: every tensor but the token embedding, one row
-// of the embedding, or the whole embedding when the output projection is tied to it.
+// of the embedding, or the whole embedding when the output projection is tied to it; of a
+// mixture of experts' expert tensors, the n_expert_used / n_expert a token runs through.
 size_t weight_bytes_per_token(const gguf::File& file) {
   const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
   const bool tied = file.find_tensor("output.weight") == nullptr;
+  const auto int_key = [&file](const std::string& key) {
+    Result<int64_t> v = file.get_int_or(key, 0);
+    return v.ok() ? *v : 0;
+  };
+  Result<std::string> arch = file.get_string_or("general.architecture", "");
+  const std::string a = arch.ok() ? *arch : "";
+  const int64_t n_expert = int_key(a + ".expert_count");
+  const int64_t n_used = int_key(a + ".expert_used_count");
+  const bool moe = n_expert > 0 && n_used > 0 && n_used <= n_expert;
+  const std::string_view experts_suffix = "_exps.weight";
   size_t bytes = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    if (&t != embd) bytes += t.n_bytes;
+    if (&t == embd) continue;
+    const bool expert = moe && std::string_view(t.name).ends_with(experts_suffix);
+    bytes += expert ? t.n_bytes / static_cast<size_t>(n_expert) * static_cast<size_t>(n_used)
+                    : t.n_bytes;
   }
   if (embd) bytes += tied ? embd->n_bytes : row_size(embd->type, embd->ne[0]);
   return bytes;

@@ -73,6 +73,14 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors,
       opt_int(m.n_embd).c_str(), opt_int(m.n_layer).c_str(), opt_int(m.n_head).c_str(),
       opt_int(m.n_head_kv).c_str(), opt_int(m.head_dim).c_str(), opt_int(m.n_ff).c_str(),
       opt_int(m.n_vocab).c_str());
+  if (m.n_expert > 0) {
+    std::printf(
+        "experts        %lld per layer, %s used per token, %s wide; %s parameters "
+        "active per token\n",
+        static_cast<long long>(m.n_expert), opt_int(m.n_expert_used).c_str(),
+        opt_int(m.n_ff_exp > 0 ? m.n_ff_exp : m.n_ff).c_str(),
+        human_count(static_cast<double>(m.n_active_params)).c_str());
+  }
   std::printf("context        %s tokens (trained)\n", opt_int(m.n_ctx_train).c_str());
   if (kv) {
     std::printf("kv cache       %lld tokens, %s: %s\n", static_cast<long long>(kv->n_ctx),
@@ -146,6 +154,10 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors,
       {"n_head_kv", opt(m.n_head_kv)},
       {"head_dim", opt(m.head_dim)},
       {"n_ff", opt(m.n_ff)},
+      {"n_expert", opt(m.n_expert)},
+      {"n_expert_used", opt(m.n_expert_used)},
+      {"n_ff_exp", opt(m.n_ff_exp)},
+      {"n_active_params", m.n_active_params},
       {"n_vocab", opt(m.n_vocab)},
       {"n_ctx_train", opt(m.n_ctx_train)},
       {"rope_freq_base", m.rope_freq_base ? json(*m.rope_freq_base) : json(nullptr)},

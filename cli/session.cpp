@@ -145,8 +145,11 @@ Result<std::unique_ptr<Session>> open_session(const ModelFlags& flags, bool log)
   if (flags.warmup) {
     const int32_t token = std::max((*tokenizer)->bos(), 0);
     std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
-    QRUN_TRY((*model)->forward(**backend, std::span<const int32_t>(&token, 1), 0, *kv, false,
-                               logits.data()));
+    (*model)->set_warmup(true);  // every expert of a mixture of experts, once
+    const Result<void> warmed = (*model)->forward(**backend, std::span<const int32_t>(&token, 1), 0,
+                                                  *kv, false, logits.data());
+    (*model)->set_warmup(false);
+    QRUN_TRY(warmed);
     kv->clear();
   }
 

@@ -36,6 +36,11 @@ struct ModelHparams {
   // Per layer: the sliding attention window in positions, 0 for a layer that attends the
   // whole context; empty when no layer has a window.
   std::vector<int64_t> attn_window;
+  // Mixture of experts (0 for a dense model): experts per layer, experts each token uses,
+  // and each expert's feed-forward width.
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
 };
 
 // Options fixed at load time.
@@ -81,6 +86,13 @@ class Model {
 
   // kUnsupported naming the first weight whose type `backend` cannot multiply or look up.
   virtual Result<void> check_backend(const Backend& backend) const = 0;
+
+  // While on, forward() may do more than the model does so that one token touches every
+  // weight, for a warm-up pass: a mixture of experts then runs all its experts for each
+  // token, as llama.cpp's warm-up does (a backend's first use of a weight, paging it in,
+  // copying it to a faster layout or to a device, then happens there, not while decoding).
+  // Logits computed while it is on are not the model's. Default: nothing to do.
+  virtual void set_warmup(bool on) {}
 
   // The RoPE that forward() applies to layer il's keys with a cache of n_ctx positions, for
   // a context shift (core/context_shift.h), which turns cached keys to new positions; nullopt

@@ -62,15 +62,22 @@ ModelInfo describe_model(const gguf::File& f) {
     m.file_type = file_type_name(ft);
     if (m.file_type.empty()) m.file_type = format("type %lld", static_cast<long long>(ft));
   }
+  const std::string a = m.architecture + ".";
+  m.n_expert = int_or(f, a + "expert_count", -1);
+  m.n_expert_used = int_or(f, a + "expert_used_count", -1);
+  const bool moe = m.n_expert > 0 && m.n_expert_used > 0 && m.n_expert_used <= m.n_expert;
+  if (moe) m.n_ff_exp = int_or(f, a + "expert_feed_forward_length", -1);
   for (const gguf::TensorInfo& t : f.tensors()) {
     m.n_params += t.n_elements();
+    const bool expert =
+        moe && t.name.size() > 12 && t.name.compare(t.name.size() - 12, 12, "_exps.weight") == 0;
+    m.n_active_params += expert ? t.n_elements() / m.n_expert * m.n_expert_used : t.n_elements();
     m.n_tensor_bytes += t.n_bytes;
     auto& [count, bytes] = m.type_histogram[dtype_name(t.type)];
     ++count;
     bytes += t.n_bytes;
   }
 
-  const std::string a = m.architecture + ".";
   m.n_embd = int_or(f, a + "embedding_length", -1);
   m.n_layer = int_or(f, a + "block_count", -1);
   m.n_ff = int_or(f, a + "feed_forward_length", -1);

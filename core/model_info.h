@@ -31,6 +31,11 @@ struct ModelInfo {
   // Shape hyper-parameters from "<arch>.*" keys (-1 when absent).
   int64_t n_embd = -1, n_layer = -1, n_head = -1, n_head_kv = -1, n_ff = -1, n_ctx_train = -1;
   int64_t head_dim = -1, n_vocab = -1;
+  // Mixture of experts (-1 when absent): experts per layer, experts used per token, each
+  // expert's feed-forward width, and the parameters one token runs through (the experts'
+  // tensors counted at n_expert_used / n_expert).
+  int64_t n_expert = -1, n_expert_used = -1, n_ff_exp = -1;
+  int64_t n_active_params = 0;
   std::optional<double> rms_eps;
   std::optional<double> rope_freq_base;
   int64_t rope_dims = -1;

@@ -2,6 +2,7 @@
 // attention / FFN blocks.
 #include "models/common_blocks.h"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -242,9 +243,13 @@ Result<void> check_embedding_ops(const Backend& backend, const EmbeddingWeights&
 }
 
 Result<void> check_block_ops(const Backend& backend, const AttentionWeights& attn,
-                             const FfnWeights& ffn) {
-  for (const Tensor* t : {&attn.wq, &attn.wk, &attn.wv, &attn.wo, &ffn.gate, &ffn.up, &ffn.down}) {
+                             const FfnWeights* ffn) {
+  for (const Tensor* t : {&attn.wq, &attn.wk, &attn.wv, &attn.wo}) {
     QRUN_TRY(check_op(backend, Op::kMatMul, *t));
+  }
+  if (ffn != nullptr) {
+    for (const Tensor* t : {&ffn->gate, &ffn->up, &ffn->down})
+      QRUN_TRY(check_op(backend, Op::kMatMul, *t));
   }
   for (const Tensor* t : {&attn.q_norm, &attn.k_norm}) {
     if (t->data != nullptr) QRUN_TRY(check_op(backend, Op::kRmsNorm, *t));
@@ -270,9 +275,18 @@ void DecoderScratch::allocate(const ModelHparams& hp, int64_t n_batch, int64_t n
   logits_.resize(n_seq > 1 ? static_cast<size_t>(n_seq * hp.n_vocab) : 0);
 }
 
-DecoderScratch::Scope DecoderScratch::use(Backend& backend) {
-  const std::span<float> buffers[] = {x_, xn_, q_, k_, v_, attn_, gate_, up_};
-  backend.begin_scratch(buffers);
+DecoderScratch::Scope DecoderScratch::use(Backend& backend,
+                                          std::span<const std::span<float>> more) {
+  // On the stack: a forward step allocates nothing (tests/decode_alloc_test.cpp). Empty
+  // buffers are left out, so a dense model declares the same list as before.
+  std::array<std::span<float>, 16> buffers = {x_, xn_, q_, k_, v_, attn_, gate_, up_};
+  size_t n = 8;
+  for (const std::span<float> b : more) {
+    if (b.empty()) continue;
+    QRUN_CHECK(n < buffers.size(), "more than %zu scratch buffers", buffers.size());
+    buffers[n++] = b;
+  }
+  backend.begin_scratch(std::span<const std::span<float>>(buffers.data(), n));
   return Scope(backend);
 }
 

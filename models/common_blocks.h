@@ -130,10 +130,11 @@ struct EmbeddingWeights {
 Result<EmbeddingWeights> bind_embedding_weights(const gguf::File& file, ModelHparams& hp);
 
 // check_op on what every decoder reads: the embedding weights, and one layer's attention and
-// FFN blocks (their matrices, and the per-head Q/K norms where present).
+// FFN blocks (their matrices, and the per-head Q/K norms where present; ffn null: the layer's
+// feed-forward block is checked elsewhere, a mixture of experts).
 Result<void> check_embedding_ops(const Backend& backend, const EmbeddingWeights& w);
 Result<void> check_block_ops(const Backend& backend, const AttentionWeights& attn,
-                             const FfnWeights& ffn);
+                             const FfnWeights* ffn);
 
 // One sequence's tokens in one step of a forward pass (models/forward_step.h): rows
 // offset .. offset + n - 1 of the step's activations, at positions pos .. pos + n - 1 of kv.
@@ -158,8 +159,9 @@ struct ForwardStep {
 // sequences.
 class DecoderScratch {
  public:
-  // Declares the activation buffers to `backend` as scratch (Backend::begin_scratch) for
-  // as long as the returned scope lives: one forward chunk.
+  // Declares the activation buffers, and at most 8 `more` of the caller's, to `backend` as
+  // scratch (Backend::begin_scratch) for as long as the returned scope lives: one forward
+  // chunk.
   class Scope {
    public:
     explicit Scope(Backend& backend) : backend_(backend) {}
@@ -170,7 +172,7 @@ class DecoderScratch {
    private:
     Backend& backend_;
   };
-  [[nodiscard]] Scope use(Backend& backend);
+  [[nodiscard]] Scope use(Backend& backend, std::span<const std::span<float>> more = {});
 
   void allocate(const ModelHparams& hp, int64_t n_batch, int64_t n_seq);
   int64_t n_batch() const { return static_cast<int64_t>(positions_.size()); }

@@ -187,7 +187,7 @@ Result<std::unique_ptr<Model>> Gemma3Model::load(const gguf::File& file,
 Result<void> Gemma3Model::check_backend(const Backend& backend) const {
   QRUN_TRY(check_embedding_ops(backend, embd_));
   for (const Gemma3Layer& l : layers_) {
-    QRUN_TRY(check_block_ops(backend, l.attn, l.ffn));
+    QRUN_TRY(check_block_ops(backend, l.attn, &l.ffn));
     for (const Tensor* t : {&l.attn_norm, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm}) {
       QRUN_TRY(check_op(backend, Op::kRmsNorm, *t));
     }

@@ -1,6 +1,7 @@
 // LlamaModel: hyper-parameters, weight binding and the forward pass. The forward pass
 // follows llama.cpp's LLM_ARCH_LLAMA graph op for op, so logits match it to rounding; a
-// LlamaVariant switches on Qwen2's Q/K/V biases and Qwen3's per-head Q/K norms.
+// LlamaVariant switches on Qwen2's Q/K/V biases, Qwen3's per-head Q/K norms and the
+// mixture-of-experts feed-forward blocks of Mixtral-style llama files and Qwen3-MoE.
 // Activations live in buffers sized once for n_batch tokens; forward() allocates nothing.
 #include "models/llama.h"
 
@@ -10,26 +11,37 @@
 
 #include "models/common_blocks.h"
 #include "models/forward_step.h"
+#include "models/moe.h"
 
 namespace qrun::models {
 namespace {
+
+// Whether the feed-forward blocks are mixtures of experts.
+enum class Experts {
+  kNever,      // dense; expert tensors are refused (qwen2, qwen3)
+  kIfCounted,  // experts when "<arch>.expert_count" is above 0, as llama.cpp decides (llama)
+  kAlways,     // "<arch>.expert_count" is required (qwen3moe)
+};
 
 // What distinguishes the architectures that share the llama graph.
 struct LlamaVariant {
   RopeMode rope_mode = RopeMode::kNormal;
   bool qkv_bias = false;  // blk.N.attn_{q,k,v}.bias, required (qwen2)
   bool qk_norm = false;   // blk.N.attn_{q,k}_norm.weight, required (qwen3)
+  Experts experts = Experts::kNever;
 };
 
-constexpr LlamaVariant kLlama{};
+constexpr LlamaVariant kLlama{RopeMode::kNormal, false, false, Experts::kIfCounted};
 constexpr LlamaVariant kQwen2{RopeMode::kNeox, true, false};
 constexpr LlamaVariant kQwen3{RopeMode::kNeox, false, true};
+constexpr LlamaVariant kQwen3Moe{RopeMode::kNeox, false, true, Experts::kAlways};
 
 struct LlamaLayer {
   Tensor attn_norm;  // [n_embd]
   AttentionWeights attn;
   Tensor ffn_norm;  // [n_embd]
-  FfnWeights ffn;
+  FfnWeights ffn;   // dense models
+  MoeWeights moe;   // mixture-of-experts models (hp.n_expert > 0)
 };
 
 class LlamaModel final : public Model {
@@ -46,6 +58,7 @@ class LlamaModel final : public Model {
   std::optional<RopeParams> key_rope(int64_t /*il*/, int64_t /*n_ctx*/) const override {
     return attn_config_.rope;
   }
+  void set_warmup(bool on) override { warmup_ = on; }
 
  private:
   Result<void> bind_weights(const gguf::File& file);
@@ -60,6 +73,8 @@ class LlamaModel final : public Model {
   EmbeddingWeights embd_;
   std::vector<LlamaLayer> layers_;
   DecoderScratch scratch_;
+  MoeScratch moe_scratch_;  // allocated for mixture-of-experts models only
+  bool warmup_ = false;     // set_warmup: every expert for every token
 };
 
 Result<void> LlamaModel::bind_weights(const gguf::File& file) {
@@ -89,9 +104,15 @@ Result<void> LlamaModel::bind_weights(const gguf::File& file) {
     QRUN_TRY(b.bind(p + "attn_v.weight", {n_embd, n_kv}, WeightUse::kMatMul, &l.attn.wv));
     QRUN_TRY(b.bind(p + "attn_output.weight", {n_q, n_embd}, WeightUse::kMatMul, &l.attn.wo));
     QRUN_TRY(b.bind(p + "ffn_norm.weight", {n_embd}, WeightUse::kF32, &l.ffn_norm));
-    QRUN_TRY(b.bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
-    QRUN_TRY(b.bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
-    QRUN_TRY(b.bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
+    if (hp_.n_expert > 0) {
+      QRUN_TRY(bind_moe_weights(b, p, hp_, &l.moe));
+    } else {
+      QRUN_TRY(b.reject_if_present(p + "ffn_gate_inp.weight",
+                                   "mixture-of-experts layers in this architecture"));
+      QRUN_TRY(b.bind(p + "ffn_gate.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.gate));
+      QRUN_TRY(b.bind(p + "ffn_up.weight", {n_embd, hp_.n_ff}, WeightUse::kMatMul, &l.ffn.up));
+      QRUN_TRY(b.bind(p + "ffn_down.weight", {hp_.n_ff, n_embd}, WeightUse::kMatMul, &l.ffn.down));
+    }
     if (variant_.qkv_bias) {
       QRUN_TRY(b.bind(p + "attn_q.bias", {n_q}, WeightUse::kF32, &l.attn.bq));
       QRUN_TRY(b.bind(p + "attn_k.bias", {n_kv}, WeightUse::kF32, &l.attn.bk));
@@ -108,7 +129,6 @@ Result<void> LlamaModel::bind_weights(const gguf::File& file) {
       for (const char* norm : {"attn_q_norm.weight", "attn_k_norm.weight"})
         QRUN_TRY(b.reject_if_present(p + norm, "per-head Q/K norms"));
     }
-    QRUN_TRY(b.reject_if_present(p + "ffn_gate_inp.weight", "mixture-of-experts layers"));
   }
   return {};
 }
@@ -122,6 +142,9 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   Result<ModelHparams> hp = read_decoder_hparams(file);
   if (!hp.ok()) return hp.error();
   m->hp_ = std::move(*hp);
+  if (variant.experts != Experts::kNever) {
+    QRUN_TRY(read_moe_hparams(file, variant.experts == Experts::kAlways, m->hp_));
+  }
   QRUN_TRY(m->bind_weights(file));
   AttentionConfig& a = m->attn_config_;
   a.attn = AttentionParams{m->hp_.n_head, m->hp_.n_head_kv, m->hp_.head_dim,
@@ -132,13 +155,19 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   a.rope.mode = variant.rope_mode;
   a.norm_eps = m->hp_.norm_eps;
   m->scratch_.allocate(m->hp_, m->n_batch_, options.n_seq);
+  if (m->hp_.n_expert > 0) m->moe_scratch_.allocate(m->hp_, m->n_batch_);
   return std::unique_ptr<Model>(std::move(m));
 }
 
 Result<void> LlamaModel::check_backend(const Backend& backend) const {
   QRUN_TRY(check_embedding_ops(backend, embd_));
   for (const LlamaLayer& l : layers_) {
-    QRUN_TRY(check_block_ops(backend, l.attn, l.ffn));
+    if (hp_.n_expert > 0) {
+      QRUN_TRY(check_block_ops(backend, l.attn, nullptr));
+      QRUN_TRY(check_moe_ops(backend, l.moe));
+    } else {
+      QRUN_TRY(check_block_ops(backend, l.attn, &l.ffn));
+    }
     QRUN_TRY(check_op(backend, Op::kRmsNorm, l.attn_norm));
     QRUN_TRY(check_op(backend, Op::kRmsNorm, l.ffn_norm));
   }
@@ -159,7 +188,7 @@ Result<void> LlamaModel::forward_batch(Backend& backend, std::span<const SeqForw
 void LlamaModel::forward_step(Backend& backend, const ForwardStep& step) {
   const int64_t n = step.n();
   const int64_t n_embd = hp_.n_embd;
-  const DecoderScratch::Scope scope = scratch_.use(backend);
+  const DecoderScratch::Scope scope = scratch_.use(backend, moe_scratch_.device_buffers());
   const BlockScratch s = scratch_.blocks();
   float* x = scratch_.x();
   float* xn = scratch_.xn();
@@ -179,7 +208,11 @@ void LlamaModel::forward_step(Backend& backend, const ForwardStep& step) {
     self_attention(backend, l.attn, attn_config_, il, step, xn, s, xn);
     // Feed-forward. x += xn, xn: x normed, then the FFN output
     backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
-    gated_ffn(backend, l.ffn, FfnActivation::kSilu, xn, n, s, xn);
+    if (hp_.n_expert > 0) {
+      moe_ffn(backend, l.moe, hp_, xn, n, moe_scratch_, xn, warmup_);
+    } else {
+      gated_ffn(backend, l.ffn, FfnActivation::kSilu, xn, n, s, xn);
+    }
   }
   backend.add(x, xn, n * n_embd, x);
 
@@ -199,6 +232,10 @@ Result<std::unique_ptr<Model>> load_qwen2(const gguf::File& file, const ModelOpt
 
 Result<std::unique_ptr<Model>> load_qwen3(const gguf::File& file, const ModelOptions& options) {
   return LlamaModel::load(file, options, kQwen3);
+}
+
+Result<std::unique_ptr<Model>> load_qwen3moe(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kQwen3Moe);
 }
 
 }  // namespace qrun::models

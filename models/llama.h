@@ -4,6 +4,8 @@
 // Qwen2 and Qwen3 are this graph with small differences, so they are flags of the same
 // class: Qwen2 adds biases to Q, K and V; Qwen3 RMS-norms each Q and K head before RoPE and
 // may have head_dim != n_embd / n_head; both rotate halves (neox RoPE), not adjacent pairs.
+// Mixtral-style llama files and Qwen3-MoE replace the SwiGLU FFN with a mixture of SwiGLU
+// experts (models/moe.h).
 #pragma once
 
 #include <memory>
@@ -16,10 +18,13 @@ namespace qrun::models {
 
 // Loads hyper-parameters from "llama.*" keys and binds every weight with its expected
 // shape. The model keeps views into `file`, which must outlive it.
+// A file with "llama.expert_count" above 0 has mixture-of-experts FFNs (Mixtral).
 Result<std::unique_ptr<Model>> load_llama(const gguf::File& file, const ModelOptions& options);
 // Same, from "qwen2.*" keys, with attn_{q,k,v}.bias required in every layer.
 Result<std::unique_ptr<Model>> load_qwen2(const gguf::File& file, const ModelOptions& options);
 // Same, from "qwen3.*" keys, with attn_q_norm / attn_k_norm ([head_dim]) in every layer.
 Result<std::unique_ptr<Model>> load_qwen3(const gguf::File& file, const ModelOptions& options);
+// Qwen3 with mixture-of-experts FFNs, from "qwen3moe.*" keys (expert_count required).
+Result<std::unique_ptr<Model>> load_qwen3moe(const gguf::File& file, const ModelOptions& options);
 
 }  // namespace qrun::models

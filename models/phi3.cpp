@@ -203,7 +203,7 @@ Result<std::unique_ptr<Model>> Phi3Model::load(const gguf::File& file,
 Result<void> Phi3Model::check_backend(const Backend& backend) const {
   QRUN_TRY(check_embedding_ops(backend, embd_));
   for (const Phi3Layer& l : layers_) {
-    QRUN_TRY(check_block_ops(backend, l.attn, l.ffn));
+    QRUN_TRY(check_block_ops(backend, l.attn, &l.ffn));
     QRUN_TRY(check_op(backend, Op::kRmsNorm, l.attn_norm));
     QRUN_TRY(check_op(backend, Op::kRmsNorm, l.ffn_norm));
   }

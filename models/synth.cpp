@@ -1,4 +1,4 @@
-// write_synthetic_model: a llama, qwen2, qwen3, gemma3 or phi3 GGUF with random weights.
+// write_synthetic_model: a llama, qwen2, qwen3, qwen3moe, gemma3 or phi3 GGUF with random weights.
 // Speed matters (a 1B model should take seconds), so each distinct (type, row length)
 // gets a pool of randomly generated, reference-quantized rows, and every tensor row is
 // a pool row rotated by a random whole number of blocks: a valid, varied row of the
@@ -78,6 +78,12 @@ std::optional<SynthShape> synth_preset(const std::string& name) {
       {"llama-2-7b", {4096, 32, 32, 32, 11008, 4096, 10000.0f, 1e-5f, false}},
       {"llama-3-8b", {4096, 32, 32, 8, 14336, 8192, 500000.0f, 1e-5f, false}},
       {"mistral-7b", {4096, 32, 32, 8, 14336, 32768, 1000000.0f, 1e-5f, false}},
+      // Mixtures of experts; then also: head size, rope dims, window, original context,
+      // experts, experts used, expert width
+      {"mixtral-8x7b",
+       {4096, 32, 32, 8, 14336, 32768, 1000000.0f, 1e-5f, false, 0, 0, 0, 0, 8, 2, 0}},
+      {"qwen3-30b-a3b",
+       {2048, 48, 32, 4, 6144, 40960, 1000000.0f, 1e-6f, false, 128, 0, 0, 0, 128, 8, 768}},
   };
   auto it = kPresets.find(name);
   if (it == kPresets.end()) return std::nullopt;
@@ -85,12 +91,12 @@ std::optional<SynthShape> synth_preset(const std::string& name) {
 }
 
 std::vector<std::string> synth_preset_names() {
-  return {"tiny",         "smollm-135m", "tinyllama-1.1b", "llama-3.2-1b",
-          "llama-3.2-3b", "llama-2-7b",  "llama-3-8b",     "mistral-7b"};
+  return {"tiny",       "smollm-135m", "tinyllama-1.1b", "llama-3.2-1b", "llama-3.2-3b",
+          "llama-2-7b", "llama-3-8b",  "mistral-7b",     "mixtral-8x7b", "qwen3-30b-a3b"};
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama", "qwen2", "qwen3", "gemma3", "phi3"};
+  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -103,13 +109,26 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   Result<QuantRecipe> recipe = quant_recipe_or_error(o.recipe, "synth");
   if (!recipe.ok()) return recipe.error();
   const bool qwen2 = o.arch == "qwen2";
-  const bool qwen3 = o.arch == "qwen3";
+  const bool qwen3moe = o.arch == "qwen3moe";
+  const bool qwen3 = o.arch == "qwen3" || qwen3moe;
   const bool gemma3 = o.arch == "gemma3";
   const bool phi3 = o.arch == "phi3";
   if (o.arch != "llama" && !qwen2 && !qwen3 && !gemma3 && !phi3) {
-    return make_error(ErrorCode::kUsage,
-                      format("synth: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, phi3)",
-                             o.arch.c_str()));
+    return make_error(
+        ErrorCode::kUsage,
+        format("synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, gemma3, phi3)",
+               o.arch.c_str()));
+  }
+  const int64_t n_expert = qwen3moe && s.n_expert == 0 ? 8 : s.n_expert;
+  const int64_t n_expert_used = n_expert > 0 && s.n_expert_used == 0 ? 2 : s.n_expert_used;
+  const int64_t n_ff_exp = s.n_ff_exp > 0 ? s.n_ff_exp : s.n_ff;
+  if ((n_expert > 0 && o.arch != "llama" && !qwen3moe) || n_expert_used > n_expert ||
+      (n_expert > 0 && n_expert_used == 0)) {
+    return make_error(
+        ErrorCode::kUsage,
+        format("synth: %lld experts with %lld used: experts need --arch llama or "
+               "qwen3moe, and 1 .. the experts used",
+               static_cast<long long>(n_expert), static_cast<long long>(n_expert_used)));
   }
   if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma3 && !phi3)) {
     return make_error(
@@ -185,6 +204,11 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     w.set_f32(a + ".rope.scaling.attn_factor",
               static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(double(orig_ctx)))));
   }
+  if (n_expert > 0) {
+    w.set_u32(a + ".expert_count", static_cast<uint32_t>(n_expert));
+    w.set_u32(a + ".expert_used_count", static_cast<uint32_t>(n_expert_used));
+    if (qwen3moe) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(n_ff_exp));
+  }
   if (qwen3 || gemma3 || head_dim * s.n_head != s.n_embd) {
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
     w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
@@ -198,7 +222,8 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   uint64_t tensor_seed = o.seed * 1000003u;
   // Types in write order, as llama-quantize would choose them for this recipe.
   QuantPlanner planner(*recipe, s.n_layer, s.n_layer, !s.tied_output && !gemma3);
-  auto add_matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
+  auto add_matrix = [&](const std::string& name, int64_t cols, int64_t rows,
+                        int64_t n_matrices = 1) {
     const DType type = planner.next(name, cols);
     std::unique_ptr<RowPool>& pool = pools[{type, cols}];
     if (!pool) {
@@ -208,8 +233,9 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     }
     const RowPool* p = pool.get();
     const uint64_t seed = ++tensor_seed;
-    w.add_tensor(name, type, {cols, rows},
-                 [p, seed](std::span<uint8_t> out) { p->fill(out, seed); });
+    std::vector<int64_t> shape = {cols, rows};
+    if (n_matrices > 1) shape.push_back(n_matrices);
+    w.add_tensor(name, type, shape, [p, seed](std::span<uint8_t> out) { p->fill(out, seed); });
   };
   auto add_ones = [&](const std::string& name, int64_t n) {
     w.add_tensor(name, DType::kF32, {n}, [](std::span<uint8_t> out) {
@@ -220,9 +246,10 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
 
   // F32 vector of center + uniform [-amplitude, amplitude): biases (center 0) and per-head
   // norm weights (center 1), random so that a wrong pairing of weights shows in the output.
-  auto add_random = [&](const std::string& name, int64_t n, float center, float amplitude) {
+  auto add_random = [&](const std::string& name, std::vector<int64_t> shape, float center,
+                        float amplitude) {
     const uint64_t seed = ++tensor_seed;
-    w.add_tensor(name, DType::kF32, {n}, [seed, center, amplitude](std::span<uint8_t> out) {
+    w.add_tensor(name, DType::kF32, shape, [seed, center, amplitude](std::span<uint8_t> out) {
       Rng rng{seed};
       for (size_t i = 0; i + 4 <= out.size(); i += 4) {
         const float x = center + amplitude * rng.uniform();
@@ -236,8 +263,8 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   if (longrope) {
     // Per-pair divisors of the RoPE frequency, as in Phi-3.5: short ones near 1, long ones
     // up to ~10, so that using the wrong set shows in every rotated head.
-    add_random("rope_factors_long.weight", n_rot / 2, 5.0f, 4.0f);
-    add_random("rope_factors_short.weight", n_rot / 2, 1.25f, 0.25f);
+    add_random("rope_factors_long.weight", {n_rot / 2}, 5.0f, 4.0f);
+    add_random("rope_factors_short.weight", {n_rot / 2}, 1.25f, 0.25f);
   }
   for (int64_t i = 0; i < s.n_layer; ++i) {
     const std::string b = format("blk.%lld.", static_cast<long long>(i));
@@ -250,25 +277,32 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       add_matrix(b + "attn_v.weight", s.n_embd, n_embd_kv);
     }
     if (qwen2) {
-      add_random(b + "attn_q.bias", n_embd_q, 0.0f, bias_amplitude);
-      add_random(b + "attn_k.bias", n_embd_kv, 0.0f, bias_amplitude);
-      add_random(b + "attn_v.bias", n_embd_kv, 0.0f, bias_amplitude);
+      add_random(b + "attn_q.bias", {n_embd_q}, 0.0f, bias_amplitude);
+      add_random(b + "attn_k.bias", {n_embd_kv}, 0.0f, bias_amplitude);
+      add_random(b + "attn_v.bias", {n_embd_kv}, 0.0f, bias_amplitude);
     }
     if (qwen3 || gemma3) {
-      add_random(b + "attn_q_norm.weight", head_dim, 1.0f, 0.5f);
-      add_random(b + "attn_k_norm.weight", head_dim, 1.0f, 0.5f);
+      add_random(b + "attn_q_norm.weight", {head_dim}, 1.0f, 0.5f);
+      add_random(b + "attn_k_norm.weight", {head_dim}, 1.0f, 0.5f);
     }
     add_matrix(b + "attn_output.weight", n_embd_q, s.n_embd);
-    if (gemma3) add_random(b + "post_attention_norm.weight", s.n_embd, 1.0f, 0.5f);
+    if (gemma3) add_random(b + "post_attention_norm.weight", {s.n_embd}, 1.0f, 0.5f);
     add_ones(b + "ffn_norm.weight", s.n_embd);
-    if (phi3) {
+    if (n_expert > 0) {
+      // The router's rows spread wider than the weights' so that the choice of experts
+      // differs between tokens and is clear of near-ties.
+      add_random(b + "ffn_gate_inp.weight", {s.n_embd, n_expert}, 0.0f, bias_amplitude);
+      add_matrix(b + "ffn_gate_exps.weight", s.n_embd, n_ff_exp, n_expert);
+      add_matrix(b + "ffn_up_exps.weight", s.n_embd, n_ff_exp, n_expert);
+      add_matrix(b + "ffn_down_exps.weight", n_ff_exp, s.n_embd, n_expert);
+    } else if (phi3) {
       add_matrix(b + "ffn_up.weight", s.n_embd, 2 * s.n_ff);  // gate rows, then up rows
     } else {
       add_matrix(b + "ffn_gate.weight", s.n_embd, s.n_ff);
       add_matrix(b + "ffn_up.weight", s.n_embd, s.n_ff);
     }
-    add_matrix(b + "ffn_down.weight", s.n_ff, s.n_embd);
-    if (gemma3) add_random(b + "post_ffw_norm.weight", s.n_embd, 1.0f, 0.5f);
+    if (n_expert == 0) add_matrix(b + "ffn_down.weight", s.n_ff, s.n_embd);
+    if (gemma3) add_random(b + "post_ffw_norm.weight", {s.n_embd}, 1.0f, 0.5f);
   }
   add_ones("output_norm.weight", s.n_embd);
   if (!s.tied_output && !gemma3) add_matrix("output.weight", s.n_embd, n_vocab);

@@ -1,4 +1,4 @@
-// Synthetic decoder models (llama, qwen2, qwen3, gemma3 or phi3) with random weights, for
+// Synthetic decoder models (llama, qwen2, qwen3, qwen3moe, gemma3 or phi3) with random weights, for
 // benchmarks and tests: any shape, any weight recipe, and the tokenizer copied from a vocab-only
 // GGUF file. The same options and vocabulary always give the same bytes. Memory traffic and
 // arithmetic do not depend on the values, so these stand in for full-size downloads.
@@ -24,6 +24,11 @@ struct SynthShape {
   // phi3: rope.scaling.original_context_length (0: n_ctx). Below n_ctx, the file also gets
   // random LongRoPE factors (rope_factors_long / _short) and LongRoPE's attention factor.
   int64_t rope_orig_ctx = 0;
+  // Mixture of experts: llama with n_expert > 0 (Mixtral-style), qwen3moe (default 8). The
+  // router is F32 (llama-quantize keeps it so); 0 used: 2; 0 width: n_ff.
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
 };
 
 // Named shapes: "tinyllama-1.1b", "llama-3.2-1b", "llama-3-8b", ...
@@ -36,7 +41,8 @@ std::vector<std::string> synth_arch_names();
 struct SynthOptions {
   // llama, qwen2 (random Q/K/V biases), qwen3 (random Q/K norms), gemma3 (random Q/K norms,
   // post-attention and post-FFN norms, a sliding window on 5 of every 6 layers, tied output),
-  // phi3 (fused attn_qkv and gate-up ffn_up, LongRoPE factors when rope_orig_ctx < n_ctx)
+  // phi3 (fused attn_qkv and gate-up ffn_up, LongRoPE factors when rope_orig_ctx < n_ctx),
+  // qwen3moe (qwen3 with a mixture of experts in every layer)
   std::string arch = "llama";
   SynthShape shape;
   std::string recipe = "q4_0";  // a weight type name, or "q4_k_m" / "q4_k_s" / "q5_k_m"

@@ -168,6 +168,39 @@ TEST(CliSynth, Phi3WithLongRopeIsDescribedAndRuns) {
   EXPECT_NE(run_command(qrun() + " synth -o '" + out + "' --orig-ctx 128").exit_code, 0);
 }
 
+TEST(CliSynth, MixturesOfExpertsAreDescribedAndRun) {
+  const std::string out = (temp_dir() / "moe.gguf").string();
+  CommandResult r = run_command(qrun() + " synth -o '" + out +
+                                "' --arch qwen3moe --like tiny --experts 6 --experts-used 3 "
+                                "--expert-ff 32 --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = info_json(out);
+  EXPECT_EQ(j["architecture"], "qwen3moe");
+  EXPECT_EQ(j["n_expert"], 6);
+  EXPECT_EQ(j["n_expert_used"], 3);
+  EXPECT_EQ(j["n_ff_exp"], 32);
+  // tiny: 2 layers of 3 expert tensors of 64 x 32 x 6; a token runs through half of them.
+  const int64_t experts = 2 * 3 * 64 * 32 * 6;
+  EXPECT_EQ(j["n_params"].get<int64_t>() - j["n_active_params"].get<int64_t>(), experts / 2);
+  CommandResult text = run_command(qrun() + " info '" + out + "'");
+  EXPECT_NE(text.out.find("experts        6 per layer, 3 used per token, 32 wide"),
+            std::string::npos)
+      << text.out;
+  CommandResult gen = run_command(qrun() + " run -q -m '" + out + "' -p hello -n 4 --temp 0");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  // Mixtral-style: llama with experts. Dense llama shows no experts.
+  r = run_command(qrun() + " synth -o '" + out + "' --like tiny --experts 4 --type q4_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = info_json(out);
+  EXPECT_EQ(j["n_expert"], 4);
+  EXPECT_EQ(j["n_expert_used"], 2);
+  gen = run_command(qrun() + " run -q -m '" + out + "' -p hello -n 4 --temp 0");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  r = run_command(qrun() + " synth -o '" + out + "' --like tiny --type q4_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(info_json(out)["n_expert"], nullptr);
+}
+
 TEST(CliSynth, SameSeedSameFile) {
   const std::filesystem::path dir = temp_dir();
   for (const char* name : {"a.gguf", "b.gguf"}) {
@@ -196,6 +229,11 @@ TEST(CliSynth, BadArgumentsAreUsageErrors) {
     CommandResult bad_rope = run_command(qrun() + " synth -o '" + out + "' --rope-dims " + dims);
     EXPECT_EQ(bad_rope.exit_code, 2) << dims;
     EXPECT_NE(bad_rope.err.find("rope dimensions"), std::string::npos) << bad_rope.err;
+  }
+  for (const char* experts : {"--arch qwen2 --experts 4", "--experts 4 --experts-used 5"}) {
+    CommandResult bad_experts = run_command(qrun() + " synth -o '" + out + "' " + experts);
+    EXPECT_EQ(bad_experts.exit_code, 2) << experts;
+    EXPECT_NE(bad_experts.err.find("experts"), std::string::npos) << bad_experts.err;
   }
   CommandResult orig_past_ctx =
       run_command(qrun() + " synth -o '" + out + "' --arch phi3 --orig-ctx 1024");  // ctx 512

@@ -24,6 +24,16 @@ std::vector<LlamaCppRow> read_llamacpp_rows(const std::string& name);
 // sum (a - ref)^2 / sum ref^2 over the reference's ids; `logits` is a full row.
 double nmse_strided(const float* logits, const LlamaCppRow& ref);
 
+// Writes the model `qrun synth <synth_args> --vocab <llama-spm vocab>` makes (which must
+// hash to `fnv`: the model the reference was computed on) and compares its logits with the
+// rows of tests/data/<ref_name> (16 rows: the prompt `1 450 4996 338 263 1243 29889 13` in
+// one pass, then 8 greedy steps one token at a time, feeding back llama.cpp's argmax as
+// llama.cpp did), on the CPU backend with an F16 KV cache (llama.cpp ran with flash
+// attention, which rounds K and V to F16). Each row's NMSE must be below max_nmse and its
+// argmax llama.cpp's (gtest failures). Returns the largest NMSE seen.
+double expect_synth_matches_llamacpp(const std::string& synth_args, uint64_t fnv,
+                                     const std::string& ref_name, double max_nmse);
+
 // FNV-1a 64 of a byte string: a test checks that `qrun synth` still writes the model the
 // reference was computed on.
 uint64_t fnv1a(const std::vector<uint8_t>& bytes);

@@ -1,0 +1,79 @@
+// The mixture-of-experts feed-forward block of qwen3moe and Mixtral-style llama files, as
+// llama.cpp's build_moe_ffn computes it for them: a router picks each token's top
+// n_expert_used experts by softmax probability, their weights are those probabilities
+// renormalized to sum to 1, and the token's output is the weighted sum of the chosen experts'
+// SiLU-gated feed-forward outputs. No shared expert, no router bias.
+// Tokens are grouped by expert so that each expert's matrices run once over all of its
+// tokens in a step (a prompt of 512 tokens reads each expert once, not once per token).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/gguf/gguf.h"
+#include "core/model.h"
+#include "ggml-like/backend.h"
+#include "ggml-like/result.h"
+#include "ggml-like/tensor.h"
+#include "models/common_blocks.h"
+
+namespace qrun::models {
+
+// The most experts a layer may have (llama.cpp's LLAMA_MAX_EXPERTS).
+inline constexpr int64_t kMaxExperts = 512;
+
+// Reads "<arch>.expert_count" and "<arch>.expert_used_count" into hp (0 and 0 when the
+// file has no experts and `required` is false), and the experts' feed-forward width from
+// "<arch>.expert_feed_forward_length", else n_ff / n_expert_used for qwen3moe as llama.cpp
+// falls back, else n_ff. Counts out of range are kFormat errors naming the key.
+Result<void> read_moe_hparams(const gguf::File& file, bool required, ModelHparams& hp);
+
+struct MoeWeights {
+  Tensor gate_inp;   // [n_embd, n_expert] the router
+  Tensor gate_exps;  // [n_embd, n_ff_exp, n_expert]
+  Tensor up_exps;    // [n_embd, n_ff_exp, n_expert]
+  Tensor down_exps;  // [n_ff_exp, n_embd, n_expert]
+};
+
+// Binds blk.<il>.ffn_{gate_inp,gate_exps,up_exps,down_exps}.weight with hp's shapes; the
+// router is any matmul type (llama-quantize keeps it F32). Per-expert tensors of old
+// Mixtral conversions (ffn_gate.0.weight, ...) and shared experts are refused by name.
+Result<void> bind_moe_weights(const WeightBinder& b, const std::string& prefix,
+                              const ModelHparams& hp, MoeWeights* out);
+
+// check_op on the block's matrices and its row moves.
+Result<void> check_moe_ops(const Backend& backend, const MoeWeights& w);
+
+// Where one step's routing lives: host buffers outside the model's scratch scope (the
+// router's logits are read on the host to choose the experts), sized once for n_batch.
+class MoeScratch {
+ public:
+  void allocate(const ModelHparams& hp, int64_t n_batch);
+  // The buffers only the backend's ops read and write, for the model's scratch scope
+  // (DecoderScratch::use): the grouped rows and the experts' activations.
+  std::array<std::span<float>, 4> device_buffers() { return {x_, out_, gate_, up_}; }
+
+ private:
+  friend void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp,
+                      const float* xn, int64_t n, MoeScratch& s, float* out, bool all_experts);
+  std::vector<float> probs_;      // [n_batch, n_expert] router logits, then probabilities
+  std::vector<float> weights_;    // [n_batch * k] token t's j-th expert's weight at t k + j
+  std::vector<int32_t> experts_;  // [n_batch * k] token t's j-th expert at t k + j
+  std::vector<int32_t> tokens_;   // [n_batch * k] the token of each grouped row
+  std::vector<int32_t> grouped_;  // [n_batch * k] where t k + j's row is in the groups
+  std::vector<int32_t> starts_;   // [n_expert + 1] each expert's first grouped row
+  std::vector<int32_t> order_;    // [n_expert] scratch for the top-k selection
+  std::vector<float> x_, out_;    // [n_batch * k, n_embd] grouped inputs and outputs
+  std::vector<float> gate_, up_;  // [n_batch, n_ff_exp] one expert's activations
+};
+
+// out = the block's output for xn: [n, n_embd]. out may alias xn. all_experts (a warm-up,
+// Model::set_warmup): every expert runs for each token, weighted by its probability, and
+// n may be at most 1 + (n_batch - 1) * n_expert_used / n_expert.
+void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, const float* xn,
+             int64_t n, MoeScratch& s, float* out, bool all_experts = false);
+
+}  // namespace qrun::models
