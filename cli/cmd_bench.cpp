@@ -137,22 +137,11 @@ std::string utc_now() {
 size_t weight_bytes_per_token(const gguf::File& file) {
   const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
   const bool tied = file.find_tensor("output.weight") == nullptr;
-  const auto int_key = [&file](const std::string& key) {
-    Result<int64_t> v = file.get_int_or(key, 0);
-    return v.ok() ? *v : 0;
-  };
-  Result<std::string> arch = file.get_string_or("general.architecture", "");
-  const std::string a = arch.ok() ? *arch : "";
-  const int64_t n_expert = int_key(a + ".expert_count");
-  const int64_t n_used = int_key(a + ".expert_used_count");
-  const bool moe = n_expert > 0 && n_used > 0 && n_used <= n_expert;
-  const std::string_view experts_suffix = "_exps.weight";
   size_t bytes = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     if (&t == embd) continue;
-    const bool expert = moe && std::string_view(t.name).ends_with(experts_suffix);
-    bytes += expert ? t.n_bytes / static_cast<size_t>(n_expert) * static_cast<size_t>(n_used)
-                    : t.n_bytes;
+    const TokenShare share = token_share(file, t);
+    bytes += t.n_bytes / static_cast<size_t>(share.of) * static_cast<size_t>(share.used);
   }
   if (embd) bytes += tied ? embd->n_bytes : row_size(embd->type, embd->ne[0]);
   return bytes;

@@ -2,6 +2,7 @@
 #include "core/model_info.h"
 
 #include <cmath>
+#include <string_view>
 
 namespace qrun {
 namespace {
@@ -65,13 +66,12 @@ ModelInfo describe_model(const gguf::File& f) {
   const std::string a = m.architecture + ".";
   m.n_expert = int_or(f, a + "expert_count", -1);
   m.n_expert_used = int_or(f, a + "expert_used_count", -1);
-  const bool moe = m.n_expert > 0 && m.n_expert_used > 0 && m.n_expert_used <= m.n_expert;
-  if (moe) m.n_ff_exp = int_or(f, a + "expert_feed_forward_length", -1);
+  if (m.n_expert > 0 && m.n_expert_used > 0 && m.n_expert_used <= m.n_expert)
+    m.n_ff_exp = int_or(f, a + "expert_feed_forward_length", -1);
   for (const gguf::TensorInfo& t : f.tensors()) {
     m.n_params += t.n_elements();
-    const bool expert =
-        moe && t.name.size() > 12 && t.name.compare(t.name.size() - 12, 12, "_exps.weight") == 0;
-    m.n_active_params += expert ? t.n_elements() / m.n_expert * m.n_expert_used : t.n_elements();
+    const TokenShare share = token_share(f, t);
+    m.n_active_params += t.n_elements() / share.of * share.used;
     m.n_tensor_bytes += t.n_bytes;
     auto& [count, bytes] = m.type_histogram[dtype_name(t.type)];
     ++count;
@@ -134,6 +134,15 @@ ModelInfo describe_model(const gguf::File& f) {
   }
   m.chat_template_bytes = string_or(f, "tokenizer.chat_template").size();
   return m;
+}
+
+TokenShare token_share(const gguf::File& file, const gguf::TensorInfo& t) {
+  if (!std::string_view(t.name).ends_with("_exps.weight")) return {};
+  const std::string a = string_or(file, "general.architecture") + ".";
+  const int64_t n_expert = int_or(file, a + "expert_count", -1);
+  const int64_t n_used = int_or(file, a + "expert_used_count", -1);
+  if (n_expert <= 0 || n_used <= 0 || n_used > n_expert) return {};
+  return {n_used, n_expert};
 }
 
 }  // namespace qrun

@@ -54,6 +54,14 @@ struct ModelInfo {
 
 ModelInfo describe_model(const gguf::File& file);
 
+// How much of tensor `t` of `file` one token runs through, as used / of: n_expert_used /
+// n_expert for an expert tensor (*_exps.weight) of a mixture of experts, 1 / 1 otherwise.
+struct TokenShare {
+  int64_t used = 1;
+  int64_t of = 1;
+};
+TokenShare token_share(const gguf::File& file, const gguf::TensorInfo& t);
+
 // Formats a count as "260.1K", "1.10B".
 std::string human_count(double n);
 // Formats bytes as "1.13 MiB".
