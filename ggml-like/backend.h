@@ -213,14 +213,17 @@ class Backend {
 
   // Products of several weights with the same x (a layer's Q, K and V; gate and up): as
   // matmul(*p.w, x, n_tokens, p.y) for each product, which is what the default does. A
-  // backend may run them together (one pass of the activations, one launch); the results
-  // are the same. The outputs must not overlap x or each other.
+  // product with an x of its own uses that instead (the down projections of a token's
+  // experts; x may then be null if every product has one). A backend may run them together
+  // (one pass over the weights, one launch); the results are the same. The outputs must not
+  // overlap any x or each other.
   struct Product {
     const Tensor* w;
     float* y;
+    const float* x = nullptr;  // this product's activations; null: the call's x
   };
   virtual void matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) {
-    for (const Product& p : products) matmul(*p.w, x, n_tokens, p.y);
+    for (const Product& p : products) matmul(*p.w, p.x != nullptr ? p.x : x, n_tokens, p.y);
   }
 
   // x += delta, then y = rms_norm(x) with `weight` as rms_norm (a decoder's residual add

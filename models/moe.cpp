@@ -98,8 +98,11 @@ void MoeScratch::allocate(const ModelHparams& hp, int64_t n_batch) {
   order_.assign(static_cast<size_t>(hp.n_expert), 0);
   x_.assign(rows * static_cast<size_t>(hp.n_embd), 0.0f);
   out_.assign(rows * static_cast<size_t>(hp.n_embd), 0.0f);
-  gate_.assign(static_cast<size_t>(n_batch * hp.n_ff_exp), 0.0f);
-  up_.assign(static_cast<size_t>(n_batch * hp.n_ff_exp), 0.0f);
+  const auto ff_rows = static_cast<size_t>(std::max(n_batch, hp.n_expert));
+  gate_.assign(ff_rows * static_cast<size_t>(hp.n_ff_exp), 0.0f);
+  up_.assign(ff_rows * static_cast<size_t>(hp.n_ff_exp), 0.0f);
+  views_.reserve(static_cast<size_t>(3 * hp.n_expert));
+  products_.reserve(static_cast<size_t>(2 * hp.n_expert));
 }
 
 void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, const float* xn,
@@ -143,6 +146,42 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
   }
 
   const auto n_rows = static_cast<size_t>(n * k);
+  const std::span<const int32_t> grouped(s.grouped_.data(), n_rows);
+  const std::span<const float> weights(s.weights_.data(), n_rows);
+  const bool one_row_each =
+      std::adjacent_find(s.starts_.begin(), s.starts_.end(), [](int32_t first, int32_t end) {
+        return end - first > 1;
+      }) == s.starts_.end();
+  if (one_row_each) {
+    // Each chosen expert has one row (decoding a sequence): the gate and up products of
+    // all of them in one call, then their down products in another, which a backend may
+    // run as one pass over the weights each. Row r reads its token's row of xn.
+    s.views_.clear();
+    s.products_.clear();
+    for (int64_t e = 0; e < n_exp; ++e) {
+      const int32_t r = s.starts_[static_cast<size_t>(e)];
+      if (s.starts_[static_cast<size_t>(e) + 1] == r) continue;
+      const float* x = xn + s.tokens_[static_cast<size_t>(r)] * n_embd;
+      s.views_.push_back(w.gate_exps.matrix(e));
+      s.products_.push_back({&s.views_.back(), s.gate_.data() + r * n_ff, x});
+      s.views_.push_back(w.up_exps.matrix(e));
+      s.products_.push_back({&s.views_.back(), s.up_.data() + r * n_ff, x});
+    }
+    backend.matmuls(nullptr, 1, s.products_);
+    backend.swiglu(s.gate_.data(), s.up_.data(), static_cast<int64_t>(n_rows) * n_ff,
+                   s.gate_.data());
+    s.products_.clear();
+    for (int64_t e = 0; e < n_exp; ++e) {
+      const int32_t r = s.starts_[static_cast<size_t>(e)];
+      if (s.starts_[static_cast<size_t>(e) + 1] == r) continue;
+      s.views_.push_back(w.down_exps.matrix(e));
+      s.products_.push_back(
+          {&s.views_.back(), s.out_.data() + r * n_embd, s.gate_.data() + r * n_ff});
+    }
+    backend.matmuls(nullptr, 1, s.products_);
+    backend.weighted_row_sum(s.out_.data(), n_embd, grouped, weights, k, out);
+    return;
+  }
   backend.gather_rows(xn, n_embd, std::span<const int32_t>(s.tokens_.data(), n_rows), s.x_.data());
   for (int64_t e = 0; e < n_exp; ++e) {
     const int64_t first = s.starts_[static_cast<size_t>(e)];
@@ -155,9 +194,7 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
     backend.swiglu(s.gate_.data(), s.up_.data(), m * n_ff, s.gate_.data());
     backend.matmul(w.down_exps.matrix(e), s.gate_.data(), m, s.out_.data() + first * n_embd);
   }
-  backend.weighted_row_sum(s.out_.data(), n_embd,
-                           std::span<const int32_t>(s.grouped_.data(), n_rows),
-                           std::span<const float>(s.weights_.data(), n_rows), k, out);
+  backend.weighted_row_sum(s.out_.data(), n_embd, grouped, weights, k, out);
 }
 
 }  // namespace qrun::models

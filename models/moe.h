@@ -67,7 +67,11 @@ class MoeScratch {
   std::vector<int32_t> starts_;   // [n_expert + 1] each expert's first grouped row
   std::vector<int32_t> order_;    // [n_expert] scratch for the top-k selection
   std::vector<float> x_, out_;    // [n_batch * k, n_embd] grouped inputs and outputs
-  std::vector<float> gate_, up_;  // [n_batch, n_ff_exp] one expert's activations
+  // [max(n_batch, n_expert), n_ff_exp]: one expert's activations, or those of every
+  // expert when each has at most one row
+  std::vector<float> gate_, up_;
+  std::vector<Tensor> views_;               // [3 n_expert] the experts' matrices
+  std::vector<Backend::Product> products_;  // [2 n_expert] a step's products
 };
 
 // out = the block's output for xn: [n, n_embd]. out may alias xn. all_experts (a warm-up,

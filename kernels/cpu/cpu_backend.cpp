@@ -17,6 +17,9 @@ namespace qrun::kernels {
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
+// matmuls' products before its job lists grow: a token's gate and up products in a
+// mixture-of-experts layer of 16 chosen experts.
+constexpr size_t kReservedProducts = 32;
 
 bool repack_allowed_by_env() {
   const char* v = std::getenv("QRUN_NO_REPACK");
@@ -29,7 +32,10 @@ CpuBackend::CpuBackend(int n_threads, Isa isa)
     : pool_(n_threads),
       kernels_(&cpu_kernels(isa)),
       repack_(repack_allowed_by_env()),
-      repack_budget_(physical_memory_bytes() > 0 ? physical_memory_bytes() / 4 : SIZE_MAX) {}
+      repack_budget_(physical_memory_bytes() > 0 ? physical_memory_bytes() / 4 : SIZE_MAX) {
+  jobs_.reserve(kReservedProducts);
+  act_sources_.reserve(kReservedProducts);
+}
 
 const uint8_t* CpuBackend::repacked(const Tensor& w) {
   const auto* src = static_cast<const uint8_t*>(w.data);

@@ -47,6 +47,9 @@ class CpuBackend final : public Backend {
   void set_decode_rows(bool on) override { decode_rows_ = on; }
 
   void matmul(const Tensor& w, const float* x, int64_t n_tokens, float* y) override;
+  // Decode products over repacked weights run in one pass: one parallel region over all
+  // their row groups, each distinct x converted once. Others run one by one.
+  void matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) override;
   void get_rows(const Tensor& table, std::span<const int32_t> ids, float* out) override;
   void rms_norm(const float* x, const Tensor& weight, int64_t n_rows, int64_t n, float eps,
                 float* y) override;
@@ -95,6 +98,33 @@ class CpuBackend final : public Backend {
   };
   // w's repacked copy, made on first use (null when memory ran out).
   const uint8_t* repacked(const Tensor& w);
+
+  // One weight's part of a pass of repacked gemvs (ops_matmul.cpp): its n_out rows times
+  // n_tokens activation rows already in the kernels' act_type, act_row_bytes apart.
+  struct RepackedJob {
+    const MatmulKernels* mk;
+    const uint8_t* packed;
+    size_t row_bytes;  // of the weight
+    const uint8_t* act;
+    size_t act_row_bytes;
+    int64_t n_in;
+    int64_t n_out;
+    float* y;
+    int64_t first_chunk = 0;  // set by run_repacked
+  };
+  // Runs the jobs in one parallel region (threads take chunks of row groups in turn), on
+  // at most max_workers threads, then each job's rows after its last whole group.
+  void run_repacked(std::span<RepackedJob> jobs, int64_t n_tokens, int64_t max_workers);
+  // matmuls' jobs, and the distinct activations they read: x, its type, and the offset of
+  // its converted rows in act_buf_. Reserved once, reused (no allocation per token).
+  struct ActSource {
+    const float* x;
+    const MatmulKernels* mk;
+    int64_t n_in;
+    size_t offset;
+  };
+  std::vector<RepackedJob> jobs_;
+  std::vector<ActSource> act_sources_;
   bool repack_;
   size_t repack_budget_;
   bool decode_rows_ = false;  // set_decode_rows

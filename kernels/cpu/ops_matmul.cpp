@@ -102,39 +102,9 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
   const uint8_t* packed = nullptr;
   if (mk.gemv_repacked != nullptr && repack_ && n_out >= kRepackRows) packed = repacked(w);
   if (packed != nullptr) {
-    // Threads take chunks of whole row groups in turn, so one slowed by other load on its
-    // core leaves the rest to the others; every token passes over a chunk while it is in
-    // cache. Rows after the last group keep their GGML layout.
-    const GemvRepackedFn gemv = mk.gemv_repacked;
-    // Several tokens meet each weight block once through the rows kernel where there is one.
-    const GemvRepackedRowsFn gemv_rows = n_tokens > 1 ? mk.gemv_repacked_rows : nullptr;
-    const int64_t n_groups = n_out / kRepackRows;
-    const size_t group_bytes = w_row_bytes * kRepackRows;
-    const int64_t n_chunks = (n_groups + kRepackChunkGroups - 1) / kRepackChunkGroups;
-    const int64_t n_workers = std::min<int64_t>(
-        {pool_.n_threads(), n_chunks, std::max<int64_t>(1, n_groups * kRepackRows / min_rows)});
-    std::atomic<int64_t> next{0};
-    pool_.parallel_for(n_workers, [&](int64_t, int64_t) {
-      for (int64_t c = next.fetch_add(1); c < n_chunks; c = next.fetch_add(1)) {
-        const int64_t g = c * kRepackChunkGroups;
-        const int64_t groups = std::min(kRepackChunkGroups, n_groups - g);
-        if (gemv_rows != nullptr) {
-          gemv_rows(n_in, packed + static_cast<size_t>(g) * group_bytes, groups, act, act_row_bytes,
-                    n_tokens, y + g * kRepackRows, n_out);
-          continue;
-        }
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          gemv(n_in, packed + static_cast<size_t>(g) * group_bytes, groups,
-               act + static_cast<size_t>(t) * act_row_bytes, y + t * n_out + g * kRepackRows);
-        }
-      }
-    });
-    for (int64_t r = n_groups * kRepackRows; r < n_out; ++r) {
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        y[t * n_out + r] = dot(n_in, packed + static_cast<size_t>(r) * w_row_bytes,
-                               act + static_cast<size_t>(t) * act_row_bytes);
-      }
-    }
+    RepackedJob job{&mk, packed, w_row_bytes, act, act_row_bytes, n_in, n_out, y};
+    run_repacked(std::span<RepackedJob>(&job, 1), n_tokens,
+                 std::max<int64_t>(1, n_out / kRepackRows * kRepackRows / min_rows));
     return;
   }
   const GemvFn gemv = mk.gemv;
@@ -160,6 +130,111 @@ void CpuBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, float
         }
       },
       min_rows);
+}
+
+void CpuBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Product> products) {
+  auto x_of = [x](const Product& p) { return p.x != nullptr ? p.x : x; };
+  auto source_of = [&](const Product& p) {
+    const MatmulKernels& mk = kernels_->for_type(p.w->type);
+    return std::find_if(act_sources_.begin(), act_sources_.end(), [&](const ActSource& a) {
+      return a.x == x_of(p) && a.n_in == p.w->ne[0] && a.mk->act_type == mk.act_type;
+    });
+  };
+  // Each product as matmul would run it, through a repacked gemv: one that matmul would
+  // run another way (a gemm batch, a type without repacked kernels, a weight of too few
+  // rows or over the copies' budget) sends them all one by one.
+  act_sources_.clear();
+  size_t act_bytes = 0;
+  int64_t n_rows = 0;
+  for (const Product& p : products) {
+    const Tensor& w = *p.w;
+    const MatmulKernels& mk = kernels_->for_type(w.type);
+    const bool repackable = products.size() > 1 && repack_ && n_tokens > 0 &&
+                            mk.gemv_repacked != nullptr && w.n_rows() >= kRepackRows &&
+                            !mk.gemm.usable(n_tokens, decode_rows_);
+    if (!repackable || repacked(w) == nullptr) {
+      Backend::matmuls(x, n_tokens, products);
+      return;
+    }
+    n_rows += w.n_rows() / kRepackRows * kRepackRows;
+    if (source_of(p) != act_sources_.end()) continue;
+    act_sources_.push_back(ActSource{x_of(p), &mk, w.ne[0], act_bytes});
+    if (mk.act_type != DType::kF32)
+      act_bytes += row_size(mk.act_type, w.ne[0]) * static_cast<size_t>(n_tokens);
+  }
+  // Each distinct x converted once, a token at a time.
+  if (act_buf_.size() < act_bytes) act_buf_.resize(act_bytes);
+  const auto n_sources = static_cast<int64_t>(act_sources_.size());
+  pool_.parallel_for(n_sources * n_tokens, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const ActSource& a = act_sources_[static_cast<size_t>(i / n_tokens)];
+      if (a.mk->act_type == DType::kF32) continue;
+      const int64_t t = i % n_tokens;
+      a.mk->quantize_act(
+          a.x + t * a.n_in,
+          act_buf_.data() + a.offset + static_cast<size_t>(t) * row_size(a.mk->act_type, a.n_in),
+          a.n_in);
+    }
+  });
+  jobs_.clear();
+  for (const Product& p : products) {
+    const Tensor& w = *p.w;
+    const ActSource& a = *source_of(p);
+    const bool f32 = a.mk->act_type == DType::kF32;
+    const uint8_t* act = f32 ? reinterpret_cast<const uint8_t*>(a.x) : act_buf_.data() + a.offset;
+    const size_t act_row_bytes =
+        f32 ? static_cast<size_t>(a.n_in) * sizeof(float) : row_size(a.mk->act_type, a.n_in);
+    jobs_.push_back(RepackedJob{&kernels_->for_type(w.type), repacked(w), w.row_bytes(), act,
+                                act_row_bytes, w.ne[0], w.n_rows(), p.y});
+  }
+  const int64_t min_rows = std::max<int64_t>(1, kMinMacsPerThread / (jobs_[0].n_in * n_tokens));
+  run_repacked(jobs_, n_tokens, std::max<int64_t>(1, n_rows / min_rows));
+}
+
+void CpuBackend::run_repacked(std::span<RepackedJob> jobs, int64_t n_tokens, int64_t max_workers) {
+  auto n_chunks_of = [](const RepackedJob& j) {
+    return (j.n_out / kRepackRows + kRepackChunkGroups - 1) / kRepackChunkGroups;
+  };
+  int64_t n_chunks = 0;
+  for (RepackedJob& j : jobs) {
+    j.first_chunk = n_chunks;
+    n_chunks += n_chunks_of(j);
+  }
+  // Threads take chunks of whole row groups in turn, so one slowed by other load on its
+  // core leaves the rest to the others; every token passes over a chunk while it is in
+  // cache. Chunks are taken in job order, so each thread's job index only moves forward.
+  std::atomic<int64_t> next{0};
+  const int64_t n_workers = std::min<int64_t>({pool_.n_threads(), n_chunks, max_workers});
+  pool_.parallel_for(n_workers, [&](int64_t, int64_t) {
+    size_t i = 0;
+    for (int64_t c = next.fetch_add(1); c < n_chunks; c = next.fetch_add(1)) {
+      while (c >= jobs[i].first_chunk + n_chunks_of(jobs[i])) ++i;
+      const RepackedJob& j = jobs[i];
+      const int64_t g = (c - j.first_chunk) * kRepackChunkGroups;
+      const int64_t groups = std::min(kRepackChunkGroups, j.n_out / kRepackRows - g);
+      const uint8_t* w = j.packed + static_cast<size_t>(g * kRepackRows) * j.row_bytes;
+      float* y = j.y + g * kRepackRows;
+      if (n_tokens > 1 && j.mk->gemv_repacked_rows != nullptr) {
+        // Several tokens meet each weight block once.
+        j.mk->gemv_repacked_rows(j.n_in, w, groups, j.act, j.act_row_bytes, n_tokens, y, j.n_out);
+        continue;
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        j.mk->gemv_repacked(j.n_in, w, groups, j.act + static_cast<size_t>(t) * j.act_row_bytes,
+                            y + t * j.n_out);
+      }
+    }
+  });
+  // Rows after the last whole group keep their GGML layout.
+  for (const RepackedJob& j : jobs) {
+    for (int64_t r = j.n_out / kRepackRows * kRepackRows; r < j.n_out; ++r) {
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        j.y[t * j.n_out + r] =
+            j.mk->vec_dot(j.n_in, j.packed + static_cast<size_t>(r) * j.row_bytes,
+                          j.act + static_cast<size_t>(t) * j.act_row_bytes);
+      }
+    }
+  }
 }
 
 uint8_t* CpuBackend::packed_buffer(size_t bytes) {

@@ -299,13 +299,15 @@ void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Prod
   // outputs): a layer's Q, K and V, or its gate and up, are of one type in most files, but
   // Gemma 3 270M's V is Q8_0 in layers whose Q and K are Q5_0.
   const int64_t n_in = products.front().w->ne[0];
-  bool fused =
-      fuse_ && products.size() > 1 && products.size() <= kMaxGroup && n_tokens < kGemmMinTokens;
+  // Products with activations of their own run one by one.
+  bool fused = fuse_ && x != nullptr && products.size() > 1 && products.size() <= kMaxGroup &&
+               n_tokens < kGemmMinTokens;
   std::array<float*, kMaxGroup> dy{};
   for (size_t i = 0; fused && i < products.size(); ++i) {
     const Tensor& w = *products[i].w;
     dy[i] = resident(products[i].y, n_tokens * w.n_rows());
-    fused = mmvq_supports(w.type) && w.ne[0] == n_in && dy[i] != nullptr;
+    fused = mmvq_supports(w.type) && w.ne[0] == n_in && dy[i] != nullptr &&
+            (products[i].x == nullptr || products[i].x == x);
   }
   if (!fused) {
     Backend::matmuls(x, n_tokens, products);
