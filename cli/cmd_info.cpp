@@ -74,11 +74,13 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors,
       opt_int(m.n_head_kv).c_str(), opt_int(m.head_dim).c_str(), opt_int(m.n_ff).c_str(),
       opt_int(m.n_vocab).c_str());
   if (m.n_expert > 0) {
+    const std::string shared =
+        m.n_ff_shexp > 0 ? format(", and a shared expert %lld wide", m.n_ff_shexp) : "";
     std::printf(
-        "experts        %lld per layer, %s used per token, %s wide; %s parameters "
+        "experts        %lld per layer, %s used per token, %s wide%s; %s parameters "
         "active per token\n",
         static_cast<long long>(m.n_expert), opt_int(m.n_expert_used).c_str(),
-        opt_int(m.n_ff_exp > 0 ? m.n_ff_exp : m.n_ff).c_str(),
+        opt_int(m.n_ff_exp > 0 ? m.n_ff_exp : m.n_ff).c_str(), shared.c_str(),
         human_count(static_cast<double>(m.n_active_params)).c_str());
   }
   std::printf("context        %s tokens (trained)\n", opt_int(m.n_ctx_train).c_str());
@@ -157,6 +159,7 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors,
       {"n_expert", opt(m.n_expert)},
       {"n_expert_used", opt(m.n_expert_used)},
       {"n_ff_exp", opt(m.n_ff_exp)},
+      {"n_ff_shexp", opt(m.n_ff_shexp)},
       {"n_active_params", m.n_active_params},
       {"n_vocab", opt(m.n_vocab)},
       {"n_ctx_train", opt(m.n_ctx_train)},

@@ -1,5 +1,5 @@
-// `qrun synth`: writes a llama, qwen2, qwen3, qwen3moe, gemma3 or phi3 model with random weights
-// (see models/synth.h).
+// `qrun synth`: writes a llama, qwen2, qwen3, qwen3moe, qwen2moe, gemma3 or phi3 model with
+// random weights (see models/synth.h).
 #include <chrono>
 #include <cstdio>
 
@@ -23,7 +23,7 @@ struct SynthCliOptions {
   int64_t rope_dims = 0;
   int64_t sliding_window = 0;
   int64_t orig_ctx = 0;
-  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   float weight_std = 0.02f;
   bool tied = false;
 };
@@ -57,6 +57,7 @@ Result<void> run_synth(const SynthCliOptions& o) {
   override_if(o.n_expert, shape->n_expert);
   override_if(o.n_expert_used, shape->n_expert_used);
   override_if(o.n_ff_exp, shape->n_ff_exp);
+  override_if(o.n_ff_shexp, shape->n_ff_shexp);
   if (!(o.weight_std > 0.0f && o.weight_std < 100.0f)) {
     return make_error(ErrorCode::kUsage,
                       format("synth: --std %g must be positive and below 100", o.weight_std));
@@ -125,13 +126,17 @@ void register_synth(CLI::App& app, Action* selected) {
                   "phi3: original context length; below --ctx adds LongRoPE factors")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
   cmd->add_option("--experts", o->n_expert,
-                  "Experts per layer (llama: a Mixtral-style mixture of experts; qwen3moe: "
-                  "default 8)")
+                  "Experts per layer (llama: a Mixtral-style mixture of experts; qwen3moe, "
+                  "qwen2moe: default 8)")
       ->check(CLI::Range(int64_t{0}, int64_t{512}));
   cmd->add_option("--experts-used", o->n_expert_used, "Experts each token uses (default 2)")
       ->check(CLI::Range(int64_t{0}, int64_t{512}));
   cmd->add_option("--expert-ff", o->n_ff_exp,
                   "Each expert's feed-forward width (default: the feed-forward width)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1 << 20}));
+  cmd->add_option("--shared-expert-ff", o->n_ff_shexp,
+                  "qwen2moe: the shared expert's feed-forward width (default: the "
+                  "feed-forward width)")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 20}));
   cmd->add_option("--std", o->weight_std, "Standard deviation of the random weights")
       ->capture_default_str();

@@ -37,10 +37,13 @@ struct ModelHparams {
   // whole context; empty when no layer has a window.
   std::vector<int64_t> attn_window;
   // Mixture of experts (0 for a dense model): experts per layer, experts each token uses,
-  // and each expert's feed-forward width.
+  // each expert's feed-forward width, the shared expert's width (0: none; Qwen2-MoE), and
+  // whether a token's chosen experts' probabilities are renormalized to sum to 1.
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
+  int64_t n_ff_shexp = 0;
+  bool expert_weights_norm = true;
 };
 
 // Options fixed at load time.

@@ -66,8 +66,10 @@ ModelInfo describe_model(const gguf::File& f) {
   const std::string a = m.architecture + ".";
   m.n_expert = int_or(f, a + "expert_count", -1);
   m.n_expert_used = int_or(f, a + "expert_used_count", -1);
-  if (m.n_expert > 0 && m.n_expert_used > 0 && m.n_expert_used <= m.n_expert)
+  if (m.n_expert > 0 && m.n_expert_used > 0 && m.n_expert_used <= m.n_expert) {
     m.n_ff_exp = int_or(f, a + "expert_feed_forward_length", -1);
+    m.n_ff_shexp = int_or(f, a + "expert_shared_feed_forward_length", -1);
+  }
   for (const gguf::TensorInfo& t : f.tensors()) {
     m.n_params += t.n_elements();
     const TokenShare share = token_share(f, t);
@@ -81,6 +83,9 @@ ModelInfo describe_model(const gguf::File& f) {
   m.n_embd = int_or(f, a + "embedding_length", -1);
   m.n_layer = int_or(f, a + "block_count", -1);
   m.n_ff = int_or(f, a + "feed_forward_length", -1);
+  // qwen2moe's shared expert is feed_forward_length wide when its key is absent.
+  if (m.n_ff_shexp < 0 && f.find_tensor("blk.0.ffn_gate_shexp.weight") != nullptr)
+    m.n_ff_shexp = m.n_ff;
   m.n_head = int_or(f, a + "attention.head_count", -1);
   m.n_head_kv = int_or(f, a + "attention.head_count_kv", m.n_head);
   m.n_ctx_train = int_or(f, a + "context_length", -1);

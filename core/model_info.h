@@ -35,6 +35,7 @@ struct ModelInfo {
   // expert's feed-forward width, and the parameters one token runs through (the experts'
   // tensors counted at n_expert_used / n_expert).
   int64_t n_expert = -1, n_expert_used = -1, n_ff_exp = -1;
+  int64_t n_ff_shexp = -1;  // the shared expert's width, where the file has one
   int64_t n_active_params = 0;
   std::optional<double> rms_eps;
   std::optional<double> rope_freq_base;

@@ -1,7 +1,8 @@
 // LlamaModel: hyper-parameters, weight binding and the forward pass. The forward pass
 // follows llama.cpp's LLM_ARCH_LLAMA graph op for op, so logits match it to rounding; a
 // LlamaVariant switches on Qwen2's Q/K/V biases, Qwen3's per-head Q/K norms and the
-// mixture-of-experts feed-forward blocks of Mixtral-style llama files and Qwen3-MoE.
+// mixture-of-experts feed-forward blocks of Mixtral-style llama files, Qwen3-MoE and
+// Qwen2-MoE (Qwen2's attention, experts with a shared one).
 // Activations live in buffers sized once for n_batch tokens; forward() allocates nothing.
 #include "models/llama.h"
 
@@ -20,7 +21,7 @@ namespace {
 enum class Experts {
   kNever,      // dense; expert tensors are refused (qwen2, qwen3)
   kIfCounted,  // experts when "<arch>.expert_count" is above 0, as llama.cpp decides (llama)
-  kAlways,     // "<arch>.expert_count" is required (qwen3moe)
+  kAlways,     // "<arch>.expert_count" is required (qwen3moe, qwen2moe)
 };
 
 // What distinguishes the architectures that share the llama graph.
@@ -35,6 +36,7 @@ constexpr LlamaVariant kLlama{RopeMode::kNormal, false, false, Experts::kIfCount
 constexpr LlamaVariant kQwen2{RopeMode::kNeox, true, false};
 constexpr LlamaVariant kQwen3{RopeMode::kNeox, false, true};
 constexpr LlamaVariant kQwen3Moe{RopeMode::kNeox, false, true, Experts::kAlways};
+constexpr LlamaVariant kQwen2Moe{RopeMode::kNeox, true, false, Experts::kAlways};
 
 struct LlamaLayer {
   Tensor attn_norm;  // [n_embd]
@@ -236,6 +238,10 @@ Result<std::unique_ptr<Model>> load_qwen3(const gguf::File& file, const ModelOpt
 
 Result<std::unique_ptr<Model>> load_qwen3moe(const gguf::File& file, const ModelOptions& options) {
   return LlamaModel::load(file, options, kQwen3Moe);
+}
+
+Result<std::unique_ptr<Model>> load_qwen2moe(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kQwen2Moe);
 }
 
 }  // namespace qrun::models

@@ -27,4 +27,8 @@ Result<std::unique_ptr<Model>> load_qwen3(const gguf::File& file, const ModelOpt
 // Qwen3 with mixture-of-experts FFNs, from "qwen3moe.*" keys (expert_count required).
 Result<std::unique_ptr<Model>> load_qwen3moe(const gguf::File& file, const ModelOptions& options);
 
+// Qwen2 with mixture-of-experts FFNs and a shared expert (Qwen1.5-MoE, Qwen2-57B-A14B), from
+// "qwen2moe.*" keys (expert_count required).
+Result<std::unique_ptr<Model>> load_qwen2moe(const gguf::File& file, const ModelOptions& options);
+
 }  // namespace qrun::models

@@ -44,12 +44,22 @@ Result<void> read_moe_hparams(const gguf::File& file, bool required, ModelHparam
   }
   hp.n_expert = *count;
   hp.n_expert_used = *used;
-  // qwen3moe falls back to n_ff / n_expert_used as llama.cpp does; Mixtral's experts are
-  // feed_forward_length wide.
-  const int64_t fallback = a == "qwen3moe" ? std::max<int64_t>(1, hp.n_ff / *used) : hp.n_ff;
+  // qwen3moe and qwen2moe fall back to n_ff / n_expert_used as llama.cpp does; Mixtral's
+  // experts are feed_forward_length wide.
+  const bool qwen2moe = a == "qwen2moe";
+  const int64_t fallback =
+      a == "qwen3moe" || qwen2moe ? std::max<int64_t>(1, hp.n_ff / *used) : hp.n_ff;
   Result<int64_t> ff = read_positive(file, a, "expert_feed_forward_length", fallback);
   if (!ff.ok()) return ff.error();
   hp.n_ff_exp = *ff;
+  if (qwen2moe) {
+    // llama.cpp's qwen2moe graph: a shared expert, and the chosen experts' probabilities
+    // as they are (build_moe_ffn's norm_w false).
+    Result<int64_t> shexp = read_positive(file, a, "expert_shared_feed_forward_length", hp.n_ff);
+    if (!shexp.ok()) return shexp.error();
+    hp.n_ff_shexp = *shexp;
+    hp.expert_weights_norm = false;
+  }
   return {};
 }
 
@@ -61,8 +71,20 @@ Result<void> bind_moe_weights(const WeightBinder& b, const std::string& prefix,
   QRUN_TRY(b.reject_if_present(prefix + "ffn_gate.0.weight",
                                "per-expert tensors of old Mixtral conversions (reconvert the "
                                "model with a current convert_hf_to_gguf.py)"));
-  for (const char* shared : {"ffn_gate_inp_shexp.weight", "ffn_up_shexp.weight"})
-    QRUN_TRY(b.reject_if_present(prefix + shared, "shared experts"));
+  if (hp.n_ff_shexp > 0) {
+    QRUN_TRY(b.bind(prefix + "ffn_gate_inp_shexp.weight", {n_embd}, WeightUse::kMatMul,
+                    &out->gate_inp_shexp));
+    out->gate_inp_shexp.n_dims = 2;  // one row of n_embd
+    QRUN_TRY(b.bind(prefix + "ffn_gate_shexp.weight", {n_embd, hp.n_ff_shexp}, WeightUse::kMatMul,
+                    &out->gate_shexp));
+    QRUN_TRY(b.bind(prefix + "ffn_up_shexp.weight", {n_embd, hp.n_ff_shexp}, WeightUse::kMatMul,
+                    &out->up_shexp));
+    QRUN_TRY(b.bind(prefix + "ffn_down_shexp.weight", {hp.n_ff_shexp, n_embd}, WeightUse::kMatMul,
+                    &out->down_shexp));
+  } else {
+    for (const char* shared : {"ffn_gate_inp_shexp.weight", "ffn_up_shexp.weight"})
+      QRUN_TRY(b.reject_if_present(prefix + shared, "shared experts in this architecture"));
+  }
   QRUN_TRY(b.reject_if_present(prefix + "exp_probs_b.bias", "expert selection biases"));
   QRUN_TRY(
       b.bind(prefix + "ffn_gate_inp.weight", {n_embd, n_exp}, WeightUse::kMatMul, &out->gate_inp));
@@ -78,6 +100,10 @@ Result<void> bind_moe_weights(const WeightBinder& b, const std::string& prefix,
 Result<void> check_moe_ops(const Backend& backend, const MoeWeights& w) {
   for (const Tensor* t : {&w.gate_inp, &w.gate_exps, &w.up_exps, &w.down_exps})
     QRUN_TRY(check_op(backend, Op::kMatMul, *t));
+  if (w.gate_shexp.data != nullptr) {
+    for (const Tensor* t : {&w.gate_inp_shexp, &w.gate_shexp, &w.up_shexp, &w.down_shexp})
+      QRUN_TRY(check_op(backend, Op::kMatMul, *t));
+  }
   if (!backend.supports(Op::kMoeRows, DType::kF32)) {
     return make_error(ErrorCode::kUnsupported,
                       format("the %.*s backend cannot run mixture-of-experts layers (%s)",
@@ -97,12 +123,23 @@ void MoeScratch::allocate(const ModelHparams& hp, int64_t n_batch) {
   starts_.assign(static_cast<size_t>(hp.n_expert + 1), 0);
   order_.assign(static_cast<size_t>(hp.n_expert), 0);
   x_.assign(rows * static_cast<size_t>(hp.n_embd), 0.0f);
-  out_.assign(rows * static_cast<size_t>(hp.n_embd), 0.0f);
+  // A shared expert's rows follow the routed ones in out_.
+  const size_t out_rows = rows + (hp.n_ff_shexp > 0 ? static_cast<size_t>(n_batch) : 0);
+  out_.assign(out_rows * static_cast<size_t>(hp.n_embd), 0.0f);
+  if (hp.n_ff_shexp > 0) {
+    const auto sum_slots = static_cast<size_t>(n_batch * (hp.n_expert_used + 1));
+    shexp_logits_.assign(static_cast<size_t>(n_batch), 0.0f);
+    shexp_gate_.assign(static_cast<size_t>(n_batch * hp.n_ff_shexp), 0.0f);
+    shexp_up_.assign(static_cast<size_t>(n_batch * hp.n_ff_shexp), 0.0f);
+    // The warm-up's steps hold every expert for fewer tokens (moe_ffn's bound on n).
+    sum_rows_.assign(std::max(sum_slots, rows + static_cast<size_t>(n_batch)), 0);
+    sum_weights_.assign(sum_rows_.size(), 0.0f);
+  }
   const auto ff_rows = static_cast<size_t>(std::max(n_batch, hp.n_expert));
   gate_.assign(ff_rows * static_cast<size_t>(hp.n_ff_exp), 0.0f);
   up_.assign(ff_rows * static_cast<size_t>(hp.n_ff_exp), 0.0f);
   views_.reserve(static_cast<size_t>(3 * hp.n_expert));
-  products_.reserve(static_cast<size_t>(2 * hp.n_expert));
+  products_.reserve(static_cast<size_t>(2 * hp.n_expert + 2));
 }
 
 void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, const float* xn,
@@ -116,8 +153,12 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
              static_cast<long long>(n), static_cast<long long>(k));
 
   // Routing, on the host: each token's top k experts by probability (ties to the lower id)
-  // and their probabilities renormalized, the sum clamped below as llama.cpp clamps it.
-  backend.matmul(w.gate_inp, xn, n, s.probs_.data());
+  // and their probabilities, renormalized where the architecture does (the sum clamped
+  // below as llama.cpp clamps it). A shared expert's gate logits come with the router's.
+  const bool shared = w.gate_shexp.data != nullptr;
+  const Backend::Product logits[] = {{&w.gate_inp, s.probs_.data()},
+                                     {&w.gate_inp_shexp, s.shexp_logits_.data()}};
+  backend.matmuls(xn, n, std::span(logits, shared ? 2 : 1));
   std::fill(s.starts_.begin(), s.starts_.end(), 0);
   for (int64_t t = 0; t < n; ++t) {
     float* p = s.probs_.data() + t * n_exp;
@@ -127,7 +168,8 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
                       [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     double sum = 0.0;
     for (int64_t j = 0; j < k; ++j) sum += p[s.order_[static_cast<size_t>(j)]];
-    const float denom = std::max(static_cast<float>(sum), 6.103515625e-5f);
+    const float denom =
+        hp.expert_weights_norm ? std::max(static_cast<float>(sum), 6.103515625e-5f) : 1.0f;
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = s.order_[static_cast<size_t>(j)];
       s.experts_[static_cast<size_t>(t * k + j)] = e;
@@ -145,9 +187,37 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
     s.grouped_[static_cast<size_t>(r)] = row;
   }
 
-  const auto n_rows = static_cast<size_t>(n * k);
-  const std::span<const int32_t> grouped(s.grouped_.data(), n_rows);
-  const std::span<const float> weights(s.weights_.data(), n_rows);
+  // The final sum: each token's k experts in slot order, then the shared expert (its rows
+  // after the routed ones in out_) weighted by the sigmoid of its gate, as llama.cpp adds it.
+  const int64_t n_rows = n * k;
+  const int64_t slots = shared ? k + 1 : k;
+  std::span<const int32_t> sum_rows(s.grouped_.data(), static_cast<size_t>(n_rows));
+  std::span<const float> sum_weights(s.weights_.data(), static_cast<size_t>(n_rows));
+  if (shared) {
+    for (int64_t t = 0; t < n; ++t) {
+      const auto to = static_cast<size_t>(t * slots);
+      std::copy_n(s.grouped_.begin() + t * k, k, s.sum_rows_.begin() + static_cast<ptrdiff_t>(to));
+      std::copy_n(s.weights_.begin() + t * k, k,
+                  s.sum_weights_.begin() + static_cast<ptrdiff_t>(to));
+      s.sum_rows_[to + static_cast<size_t>(k)] = static_cast<int32_t>(n_rows + t);
+      s.sum_weights_[to + static_cast<size_t>(k)] =
+          1.0f / (1.0f + std::exp(-s.shexp_logits_[static_cast<size_t>(t)]));
+    }
+    sum_rows = std::span<const int32_t>(s.sum_rows_.data(), static_cast<size_t>(n * slots));
+    sum_weights = std::span<const float>(s.sum_weights_.data(), static_cast<size_t>(n * slots));
+  }
+  const int64_t n_ff_sh = hp.n_ff_shexp;
+  float* const shexp_out = s.out_.data() + n_rows * n_embd;
+  const Backend::Product shexp_gate_up[] = {{&w.gate_shexp, s.shexp_gate_.data(), xn},
+                                            {&w.up_shexp, s.shexp_up_.data(), xn}};
+  const Backend::Product shexp_down = {&w.down_shexp, shexp_out, s.shexp_gate_.data()};
+  auto run_shared_expert = [&] {
+    if (!shared) return;
+    backend.matmuls(xn, n, shexp_gate_up);
+    backend.swiglu(s.shexp_gate_.data(), s.shexp_up_.data(), n * n_ff_sh, s.shexp_gate_.data());
+    backend.matmul(w.down_shexp, s.shexp_gate_.data(), n, shexp_out);
+  };
+
   const bool one_row_each =
       std::adjacent_find(s.starts_.begin(), s.starts_.end(), [](int32_t first, int32_t end) {
         return end - first > 1;
@@ -155,7 +225,9 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
   if (one_row_each) {
     // Each chosen expert has one row (decoding a sequence): the gate and up products of
     // all of them in one call, then their down products in another, which a backend may
-    // run as one pass over the weights each. Row r reads its token's row of xn.
+    // run as one pass over the weights each; a single token's shared expert joins them.
+    // Row r reads its token's row of xn.
+    const bool shared_joins = shared && n == 1;
     s.views_.clear();
     s.products_.clear();
     for (int64_t e = 0; e < n_exp; ++e) {
@@ -167,9 +239,12 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
       s.views_.push_back(w.up_exps.matrix(e));
       s.products_.push_back({&s.views_.back(), s.up_.data() + r * n_ff, x});
     }
+    if (shared_joins) s.products_.insert(s.products_.end(), shexp_gate_up, shexp_gate_up + 2);
     backend.matmuls(nullptr, 1, s.products_);
-    backend.swiglu(s.gate_.data(), s.up_.data(), static_cast<int64_t>(n_rows) * n_ff,
-                   s.gate_.data());
+    backend.swiglu(s.gate_.data(), s.up_.data(), n_rows * n_ff, s.gate_.data());
+    if (shared_joins) {
+      backend.swiglu(s.shexp_gate_.data(), s.shexp_up_.data(), n_ff_sh, s.shexp_gate_.data());
+    }
     s.products_.clear();
     for (int64_t e = 0; e < n_exp; ++e) {
       const int32_t r = s.starts_[static_cast<size_t>(e)];
@@ -178,8 +253,10 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
       s.products_.push_back(
           {&s.views_.back(), s.out_.data() + r * n_embd, s.gate_.data() + r * n_ff});
     }
+    if (shared_joins) s.products_.push_back(shexp_down);
     backend.matmuls(nullptr, 1, s.products_);
-    backend.weighted_row_sum(s.out_.data(), n_embd, grouped, weights, k, out);
+    if (!shared_joins) run_shared_expert();
+    backend.weighted_row_sum(s.out_.data(), n_embd, sum_rows, sum_weights, slots, out);
     return;
   }
   backend.gather_rows(xn, n_embd, std::span<const int32_t>(s.tokens_.data(), n_rows), s.x_.data());
@@ -194,7 +271,8 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
     backend.swiglu(s.gate_.data(), s.up_.data(), m * n_ff, s.gate_.data());
     backend.matmul(w.down_exps.matrix(e), s.gate_.data(), m, s.out_.data() + first * n_embd);
   }
-  backend.weighted_row_sum(s.out_.data(), n_embd, grouped, weights, k, out);
+  run_shared_expert();
+  backend.weighted_row_sum(s.out_.data(), n_embd, sum_rows, sum_weights, slots, out);
 }
 
 }  // namespace qrun::models

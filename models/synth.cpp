@@ -1,4 +1,5 @@
-// write_synthetic_model: a llama, qwen2, qwen3, qwen3moe, gemma3 or phi3 GGUF with random weights.
+// write_synthetic_model: a llama, qwen2, qwen3, qwen3moe, qwen2moe, gemma3 or phi3 GGUF with
+// random weights.
 // Speed matters (a 1B model should take seconds), so each distinct (type, row length)
 // gets a pool of randomly generated, reference-quantized rows, and every tensor row is
 // a pool row rotated by a random whole number of blocks: a valid, varied row of the
@@ -84,6 +85,9 @@ std::optional<SynthShape> synth_preset(const std::string& name) {
        {4096, 32, 32, 8, 14336, 32768, 1000000.0f, 1e-5f, false, 0, 0, 0, 0, 8, 2, 0}},
       {"qwen3-30b-a3b",
        {2048, 48, 32, 4, 6144, 40960, 1000000.0f, 1e-6f, false, 128, 0, 0, 0, 128, 8, 768}},
+      // then also the shared expert's width
+      {"qwen1.5-moe-a2.7b",
+       {2048, 24, 16, 16, 5632, 8192, 1000000.0f, 1e-6f, false, 0, 0, 0, 0, 60, 4, 1408, 5632}},
   };
   auto it = kPresets.find(name);
   if (it == kPresets.end()) return std::nullopt;
@@ -91,12 +95,13 @@ std::optional<SynthShape> synth_preset(const std::string& name) {
 }
 
 std::vector<std::string> synth_preset_names() {
-  return {"tiny",       "smollm-135m", "tinyllama-1.1b", "llama-3.2-1b", "llama-3.2-3b",
-          "llama-2-7b", "llama-3-8b",  "mistral-7b",     "mixtral-8x7b", "qwen3-30b-a3b"};
+  return {"tiny",         "smollm-135m",   "tinyllama-1.1b",   "llama-3.2-1b",
+          "llama-3.2-3b", "llama-2-7b",    "llama-3-8b",       "mistral-7b",
+          "mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b"};
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"};
+  return {"llama", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gemma3", "phi3"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -108,7 +113,8 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const SynthShape& s = o.shape;
   Result<QuantRecipe> recipe = quant_recipe_or_error(o.recipe, "synth");
   if (!recipe.ok()) return recipe.error();
-  const bool qwen2 = o.arch == "qwen2";
+  const bool qwen2moe = o.arch == "qwen2moe";
+  const bool qwen2 = o.arch == "qwen2" || qwen2moe;
   const bool qwen3moe = o.arch == "qwen3moe";
   const bool qwen3 = o.arch == "qwen3" || qwen3moe;
   const bool gemma3 = o.arch == "gemma3";
@@ -116,18 +122,20 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   if (o.arch != "llama" && !qwen2 && !qwen3 && !gemma3 && !phi3) {
     return make_error(
         ErrorCode::kUsage,
-        format("synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, gemma3, phi3)",
+        format("synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, qwen2moe, "
+               "gemma3, phi3)",
                o.arch.c_str()));
   }
-  const int64_t n_expert = qwen3moe && s.n_expert == 0 ? 8 : s.n_expert;
+  const int64_t n_expert = (qwen3moe || qwen2moe) && s.n_expert == 0 ? 8 : s.n_expert;
   const int64_t n_expert_used = n_expert > 0 && s.n_expert_used == 0 ? 2 : s.n_expert_used;
   const int64_t n_ff_exp = s.n_ff_exp > 0 ? s.n_ff_exp : s.n_ff;
-  if ((n_expert > 0 && o.arch != "llama" && !qwen3moe) || n_expert_used > n_expert ||
+  const int64_t n_ff_shexp = s.n_ff_shexp > 0 ? s.n_ff_shexp : s.n_ff;
+  if ((n_expert > 0 && o.arch != "llama" && !qwen3moe && !qwen2moe) || n_expert_used > n_expert ||
       (n_expert > 0 && n_expert_used == 0)) {
     return make_error(
         ErrorCode::kUsage,
-        format("synth: %lld experts with %lld used: experts need --arch llama or "
-               "qwen3moe, and 1 .. the experts used",
+        format("synth: %lld experts with %lld used: experts need --arch llama, qwen3moe "
+               "or qwen2moe, and 1 .. the experts used",
                static_cast<long long>(n_expert), static_cast<long long>(n_expert_used)));
   }
   if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma3 && !phi3)) {
@@ -207,7 +215,11 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   if (n_expert > 0) {
     w.set_u32(a + ".expert_count", static_cast<uint32_t>(n_expert));
     w.set_u32(a + ".expert_used_count", static_cast<uint32_t>(n_expert_used));
-    if (qwen3moe) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(n_ff_exp));
+    if (qwen3moe || qwen2moe)
+      w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(n_ff_exp));
+    if (qwen2moe) {
+      w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(n_ff_shexp));
+    }
   }
   if (qwen3 || gemma3 || head_dim * s.n_head != s.n_embd) {
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
@@ -295,6 +307,14 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       add_matrix(b + "ffn_gate_exps.weight", s.n_embd, n_ff_exp, n_expert);
       add_matrix(b + "ffn_up_exps.weight", s.n_embd, n_ff_exp, n_expert);
       add_matrix(b + "ffn_down_exps.weight", n_ff_exp, s.n_embd, n_expert);
+      if (qwen2moe) {
+        // A 1-D gate, which llama-quantize keeps F32; wide enough that its sigmoid spans
+        // (0, 1) over the tokens.
+        add_random(b + "ffn_gate_inp_shexp.weight", {s.n_embd}, 0.0f, bias_amplitude);
+        add_matrix(b + "ffn_gate_shexp.weight", s.n_embd, n_ff_shexp);
+        add_matrix(b + "ffn_up_shexp.weight", s.n_embd, n_ff_shexp);
+        add_matrix(b + "ffn_down_shexp.weight", n_ff_shexp, s.n_embd);
+      }
     } else if (phi3) {
       add_matrix(b + "ffn_up.weight", s.n_embd, 2 * s.n_ff);  // gate rows, then up rows
     } else {

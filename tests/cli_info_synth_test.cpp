@@ -188,6 +188,21 @@ TEST(CliSynth, MixturesOfExpertsAreDescribedAndRun) {
       << text.out;
   CommandResult gen = run_command(qrun() + " run -q -m '" + out + "' -p hello -n 4 --temp 0");
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  // qwen2moe: a shared expert, which every token runs through.
+  r = run_command(qrun() + " synth -o '" + out +
+                  "' --arch qwen2moe --like tiny --experts 6 --experts-used 3 --expert-ff 32 "
+                  "--shared-expert-ff 48 --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = info_json(out);
+  EXPECT_EQ(j["architecture"], "qwen2moe");
+  EXPECT_EQ(j["n_ff_shexp"], 48);
+  EXPECT_EQ(j["n_params"].get<int64_t>() - j["n_active_params"].get<int64_t>(), experts / 2);
+  text = run_command(qrun() + " info '" + out + "'");
+  EXPECT_NE(text.out.find("3 used per token, 32 wide, and a shared expert 48 wide"),
+            std::string::npos)
+      << text.out;
+  gen = run_command(qrun() + " run -q -m '" + out + "' -p hello -n 4 --temp 0");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
   // Mixtral-style: llama with experts. Dense llama shows no experts.
   r = run_command(qrun() + " synth -o '" + out + "' --like tiny --experts 4 --type q4_0");
   ASSERT_EQ(r.exit_code, 0) << r.err;

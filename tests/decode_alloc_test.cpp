@@ -320,30 +320,34 @@ TEST(DecodeAlloc, Phi3DecodeStepsAllocateNothing) {
   }
 }
 
-// A mixture of experts routes each token on the host and groups rows by expert in buffers
-// sized at load: still nothing allocated, once the session's warm-up (Model::set_warmup) has
-// run every expert, so that experts first chosen while decoding have their repacked copies.
+// A mixture of experts (qwen2moe's with a shared expert) routes each token on the host and
+// groups rows by expert in buffers sized at load: still nothing allocated, once the
+// session's warm-up (Model::set_warmup) has run every expert, so that experts first chosen
+// while decoding have their repacked copies.
 // Without it, each such expert's copy is made mid-decode (12 allocations here on AVX2 and
 // AVX-512).
 TEST(DecodeAlloc, MixtureOfExpertsDecodeStepsAllocateNothing) {
-  models::SynthOptions o;
-  o.arch = "qwen3moe";
-  o.shape = *models::synth_preset("tiny");
-  o.shape.n_expert_used = 3;
-  o.recipe = "q4_0";
-  std::optional<gguf::File> file;
-  const std::unique_ptr<Model> m = load_synth(o, "vocab/ggml-vocab-llama-spm.gguf", file);
-  ASSERT_NE(m, nullptr);
-  for (kernels::Isa isa : kernels::host_isas()) {
-    kernels::CpuBackend backend(2, isa);
-    Result<KvCache> kv = make_kv_cache(*m, 16);
-    ASSERT_TRUE(kv.ok());
-    std::vector<float> logits(static_cast<size_t>(m->hparams().n_vocab));
-    const int32_t bos = 1;
-    m->set_warmup(true);
-    ASSERT_TRUE(m->forward(backend, std::span(&bos, 1), 0, *kv, false, logits.data()).ok());
-    m->set_warmup(false);
-    EXPECT_EQ(count_decode_allocations(*m, backend, DType::kF16), 0) << kernels::isa_name(isa);
+  for (const char* arch : {"qwen3moe", "qwen2moe"}) {
+    SCOPED_TRACE(arch);
+    models::SynthOptions o;
+    o.arch = arch;
+    o.shape = *models::synth_preset("tiny");
+    o.shape.n_expert_used = 3;
+    o.recipe = "q4_0";
+    std::optional<gguf::File> file;
+    const std::unique_ptr<Model> m = load_synth(o, "vocab/ggml-vocab-llama-spm.gguf", file);
+    ASSERT_NE(m, nullptr);
+    for (kernels::Isa isa : kernels::host_isas()) {
+      kernels::CpuBackend backend(2, isa);
+      Result<KvCache> kv = make_kv_cache(*m, 16);
+      ASSERT_TRUE(kv.ok());
+      std::vector<float> logits(static_cast<size_t>(m->hparams().n_vocab));
+      const int32_t bos = 1;
+      m->set_warmup(true);
+      ASSERT_TRUE(m->forward(backend, std::span(&bos, 1), 0, *kv, false, logits.data()).ok());
+      m->set_warmup(false);
+      EXPECT_EQ(count_decode_allocations(*m, backend, DType::kF16), 0) << kernels::isa_name(isa);
+    }
   }
 }
 
