@@ -1,5 +1,5 @@
-// `qrun synth`: writes a llama, qwen2, qwen3, qwen3moe, qwen2moe, gemma3 or phi3 model with
-// random weights (see models/synth.h).
+// `qrun synth`: writes a llama, qwen2, qwen3, qwen3moe, qwen2moe, olmoe, gemma3 or phi3 model
+// with random weights (see models/synth.h).
 #include <chrono>
 #include <cstdio>
 
@@ -127,7 +127,7 @@ void register_synth(CLI::App& app, Action* selected) {
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
   cmd->add_option("--experts", o->n_expert,
                   "Experts per layer (llama: a Mixtral-style mixture of experts; qwen3moe, "
-                  "qwen2moe: default 8)")
+                  "qwen2moe, olmoe: default 8)")
       ->check(CLI::Range(int64_t{0}, int64_t{512}));
   cmd->add_option("--experts-used", o->n_expert_used, "Experts each token uses (default 2)")
       ->check(CLI::Range(int64_t{0}, int64_t{512}));

@@ -350,13 +350,19 @@ void self_attention(Backend& backend, const AttentionWeights& w, const Attention
   add_bias(backend, w.bq, n, s.q);
   add_bias(backend, w.bk, n, s.k);
   add_bias(backend, w.bv, n, s.v);
-  // Per-head RMS norms (each head_dim row of q and k on its own), then RoPE, which turns
-  // each token by its own position, whichever sequence it belongs to, then q's scale. One
-  // sequence's step does all of it and stores its keys and values in one op (a backend may
-  // fuse them).
-  const Backend::HeadNorms norms{w.q_norm.data != nullptr ? &w.q_norm : nullptr,
-                                 w.k_norm.data != nullptr ? &w.k_norm : nullptr, c.norm_eps,
-                                 c.q_scale};
+  // Whole-row RMS norms (each token's q and k rows, all heads together) first; then
+  // per-head ones (each head_dim row on its own), then RoPE, which turns each token by its
+  // own position, whichever sequence it belongs to, then q's scale. One sequence's step
+  // does the per-head part and stores its keys and values in one op (a backend may fuse
+  // them). A norm as wide as one head is per head (with one head the two are the same).
+  const auto per_head = [&](const Tensor& norm) {
+    return norm.data != nullptr && norm.ne[0] == shape.head_dim ? &norm : nullptr;
+  };
+  if (w.q_norm.data != nullptr && per_head(w.q_norm) == nullptr)
+    backend.rms_norm(s.q, w.q_norm, n, n_q, c.norm_eps, s.q);
+  if (w.k_norm.data != nullptr && per_head(w.k_norm) == nullptr)
+    backend.rms_norm(s.k, w.k_norm, n, n_kv, c.norm_eps, s.k);
+  const Backend::HeadNorms norms{per_head(w.q_norm), per_head(w.k_norm), c.norm_eps, c.q_scale};
   const bool one_piece = step.pieces.size() == 1 && step.pieces[0].n == n;
   if (one_piece) {
     const StepPiece& p = step.pieces[0];

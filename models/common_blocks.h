@@ -77,15 +77,17 @@ Result<void> check_forward_args(const ModelHparams& hp, std::span<const int32_t>
 // The weights of one attention block; shapes in GGML order, rows = output features.
 // Optional tensors have data == nullptr when the architecture has none.
 struct AttentionWeights {
-  Tensor wq;      // [n_embd, n_head * head_dim]
-  Tensor wk;      // [n_embd, n_head_kv * head_dim]
-  Tensor wv;      // [n_embd, n_head_kv * head_dim]
-  Tensor wo;      // [n_head * head_dim, n_embd]
-  Tensor bq;      // [n_head * head_dim], F32, optional (qwen2)
-  Tensor bk;      // [n_head_kv * head_dim], F32, optional (qwen2)
-  Tensor bv;      // [n_head_kv * head_dim], F32, optional (qwen2)
-  Tensor q_norm;  // [head_dim], F32, optional: RMS norm of each Q head before RoPE (qwen3)
-  Tensor k_norm;  // [head_dim], F32, optional: RMS norm of each K head before RoPE (qwen3)
+  Tensor wq;  // [n_embd, n_head * head_dim]
+  Tensor wk;  // [n_embd, n_head_kv * head_dim]
+  Tensor wv;  // [n_embd, n_head_kv * head_dim]
+  Tensor wo;  // [n_head * head_dim, n_embd]
+  Tensor bq;  // [n_head * head_dim], F32, optional (qwen2)
+  Tensor bk;  // [n_head_kv * head_dim], F32, optional (qwen2)
+  Tensor bv;  // [n_head_kv * head_dim], F32, optional (qwen2)
+  // F32, optional: RMS norms of Q and K before RoPE, of each head when [head_dim] (qwen3),
+  // of each token's whole row when [n_head * head_dim] and [n_head_kv * head_dim] (olmoe)
+  Tensor q_norm;
+  Tensor k_norm;
 };
 
 // The weights of a gated feed-forward block.

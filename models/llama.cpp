@@ -1,8 +1,8 @@
 // LlamaModel: hyper-parameters, weight binding and the forward pass. The forward pass
 // follows llama.cpp's LLM_ARCH_LLAMA graph op for op, so logits match it to rounding; a
-// LlamaVariant switches on Qwen2's Q/K/V biases, Qwen3's per-head Q/K norms and the
-// mixture-of-experts feed-forward blocks of Mixtral-style llama files, Qwen3-MoE and
-// Qwen2-MoE (Qwen2's attention, experts with a shared one).
+// LlamaVariant switches on Qwen2's Q/K/V biases, Qwen3's per-head Q/K norms, OLMoE's
+// whole-row ones, and the mixture-of-experts feed-forward blocks of Mixtral-style llama
+// files, Qwen3-MoE, Qwen2-MoE (Qwen2's attention, experts with a shared one) and OLMoE.
 // Activations live in buffers sized once for n_batch tokens; forward() allocates nothing.
 #include "models/llama.h"
 
@@ -21,22 +21,30 @@ namespace {
 enum class Experts {
   kNever,      // dense; expert tensors are refused (qwen2, qwen3)
   kIfCounted,  // experts when "<arch>.expert_count" is above 0, as llama.cpp decides (llama)
-  kAlways,     // "<arch>.expert_count" is required (qwen3moe, qwen2moe)
+  kAlways,     // "<arch>.expert_count" is required (qwen3moe, qwen2moe, olmoe)
+};
+
+// RMS norms of Q and K before RoPE (blk.N.attn_{q,k}_norm.weight, required when present).
+enum class QkNorm {
+  kNone,
+  kPerHead,  // each head's row on its own, one weight of head_dim (qwen3)
+  kWhole,    // each token's whole Q and K rows, weights of n_head and n_head_kv heads (olmoe)
 };
 
 // What distinguishes the architectures that share the llama graph.
 struct LlamaVariant {
   RopeMode rope_mode = RopeMode::kNormal;
   bool qkv_bias = false;  // blk.N.attn_{q,k,v}.bias, required (qwen2)
-  bool qk_norm = false;   // blk.N.attn_{q,k}_norm.weight, required (qwen3)
+  QkNorm qk_norm = QkNorm::kNone;
   Experts experts = Experts::kNever;
 };
 
-constexpr LlamaVariant kLlama{RopeMode::kNormal, false, false, Experts::kIfCounted};
-constexpr LlamaVariant kQwen2{RopeMode::kNeox, true, false};
-constexpr LlamaVariant kQwen3{RopeMode::kNeox, false, true};
-constexpr LlamaVariant kQwen3Moe{RopeMode::kNeox, false, true, Experts::kAlways};
-constexpr LlamaVariant kQwen2Moe{RopeMode::kNeox, true, false, Experts::kAlways};
+constexpr LlamaVariant kLlama{RopeMode::kNormal, false, QkNorm::kNone, Experts::kIfCounted};
+constexpr LlamaVariant kQwen2{RopeMode::kNeox, true, QkNorm::kNone};
+constexpr LlamaVariant kQwen3{RopeMode::kNeox, false, QkNorm::kPerHead};
+constexpr LlamaVariant kQwen3Moe{RopeMode::kNeox, false, QkNorm::kPerHead, Experts::kAlways};
+constexpr LlamaVariant kQwen2Moe{RopeMode::kNeox, true, QkNorm::kNone, Experts::kAlways};
+constexpr LlamaVariant kOlmoe{RopeMode::kNeox, false, QkNorm::kWhole, Experts::kAlways};
 
 struct LlamaLayer {
   Tensor attn_norm;  // [n_embd]
@@ -124,12 +132,15 @@ Result<void> LlamaModel::bind_weights(const gguf::File& file) {
         QRUN_TRY(b.reject_if_present(p + bias, "attention biases"));
     }
     QRUN_TRY(b.reject_if_present(p + "attn_output.bias", "attention output biases"));
-    if (variant_.qk_norm) {
-      QRUN_TRY(b.bind(p + "attn_q_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.q_norm));
-      QRUN_TRY(b.bind(p + "attn_k_norm.weight", {hp_.head_dim}, WeightUse::kF32, &l.attn.k_norm));
+    if (variant_.qk_norm != QkNorm::kNone) {
+      const bool whole = variant_.qk_norm == QkNorm::kWhole;
+      QRUN_TRY(b.bind(p + "attn_q_norm.weight", {whole ? n_q : hp_.head_dim}, WeightUse::kF32,
+                      &l.attn.q_norm));
+      QRUN_TRY(b.bind(p + "attn_k_norm.weight", {whole ? n_kv : hp_.head_dim}, WeightUse::kF32,
+                      &l.attn.k_norm));
     } else {
       for (const char* norm : {"attn_q_norm.weight", "attn_k_norm.weight"})
-        QRUN_TRY(b.reject_if_present(p + norm, "per-head Q/K norms"));
+        QRUN_TRY(b.reject_if_present(p + norm, "Q/K norms"));
     }
   }
   return {};
@@ -242,6 +253,10 @@ Result<std::unique_ptr<Model>> load_qwen3moe(const gguf::File& file, const Model
 
 Result<std::unique_ptr<Model>> load_qwen2moe(const gguf::File& file, const ModelOptions& options) {
   return LlamaModel::load(file, options, kQwen2Moe);
+}
+
+Result<std::unique_ptr<Model>> load_olmoe(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kOlmoe);
 }
 
 }  // namespace qrun::models

@@ -31,4 +31,9 @@ Result<std::unique_ptr<Model>> load_qwen3moe(const gguf::File& file, const Model
 // "qwen2moe.*" keys (expert_count required).
 Result<std::unique_ptr<Model>> load_qwen2moe(const gguf::File& file, const ModelOptions& options);
 
+// OLMoE (OLMoE-1B-7B): llama's graph with RMS norms over each token's whole Q and K rows,
+// neox RoPE, and mixture-of-experts FFNs whose weights are not renormalized, from "olmoe.*"
+// keys (expert_count required).
+Result<std::unique_ptr<Model>> load_olmoe(const gguf::File& file, const ModelOptions& options);
+
 }  // namespace qrun::models

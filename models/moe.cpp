@@ -52,13 +52,13 @@ Result<void> read_moe_hparams(const gguf::File& file, bool required, ModelHparam
   Result<int64_t> ff = read_positive(file, a, "expert_feed_forward_length", fallback);
   if (!ff.ok()) return ff.error();
   hp.n_ff_exp = *ff;
+  // llama.cpp's qwen2moe and olmoe graphs weight the chosen experts by their probabilities
+  // as they are (build_moe_ffn's norm_w false); qwen2moe adds a shared expert.
+  hp.expert_weights_norm = !qwen2moe && a != "olmoe";
   if (qwen2moe) {
-    // llama.cpp's qwen2moe graph: a shared expert, and the chosen experts' probabilities
-    // as they are (build_moe_ffn's norm_w false).
     Result<int64_t> shexp = read_positive(file, a, "expert_shared_feed_forward_length", hp.n_ff);
     if (!shexp.ok()) return shexp.error();
     hp.n_ff_shexp = *shexp;
-    hp.expert_weights_norm = false;
   }
   return {};
 }

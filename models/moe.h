@@ -1,5 +1,5 @@
-// The mixture-of-experts feed-forward block of qwen3moe, qwen2moe and Mixtral-style llama
-// files, as llama.cpp's build_moe_ffn computes it for them: a router picks each token's top
+// The mixture-of-experts feed-forward block of qwen3moe, qwen2moe, olmoe and Mixtral-style
+// llama files, as llama.cpp's build_moe_ffn computes it for them: a router picks each token's top
 // n_expert_used experts by softmax probability, their weights are those probabilities
 // (renormalized to sum to 1 where hp.expert_weights_norm), and the token's output is the
 // weighted sum of the chosen experts' SiLU-gated feed-forward outputs. Qwen2-MoE adds a
@@ -31,8 +31,8 @@ inline constexpr int64_t kMaxExperts = 512;
 // file has no experts and `required` is false), and the experts' feed-forward width from
 // "<arch>.expert_feed_forward_length", else n_ff / n_expert_used for qwen3moe and qwen2moe
 // as llama.cpp falls back, else n_ff. qwen2moe's shared expert is
-// "<arch>.expert_shared_feed_forward_length" wide, else n_ff, and its experts' weights are
-// not renormalized. Counts out of range are kFormat errors naming the key.
+// "<arch>.expert_shared_feed_forward_length" wide, else n_ff; its experts' weights, and
+// olmoe's, are not renormalized. Counts out of range are kFormat errors naming the key.
 Result<void> read_moe_hparams(const gguf::File& file, bool required, ModelHparams& hp);
 
 struct MoeWeights {

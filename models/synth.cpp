@@ -1,5 +1,5 @@
-// write_synthetic_model: a llama, qwen2, qwen3, qwen3moe, qwen2moe, gemma3 or phi3 GGUF with
-// random weights.
+// write_synthetic_model: a llama, qwen2, qwen3, qwen3moe, qwen2moe, olmoe, gemma3 or phi3 GGUF
+// with random weights.
 // Speed matters (a 1B model should take seconds), so each distinct (type, row length)
 // gets a pool of randomly generated, reference-quantized rows, and every tensor row is
 // a pool row rotated by a random whole number of blocks: a valid, varied row of the
@@ -101,7 +101,7 @@ std::vector<std::string> synth_preset_names() {
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gemma3", "phi3"};
+  return {"llama", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "olmoe", "gemma3", "phi3"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -116,26 +116,33 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const bool qwen2moe = o.arch == "qwen2moe";
   const bool qwen2 = o.arch == "qwen2" || qwen2moe;
   const bool qwen3moe = o.arch == "qwen3moe";
+  const bool olmoe = o.arch == "olmoe";
   const bool qwen3 = o.arch == "qwen3" || qwen3moe;
   const bool gemma3 = o.arch == "gemma3";
   const bool phi3 = o.arch == "phi3";
-  if (o.arch != "llama" && !qwen2 && !qwen3 && !gemma3 && !phi3) {
+  if (o.arch != "llama" && !qwen2 && !qwen3 && !olmoe && !gemma3 && !phi3) {
     return make_error(
         ErrorCode::kUsage,
         format("synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, qwen2moe, "
-               "gemma3, phi3)",
+               "olmoe, gemma3, phi3)",
                o.arch.c_str()));
   }
-  const int64_t n_expert = (qwen3moe || qwen2moe) && s.n_expert == 0 ? 8 : s.n_expert;
+  const int64_t n_expert = (qwen3moe || qwen2moe || olmoe) && s.n_expert == 0 ? 8 : s.n_expert;
   const int64_t n_expert_used = n_expert > 0 && s.n_expert_used == 0 ? 2 : s.n_expert_used;
   const int64_t n_ff_exp = s.n_ff_exp > 0 ? s.n_ff_exp : s.n_ff;
   const int64_t n_ff_shexp = s.n_ff_shexp > 0 ? s.n_ff_shexp : s.n_ff;
-  if ((n_expert > 0 && o.arch != "llama" && !qwen3moe && !qwen2moe) || n_expert_used > n_expert ||
-      (n_expert > 0 && n_expert_used == 0)) {
+  if (olmoe && n_ff_exp != s.n_ff) {  // llama.cpp's olmoe reads no expert width
+    return make_error(ErrorCode::kUsage,
+                      format("synth: olmoe's experts are the feed-forward width %lld wide, not "
+                             "%lld (set --n-ff instead of --expert-ff)",
+                             static_cast<long long>(s.n_ff), static_cast<long long>(n_ff_exp)));
+  }
+  if ((n_expert > 0 && o.arch != "llama" && !qwen3moe && !qwen2moe && !olmoe) ||
+      n_expert_used > n_expert || (n_expert > 0 && n_expert_used == 0)) {
     return make_error(
         ErrorCode::kUsage,
-        format("synth: %lld experts with %lld used: experts need --arch llama, qwen3moe "
-               "or qwen2moe, and 1 .. the experts used",
+        format("synth: %lld experts with %lld used: experts need --arch llama, qwen3moe, "
+               "qwen2moe or olmoe, and 1 .. the experts used",
                static_cast<long long>(n_expert), static_cast<long long>(n_expert_used)));
   }
   if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma3 && !phi3)) {
@@ -296,6 +303,10 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     if (qwen3 || gemma3) {
       add_random(b + "attn_q_norm.weight", {head_dim}, 1.0f, 0.5f);
       add_random(b + "attn_k_norm.weight", {head_dim}, 1.0f, 0.5f);
+    }
+    if (olmoe) {  // over each token's whole rows
+      add_random(b + "attn_q_norm.weight", {n_embd_q}, 1.0f, 0.5f);
+      add_random(b + "attn_k_norm.weight", {n_embd_kv}, 1.0f, 0.5f);
     }
     add_matrix(b + "attn_output.weight", n_embd_q, s.n_embd);
     if (gemma3) add_random(b + "post_attention_norm.weight", {s.n_embd}, 1.0f, 0.5f);

@@ -24,8 +24,8 @@ struct SynthShape {
   // phi3: rope.scaling.original_context_length (0: n_ctx). Below n_ctx, the file also gets
   // random LongRoPE factors (rope_factors_long / _short) and LongRoPE's attention factor.
   int64_t rope_orig_ctx = 0;
-  // Mixture of experts: llama with n_expert > 0 (Mixtral-style), qwen3moe and qwen2moe
-  // (default 8). The router is F32 (llama-quantize keeps it so); 0 used: 2; 0 width: n_ff.
+  // Mixture of experts: llama with n_expert > 0 (Mixtral-style), qwen3moe, qwen2moe and
+  // olmoe (default 8). The router is F32 (llama-quantize keeps it so); 0 used: 2; 0 width: n_ff.
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
@@ -44,7 +44,8 @@ struct SynthOptions {
   // post-attention and post-FFN norms, a sliding window on 5 of every 6 layers, tied output),
   // phi3 (fused attn_qkv and gate-up ffn_up, LongRoPE factors when rope_orig_ctx < n_ctx),
   // qwen3moe (qwen3 with a mixture of experts in every layer), qwen2moe (qwen2 with a
-  // mixture of experts and a shared expert with an F32 gate in every layer)
+  // mixture of experts and a shared expert with an F32 gate in every layer), olmoe (llama
+  // with random Q/K norms over whole rows and experts as wide as n_ff)
   std::string arch = "llama";
   SynthShape shape;
   std::string recipe = "q4_0";  // a weight type name, or "q4_k_m" / "q4_k_s" / "q5_k_m"

@@ -250,6 +250,10 @@ TEST(CliSynth, BadArgumentsAreUsageErrors) {
     EXPECT_EQ(bad_experts.exit_code, 2) << experts;
     EXPECT_NE(bad_experts.err.find("experts"), std::string::npos) << bad_experts.err;
   }
+  CommandResult olmoe_width =  // olmoe's experts are --n-ff wide
+      run_command(qrun() + " synth -o '" + out + "' --arch olmoe --expert-ff 32");
+  EXPECT_EQ(olmoe_width.exit_code, 2);
+  EXPECT_NE(olmoe_width.err.find("--n-ff"), std::string::npos) << olmoe_width.err;
   CommandResult orig_past_ctx =
       run_command(qrun() + " synth -o '" + out + "' --arch phi3 --orig-ctx 1024");  // ctx 512
   EXPECT_EQ(orig_past_ctx.exit_code, 2);

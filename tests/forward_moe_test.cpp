@@ -1,9 +1,9 @@
-// Mixture-of-experts feed-forward blocks (models/moe.h): qwen3moe, qwen2moe and Mixtral-style
-// llama files. Verified: (1) against llama.cpp's logits and greedy tokens on models `qrun synth`
-// writes (tests/data, see its README); (2) moe_ffn against a double-precision block written
-// here from the definition, on many tokens so that experts get several tokens each;
-// (3) the load errors of malformed expert files. Not verified: a real MoE checkpoint (the
-// smallest, OLMoE-1B-7B and Qwen3-30B-A3B, are gigabytes).
+// Mixture-of-experts feed-forward blocks (models/moe.h): qwen3moe, qwen2moe, olmoe and
+// Mixtral-style llama files. Verified: (1) against llama.cpp's logits and greedy tokens on models
+// `qrun synth` writes (tests/data, see its README); (2) moe_ffn against a double-precision block
+// written here from the definition, on many tokens so that experts get several tokens each; (3) the
+// load errors of malformed expert files. Not verified: a real MoE checkpoint (the smallest,
+// OLMoE-1B-7B and Qwen3-30B-A3B, are gigabytes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,6 +61,16 @@ TEST(Qwen2Moe, MatchesLlamaCppOnASyntheticModel) {
       "--arch qwen2moe --like tiny --expert-ff 96 --shared-expert-ff 160 --type q8_0 --std 0.1 "
       "--seed 7",
       15089405960182310242ull, "qwen2moe_tiny_llamacpp.txt", 1e-6);
+}
+
+// OLMoE: RMS norms over each token's whole Q and K rows (llama.cpp's olmoe has no GQA, so
+// K has n_head heads), Q8_0 experts as wide as feed_forward_length, weights not
+// renormalized. Measured (generic, avx2, avx512): every row within 5.1e-15; renormalized
+// weights give 1.2e-2.
+TEST(Olmoe, MatchesLlamaCppOnASyntheticModel) {
+  test::expect_synth_matches_llamacpp(
+      "--arch olmoe --like tiny --n-head-kv 4 --type q8_0 --std 0.1 --seed 7",
+      8354838422586894233ull, "olmoe_tiny_llamacpp.txt", 1e-6);
 }
 
 // ---- moe_ffn against a block written here ----
