@@ -439,8 +439,9 @@ Result<std::optional<ToolGrammar>> tool_call_grammar(ToolCallFormat format, cons
   using Out = std::optional<ToolGrammar>;
   if (!tools.active()) return Out();
   const bool required = tools.choice.mode != ToolChoice::Mode::kAuto;
-  const bool lazy = !required && format == ToolCallFormat::kHermes;
-  if (format != ToolCallFormat::kGeneric && !required && !lazy) return Out();
+  // Under auto the known formats' grammars are lazy: they hold from the text that opens a
+  // call (Llama 3's calls are bare JSON that names the function first).
+  const bool lazy = !required && format != ToolCallFormat::kGeneric;
   // Each tool's parameters alone first, so that a refusal names the tool and a path
   // within its parameters.
   for (size_t i = 0; i < tools.tools.size(); ++i) {
@@ -462,8 +463,9 @@ Result<std::optional<ToolGrammar>> tool_call_grammar(ToolCallFormat format, cons
   }
   Result<std::string> gbnf = json_schema_to_grammar(schema.dump());
   if (!gbnf.ok()) return make_error(ErrorCode::kUsage, "tools: " + gbnf.error().message);
-  if (format == ToolCallFormat::kGeneric || format == ToolCallFormat::kLlama3)
-    return Out(ToolGrammar{std::move(*gbnf), ""});
+  if (format == ToolCallFormat::kGeneric) return Out(ToolGrammar{std::move(*gbnf), ""});
+  if (format == ToolCallFormat::kLlama3)
+    return Out(ToolGrammar{std::move(*gbnf), lazy ? R"({"name")" : ""});
   // Hermes and Mistral wrap the call: the converter's root becomes one call.
   std::string text = std::move(*gbnf);
   const size_t root = text.rfind("root ::=", 0) == 0 ? 0 : text.find("\nroot ::=");
@@ -479,10 +481,10 @@ Result<std::optional<ToolGrammar>> tool_call_grammar(ToolCallFormat format, cons
     return Out(ToolGrammar{std::move(text), lazy ? "<tool_call>" : ""});
   }
   // [TOOL_CALLS] is a control token the grammar cannot write; the array alone is parsed as
-  // calls.
+  // calls. Under auto the token triggers the grammar, which then holds the array after it.
   const char* more = tools.parallel ? R"( ("," qrun-tool-call)*)" : "";
   text += R"(root ::= "[" qrun-tool-call)" + std::string(more) + " \"]\"\n";
-  return Out(ToolGrammar{std::move(text), ""});
+  return Out(ToolGrammar{std::move(text), lazy ? "[TOOL_CALLS]" : ""});
 }
 
 bool tool_calls_need_special_tokens(ToolCallFormat format) {

@@ -77,9 +77,10 @@ struct ToolGrammar {
   std::string trigger;
 };
 // The grammar for a reply, or nullopt for none. kGeneric: always. A required call (choice
-// required or a named function): the call, from the first token. kHermes under auto: the
-// calls, once the model writes <tool_call> (their JSON then follows the tools' schemas).
-// Llama 3 and Mistral under auto: none (their calls have no opener the text can show).
+// required or a named function): the call, from the first token. The known formats under
+// auto: the calls, once the reply opens one (their JSON then follows the tools' schemas):
+// kHermes from <tool_call>, kLlama3 from {"name" (its calls are bare JSON), kMistral after
+// the [TOOL_CALLS] control token (make_grammar_stage fires on the token).
 // kUsage when a tool's parameters are a schema the converter refuses (naming tools[i]).
 Result<std::optional<ToolGrammar>> tool_call_grammar(ToolCallFormat format, const ToolSet& tools);
 

@@ -376,6 +376,40 @@ TEST(GrammarStage, LazyGrammarWaitsForItsTrigger) {
   EXPECT_FALSE((*strict)->error().has_value());
 }
 
+// A trigger the vocabulary spells as one control token (token 10 here, no printed text, as
+// Mistral's [TOOL_CALLS]) fires on that token, and the grammar holds what follows it. The
+// same text spelled with printed tokens is not it.
+TEST(GrammarStage, LazyGrammarCanWaitForAControlToken) {
+  ToyVocab v;
+  auto vocab = make_grammar_vocab(v.pieces, [](std::string_view text) {
+    return text == "[CALLS]" ? std::vector<int32_t>{10} : std::vector<int32_t>{7, 7};
+  });
+  Result<std::unique_ptr<ConstraintStage>> made =
+      make_grammar_stage(parse_ok(R"(root ::= "no")"), vocab, v.eog, "[CALLS]");
+  ASSERT_TRUE(made.ok());
+  ConstraintStage& s = **made;
+  s.accept(7);  // "maybe"
+  s.accept(1);  // "yes"
+  EXPECT_TRUE(s.allows(1));
+  s.accept(10);
+  EXPECT_FALSE(s.allows(1));
+  EXPECT_FALSE(s.allows(0));
+  EXPECT_TRUE(s.allows(2));
+  s.accept(2);
+  EXPECT_TRUE(s.complete());
+  s.reset();
+  EXPECT_TRUE(s.allows(1));
+  // Where the trigger is printed text, the control token does not fire it.
+  Result<std::unique_ptr<ConstraintStage>> text =
+      make_grammar_stage(parse_ok(R"(root ::= "maybe" "no")"), vocab, v.eog, "maybe");
+  ASSERT_TRUE(text.ok());
+  (*text)->accept(10);
+  EXPECT_TRUE((*text)->allows(1));
+  (*text)->accept(7);  // "maybe", which the grammar then holds from
+  EXPECT_FALSE((*text)->allows(1));
+  EXPECT_TRUE((*text)->allows(2));
+}
+
 TEST(GrammarStage, SamplerFastPathResamplesOnlyWhenThePickIsRejected) {
   ToyVocab v;
   Result<std::unique_ptr<ConstraintStage>> stage =

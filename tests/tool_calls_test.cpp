@@ -312,12 +312,16 @@ TEST(ToolCalls, GenericGrammarAllowsCallsOrAResponse) {
       matches(only, R"({"tool_call": {"name": "get_weather", "arguments": {"city": "X"}}})"));
 }
 
-TEST(ToolCalls, KnownFormatsConstrainRequiredCallsAndHermesOnceItsCallOpens) {
-  for (ToolCallFormat f : {ToolCallFormat::kLlama3, ToolCallFormat::kMistral}) {
-    Result<std::optional<ToolGrammar>> none = tool_call_grammar(f, weather_tools());
-    ASSERT_TRUE(none.ok());
-    EXPECT_FALSE(none->has_value()) << tool_call_format_name(f);
-  }
+TEST(ToolCalls, KnownFormatsConstrainRequiredCallsAndAutoOnesOnceTheirCallOpens) {
+  // Under auto, Llama 3's bare JSON is held from {"name" on, Mistral's array after its
+  // [TOOL_CALLS] token (the grammar stage fires on the control token).
+  const std::string llama_lazy =
+      grammar_for(ToolCallFormat::kLlama3, weather_tools(), /*trigger=*/R"({"name")");
+  EXPECT_TRUE(matches(llama_lazy, R"({"name": "get_weather", "parameters": {"city": "X"}})"));
+  EXPECT_FALSE(matches(llama_lazy, R"({"name": "get_weather", "parameters": {}})"));
+  const std::string mistral_lazy =
+      grammar_for(ToolCallFormat::kMistral, weather_tools(), /*trigger=*/"[TOOL_CALLS]");
+  EXPECT_TRUE(matches(mistral_lazy, R"([{"name": "get_time", "arguments": {"zone": "Z"}}])"));
   const ToolSet off = weather_tools(ToolChoice::Mode::kNone);
   EXPECT_FALSE(tool_call_grammar(ToolCallFormat::kGeneric, off)->has_value());
   // Under auto a Hermes reply is free until <tool_call>, then held to the calls.

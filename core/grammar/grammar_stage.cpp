@@ -13,12 +13,13 @@ namespace {
 class GrammarStage final : public ConstraintStage {
  public:
   GrammarStage(GrammarMatcher matcher, std::shared_ptr<const GrammarVocab> vocab,
-               std::vector<uint8_t> is_eog, std::string trigger)
+               std::vector<uint8_t> is_eog, std::string trigger, int32_t trigger_token)
       : matcher_(std::move(matcher)),
         vocab_(std::move(vocab)),
         pieces_(vocab_->pieces),
         is_eog_(std::move(is_eog)),
         trigger_(std::move(trigger)),
+        trigger_token_(trigger_token),
         waiting_(!trigger_.empty()) {
     // One flag for every token, so that the loops over the vocabulary test no bounds.
     if (is_eog_.size() < pieces_.size()) is_eog_.resize(pieces_.size(), 0);
@@ -128,6 +129,10 @@ class GrammarStage final : public ConstraintStage {
     if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return;
     const auto t = static_cast<size_t>(token);
     if (is_end(t) || lifted_) return;
+    if (waiting_ && token == trigger_token_) {
+      waiting_ = false;  // the grammar holds what follows the token
+      return;
+    }
     if (waiting_) {
       seen_ += pieces_[t];
       const size_t at = seen_.find(trigger_);
@@ -171,6 +176,8 @@ class GrammarStage final : public ConstraintStage {
   std::vector<int32_t> some_;     // allows_each()'s scratch: the ids the trie answers
   std::optional<Error> error_;
   std::string trigger_;  // "" for a grammar that holds from the start
+  // The control token whose text is the trigger (-1: none); it has no piece to hold
+  int32_t trigger_token_;
   bool waiting_;         // the trigger has not come yet
   bool lifted_ = false;  // the text from the trigger on did not fit the grammar
   std::string seen_;     // while waiting: the text that may hold the trigger's start
@@ -207,8 +214,16 @@ Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(
   }
   Result<GrammarMatcher> matcher = GrammarMatcher::create(std::move(grammar));
   if (!matcher.ok()) return matcher.error();
+  // A trigger that is one control token (Mistral's [TOOL_CALLS]) fires on that token.
+  int32_t trigger_token = -1;
+  if (!trigger.empty() && vocab->tokenize) {
+    const std::vector<int32_t> ids = vocab->tokenize(trigger);
+    if (ids.size() == 1 && ids[0] >= 0 && static_cast<size_t>(ids[0]) < vocab->pieces.size() &&
+        vocab->pieces[static_cast<size_t>(ids[0])].empty())
+      trigger_token = ids[0];
+  }
   return std::unique_ptr<ConstraintStage>(std::make_unique<GrammarStage>(
-      std::move(*matcher), std::move(vocab), std::move(is_eog), std::move(trigger)));
+      std::move(*matcher), std::move(vocab), std::move(is_eog), std::move(trigger), trigger_token));
 }
 
 Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(std::shared_ptr<const Grammar> grammar,

@@ -44,8 +44,10 @@ Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(std::shared_ptr<cons
 // The same on a vocabulary built once. With a `trigger` the grammar is lazy (llama.cpp's
 // lazy grammars, which tool calling uses): every token passes until the text generated
 // contains the trigger, and from there on the grammar holds the text from the trigger on.
-// Text from the trigger on that the grammar cannot take lifts the constraint for the rest of
-// the generation instead of failing it.
+// A trigger that the vocabulary's tokenize gives as one control token (a token with no
+// printed text, such as Mistral's [TOOL_CALLS]) fires when that token is sampled, and the
+// grammar then holds the text after it. Text from the trigger on that the grammar cannot
+// take lifts the constraint for the rest of the generation instead of failing it.
 Result<std::unique_ptr<ConstraintStage>> make_grammar_stage(
     std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
     std::vector<uint8_t> is_eog, std::string trigger = "");
