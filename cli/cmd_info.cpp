@@ -74,8 +74,9 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors,
       opt_int(m.n_head_kv).c_str(), opt_int(m.head_dim).c_str(), opt_int(m.n_ff).c_str(),
       opt_int(m.n_vocab).c_str());
   if (m.n_expert > 0) {
-    const std::string shared =
-        m.n_ff_shexp > 0 ? format(", and a shared expert %lld wide", m.n_ff_shexp) : "";
+    const std::string shared = m.n_ff_shexp > 0 ? format(", and a shared expert %lld wide",
+                                                         static_cast<long long>(m.n_ff_shexp))
+                                                : "";
     std::printf(
         "experts        %lld per layer, %s used per token, %s wide%s; %s parameters "
         "active per token\n",
