@@ -21,17 +21,12 @@
 #include "ggml-like/quants.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "tests/support/random_data.h"
 
 namespace qrun::kernels::cuda {
 namespace {
 
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_vector;
 
 // Under the emulator the element-wise ops, norm and RoPE equal the CPU's bit for bit. On a
 // GPU (cuda_gpu_backend_test) expf, tanhf, sinf and cosf may differ by a few float ulps, and

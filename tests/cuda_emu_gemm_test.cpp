@@ -32,9 +32,12 @@
 #include "ggml-like/fp16.h"
 #include "ggml-like/quants.h"
 #include "kernels/cuda/ops.h"
+#include "tests/support/random_data.h"
 
 namespace qrun::kernels::cuda {
 namespace {
+
+using test::random_activations;
 
 constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
                             DType::kQ5_K, DType::kQ6_K, DType::kF16,  DType::kF32};
@@ -45,15 +48,6 @@ constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4
 // emulator (n_in up to 2048). A wrong row, column, tile or leading dimension errs by the
 // order of the result itself (a ratio near 1 / eps).
 constexpr double kSumTol = 64.0;
-
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  for (size_t i = 5; i < v.size(); i += 97) v[i] *= 20.0f;  // outliers, as activations have
-  return v;
-}
 
 std::vector<uint8_t> quantize(DType type, const std::vector<float>& src) {
   const TypeTraits& tt = type_traits(type);
@@ -126,7 +120,7 @@ TEST(CudaEmuGemm, DequantizeF16EqualsTheReferenceRoundedToF16) {
     // 2^15 elements: enough blocks of random bytes to meet every scale and bit pattern.
     const int64_t n = int64_t{1} << 15;
     // Quantized data, one block of it all zeros (d = 0).
-    std::vector<float> x = random_vector(n, 7);
+    std::vector<float> x = random_activations(n, 7);
     std::fill(x.begin(), x.begin() + tt.block_elems, 0.0f);
     const std::vector<uint8_t> q = quantize(type, x);
     expect_same_bits(device_dequantize(type, q, n), reference_f16(type, q, n));
@@ -145,7 +139,7 @@ TEST(CudaEmuGemm, DequantizeF16AtAnyDestinationAlignment) {
     SCOPED_TRACE(dtype_name(type));
     for (const int64_t n : {int64_t{8}, int64_t{13}, int64_t{4096}}) {
       if (n % type_traits(type).block_elems != 0) continue;
-      const std::vector<uint8_t> q = quantize(type, random_vector(n, 11));
+      const std::vector<uint8_t> q = quantize(type, random_activations(n, 11));
       const std::vector<uint16_t> want = reference_f16(type, q, n);
       DeviceArray<uint8_t> d_src{std::span<const uint8_t>(q)};
       for (const int64_t offset : {0, 1}) {
@@ -188,7 +182,7 @@ TEST(CudaEmuGemm, DequantizeF16CopiesF16Bits) {
 }
 
 TEST(CudaEmuGemm, ConvertF32ToF16RoundsToNearestEven) {
-  std::vector<float> x = random_vector(4097, 3);
+  std::vector<float> x = random_activations(4097, 3);
   for (size_t i = 0; i < x.size(); i += 3) x[i] *= 1e-5f;  // F16 subnormals
   const float specials[] = {0.0f,          -0.0f,           65504.0f,
                             65520.0f,      -70000.0f,       1e-8f,
@@ -211,7 +205,7 @@ TEST(CudaEmuGemm, GemmF16HonoursLeadingDimensions) {
   constexpr float kPad = 1000.0f;
   std::vector<uint16_t> a(static_cast<size_t>(m * lda), fp32_to_fp16(kPad));
   std::vector<uint16_t> b(static_cast<size_t>(n * ldb), fp32_to_fp16(kPad));
-  const std::vector<float> av = random_vector(m * k, 1), bv = random_vector(n * k, 2);
+  const std::vector<float> av = random_activations(m * k, 1), bv = random_activations(n * k, 2);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t p = 0; p < k; ++p) a[i * lda + p] = fp32_to_fp16(av[i * k + p]);
   for (int64_t j = 0; j < n; ++j)
@@ -252,8 +246,8 @@ TEST(CudaEmuGemm, GemmF16BatchedHonoursLayoutsStridesAndBeta) {
       const int64_t stride_b = n * ldb + 2, stride_c = n * ldc + 3;
       std::vector<uint16_t> a(static_cast<size_t>(batch * stride_a), fp32_to_fp16(kPad));
       std::vector<uint16_t> b(static_cast<size_t>(batch * stride_b), fp32_to_fp16(kPad));
-      const std::vector<float> av = random_vector(batch * m * k, 3);
-      const std::vector<float> bv = random_vector(batch * n * k, 4);
+      const std::vector<float> av = random_activations(batch * m * k, 3);
+      const std::vector<float> bv = random_activations(batch * n * k, 4);
       auto a_at = [&](int64_t l, int64_t i, int64_t p) -> uint16_t& {
         return a[l * stride_a + (a_rows ? i * lda + p : p * lda + i)];
       };
@@ -305,10 +299,11 @@ void check_matmul(DType type, int64_t n_in, const Shape& s) {
   const TypeTraits& tt = type_traits(type);
   SCOPED_TRACE(::testing::Message() << tt.name << " n_in " << n_in << " n_out " << s.n_out
                                     << " n_tokens " << s.n_tokens << " tile " << s.tile_rows);
-  const std::vector<float> wf = random_vector(n_in * s.n_out, 21 + static_cast<uint32_t>(n_in));
+  const std::vector<float> wf =
+      random_activations(n_in * s.n_out, 21 + static_cast<uint32_t>(n_in));
   const std::vector<uint8_t> w = quantize(type, wf);
   const std::vector<float> x =
-      random_vector(n_in * s.n_tokens, 31 + static_cast<uint32_t>(s.n_out));
+      random_activations(n_in * s.n_tokens, 31 + static_cast<uint32_t>(s.n_out));
 
   const size_t row16 = static_cast<size_t>(n_in) * 2;
   const size_t x16 = (static_cast<size_t>(s.n_tokens) * row16 + 255) / 256 * 256;

@@ -23,20 +23,14 @@
 #include "ggml-like/quants.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "models/registry.h"
+#include "tests/support/random_data.h"
 #include "tests/support/test_data.h"
 
 namespace qrun {
 namespace {
 
 using kernels::cuda::CudaBackend;
-
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_vector;
 
 int32_t argmax(std::span<const float> v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());

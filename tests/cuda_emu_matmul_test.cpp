@@ -30,19 +30,12 @@
 #include "ggml-like/fp16.h"
 #include "ggml-like/quants.h"
 #include "kernels/cuda/ops.h"
+#include "tests/support/random_data.h"
 
 namespace qrun::kernels::cuda {
 namespace {
 
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  // A few outliers, as real activations have, so block scales differ widely.
-  for (size_t i = 5; i < v.size(); i += 97) v[i] *= 20.0f;
-  return v;
-}
+using test::random_activations;
 
 // The reference's activation blocks, as BlockQ8_1.
 std::vector<BlockQ8_1> reference_q8_1(const std::vector<float>& x) {
@@ -80,7 +73,7 @@ class DeviceWeights {
 
 TEST(CudaEmuMatmul, QuantizeQ8_1MatchesTheReferenceBits) {
   for (int64_t n : {32, 96, 4096}) {
-    std::vector<float> x = random_vector(2 * n, 11);
+    std::vector<float> x = random_activations(2 * n, 11);
     x[3] = 0.0f;
     std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block: d = 0
     const std::vector<BlockQ8_1> want = reference_q8_1(x);
@@ -118,11 +111,12 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
       const size_t row_bytes = row_size(type, n_in);
       std::vector<uint8_t> w(row_bytes * static_cast<size_t>(n_out));
       std::vector<uint8_t> w_at(offset + w.size());
-      const std::vector<float> wf = random_vector(n_in * n_out, 21 + static_cast<uint32_t>(n_in));
+      const std::vector<float> wf =
+          random_activations(n_in * n_out, 21 + static_cast<uint32_t>(n_in));
       for (int64_t o = 0; o < n_out; ++o)
         tt.from_float(wf.data() + o * n_in, w.data() + o * row_bytes, n_in);
       const std::vector<float> x =
-          random_vector(n_in * n_tokens, 31 + static_cast<uint32_t>(n_out));
+          random_activations(n_in * n_tokens, 31 + static_cast<uint32_t>(n_out));
 
       std::memcpy(w_at.data() + offset, w.data(), w.size());
 
@@ -194,10 +188,10 @@ TEST(CudaEmuMatmul, MmvqRunsTheSelectedVariant) {
   for (const DType type : {DType::kQ4_K, DType::kQ4_0}) {
     EXPECT_EQ(mmvq_layout(type, n_in), mmvq_variant_layout(want, type, n_in));
     const TypeTraits& tt = type_traits(type);
-    const std::vector<float> wf = random_vector(n_in * n_out, 5);
+    const std::vector<float> wf = random_activations(n_in * n_out, 5);
     std::vector<uint8_t> w(row_size(type, n_in) * n_out);
     tt.from_float(wf.data(), w.data(), n_in * n_out);
-    const std::vector<float> x = random_vector(n_in * n_tokens, 6);
+    const std::vector<float> x = random_activations(n_in * n_tokens, 6);
     DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};
     const DeviceWeights weights(want, type, dw.data(), n_in, n_out);
     DeviceArray<float> dx{std::span<const float>(x)};
@@ -232,7 +226,7 @@ TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
       if (n_in % type_traits(type).block_elems != 0) continue;
       const TypeTraits& tt = type_traits(type);
       for (const int64_t n_tokens : {1, 2, 5}) {
-        const std::vector<float> x = random_vector(n_in * n_tokens, 8);
+        const std::vector<float> x = random_activations(n_in * n_tokens, 8);
         DeviceArray<float> dx{std::span<const float>(x)};
         DeviceArray<BlockQ8_1> dq(static_cast<size_t>(n_in / 32 * n_tokens));
         quantize_q8_1(dx.data(), n_tokens, n_in, dq.data(), Stream{});
@@ -241,7 +235,7 @@ TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
           std::vector<DeviceArray<float>> grouped, alone;
           std::vector<MmvqJob> jobs;
           for (int g = 0; g < count; ++g) {
-            const std::vector<float> wf = random_vector(n_in * rows[g], 40 + g);
+            const std::vector<float> wf = random_activations(n_in * rows[g], 40 + g);
             std::vector<uint8_t> w(row_size(type, n_in) * static_cast<size_t>(rows[g]));
             tt.from_float(wf.data(), w.data(), n_in * rows[g]);
             DeviceArray<uint8_t> blocks{std::span<const uint8_t>(w)};
@@ -288,12 +282,13 @@ TEST(CudaEmuMatmul, GroupedVariantsGiveV1Bits) {
     const TypeTraits& tt = type_traits(type);
     for (const int64_t n_in : {int64_t{256}, int64_t{1280}, int64_t{4608}, int64_t{8448}}) {
       for (const int64_t n_out : {int64_t{1}, int64_t{9}}) {
-        const std::vector<float> wf = random_vector(n_in * n_out, 70 + static_cast<uint32_t>(n_in));
+        const std::vector<float> wf =
+            random_activations(n_in * n_out, 70 + static_cast<uint32_t>(n_in));
         std::vector<uint8_t> w(row_size(type, n_in) * static_cast<size_t>(n_out));
         tt.from_float(wf.data(), w.data(), n_in * n_out);
         DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};
         for (const int64_t n_tokens : {1, 2, 3, 9}) {
-          const std::vector<float> x = random_vector(n_in * n_tokens, 80);
+          const std::vector<float> x = random_activations(n_in * n_tokens, 80);
           DeviceArray<float> dx{std::span<const float>(x)};
           DeviceArray<BlockQ8_1> dq(static_cast<size_t>(n_in / 32 * n_tokens));
           quantize_q8_1(dx.data(), n_tokens, n_in, dq.data(), Stream{});
@@ -342,8 +337,8 @@ TEST(CudaEmuMatmul, FloatWeightsMatchTheReference) {
     for (int64_t n_in : {1, 7, 33, 172, 4097}) {
       const int64_t n_out = 5, n_tokens = 2;
       SCOPED_TRACE(::testing::Message() << tt.name << " n_in " << n_in);
-      const std::vector<float> wf = random_vector(n_in * n_out, 41);
-      const std::vector<float> x = random_vector(n_in * n_tokens, 42);
+      const std::vector<float> wf = random_activations(n_in * n_out, 41);
+      const std::vector<float> x = random_activations(n_in * n_tokens, 42);
       std::vector<uint8_t> w(row_size(type, n_in) * n_out);
       tt.from_float(wf.data(), w.data(), n_in * n_out);
       DeviceArray<uint8_t> dw{std::span<const uint8_t>(w)};

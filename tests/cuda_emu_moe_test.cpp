@@ -17,21 +17,16 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "tests/support/random_data.h"
 
 namespace qrun::kernels::cuda {
 namespace {
 
+using test::random_vector;
+
 constexpr int64_t kLengths[] = {1, 7, 64, 65, 2048 + 3};
 constexpr int64_t kTopK[] = {1, 2, 8};
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // n_rows rows of n floats whose first element is -0.0: a sum that starts from 0 rather
 // than from its first product turns their -0.0 products into +0.0.

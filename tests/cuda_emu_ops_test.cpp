@@ -21,9 +21,12 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/ref_kernels.h"
 #include "kernels/cuda/ops.h"
+#include "tests/support/random_data.h"
 
 namespace qrun::kernels::cuda {
 namespace {
+
+using test::random_vector;
 
 #if defined(QRUN_SIMT_EMU)
 constexpr float kUlps = 0.0f;
@@ -32,14 +35,6 @@ constexpr float kUlps = 4.0f;
 #endif
 
 constexpr int64_t kSizes[] = {1, 7, 31, 32, 33, 255, 256, 4097};
-
-std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 3.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // |got - want| <= ulps float ulps of `magnitude` (the size of the terms that were rounded).
 void expect_near_ulps(const std::vector<float>& got, const std::vector<float>& want,
@@ -67,8 +62,8 @@ std::vector<float> abs_of(const std::vector<float>& v) {
 
 TEST(CudaEmuOps, ElementwiseMatchesReference) {
   for (int64_t n : kSizes) {
-    const std::vector<float> a = random_vector(n, 1);
-    std::vector<float> b = random_vector(n, 2);
+    const std::vector<float> a = random_vector(n, 1, 3.0f);
+    std::vector<float> b = random_vector(n, 2, 3.0f);
     // GELU's three regimes: below -10 (0), the F16 table, at or above 10 (identity).
     if (n > 3) {
       b[0] = -12.0f;
@@ -117,7 +112,7 @@ TEST(CudaEmuOps, RmsNormMatchesReference) {
   sizes.insert(sizes.end(), {4096, 8192, 8196});
   for (int64_t n : sizes) {
     for (int64_t n_rows : {1, 3}) {
-      const std::vector<float> x = random_vector(n * n_rows, 3);
+      const std::vector<float> x = random_vector(n * n_rows, 3, 3.0f);
       const std::vector<float> w = random_vector(n, 4, 1.0f);
       DeviceArray<float> dx{std::span<const float>(x)};
       DeviceArray<float> dw{std::span<const float>(w)};
@@ -167,8 +162,8 @@ TEST(CudaEmuOps, FusedQuantizedOutputsMatchSeparateLaunches) {
   for (int64_t n : {32, 96, 4096, 4128}) {
     for (int64_t n_rows : {1, 3}) {
       const int64_t total = n * n_rows;
-      const std::vector<float> x = random_vector(total, 5);
-      const std::vector<float> delta = random_vector(total, 6);
+      const std::vector<float> x = random_vector(total, 5, 3.0f);
+      const std::vector<float> delta = random_vector(total, 6, 3.0f);
       const std::vector<float> w = random_vector(n, 7, 1.0f);
       DeviceArray<float> dw{std::span<const float>(w)};
       DeviceArray<float> dx{std::span<const float>(x)};
@@ -223,7 +218,7 @@ TEST(CudaEmuOps, NormAddRmsNormHasTheBitsOfItsTwoLaunches) {
     ASSERT_TRUE(norm_add_rms_norm_fits(n)) << n;
     for (int64_t n_rows : {1, 3}) {
       const int64_t total = n * n_rows;
-      const std::vector<float> x = random_vector(total, 8);
+      const std::vector<float> x = random_vector(total, 8, 3.0f);
       const std::vector<float> delta = random_vector(total, 9, 40.0f);
       const std::vector<float> wd = random_vector(n, 10, 1.0f);
       const std::vector<float> w = random_vector(n, 11, 1.0f);
@@ -273,7 +268,7 @@ TEST(CudaEmuOps, NormRopeQkHasTheBitsOfItsLaunches) {
       const int64_t nq = n_tokens * n_head * head_dim, nk = n_tokens * n_head_kv * head_dim;
       const std::vector<float> q = random_vector(nq, 12, 20.0f);
       const std::vector<float> k = random_vector(nk, 13, 20.0f);
-      const std::vector<float> v = random_vector(nk, 14);
+      const std::vector<float> v = random_vector(nk, 14, 3.0f);
       const std::vector<float> wq = random_vector(head_dim, 15, 1.0f);
       const std::vector<float> wk = random_vector(head_dim, 16, 1.0f);
       const std::vector<int32_t> positions = {6, 41, 1000};
@@ -347,7 +342,7 @@ TEST(CudaEmuOps, RopeMatchesCpuBackend) {
   for (const RopeCase& c : cases) {
     const int64_t n_tokens = 5, n_head = 9;  // three blocks of heads, the last partial
     const std::vector<int32_t> positions = {0, 1, 17, 4095, 131071};
-    const std::vector<float> x = random_vector(n_tokens * n_head * c.head_dim, 5);
+    const std::vector<float> x = random_vector(n_tokens * n_head * c.head_dim, 5, 3.0f);
     std::vector<float> factors(static_cast<size_t>(c.n_rot / 2));
     for (size_t i = 0; i < factors.size(); ++i)
       factors[i] = 1.0f + 0.25f * static_cast<float>(i % 5);
@@ -376,7 +371,7 @@ TEST(CudaEmuOps, RopeMatchesCpuBackend) {
     // rope_qk: Q (these 9 heads) and K (3 heads of other values) in one launch, each with
     // the bits rope gives it alone.
     const int64_t n_head_kv = 3;
-    const std::vector<float> k = random_vector(n_tokens * n_head_kv * c.head_dim, 6);
+    const std::vector<float> k = random_vector(n_tokens * n_head_kv * c.head_dim, 6, 3.0f);
     DeviceArray<float> dq2{std::span<const float>(x)};
     DeviceArray<float> dk2{std::span<const float>(k)};
     DeviceArray<float> dk1{std::span<const float>(k)};

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "ggml-like/dtype.h"
@@ -17,6 +16,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/repack.h"
+#include "tests/support/random_data.h"
 
 namespace qrun::kernels {
 namespace {
@@ -24,15 +24,6 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Wide enough for one super-block of the K types and several blocks of the others.
 constexpr int64_t kN = 2 * kQKK;
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  for (size_t i = 5; i < v.size(); i += 97) v[i] *= 20.0f;  // outliers, as activations have
-  return v;
-}
 
 struct Weight {
   DType type;
@@ -42,7 +33,7 @@ struct Weight {
 };
 
 Weight random_weight(DType type, int64_t n_out, uint32_t seed) {
-  const std::vector<float> x = random_floats(static_cast<size_t>(kN * n_out), seed);
+  const std::vector<float> x = test::random_activations(kN * n_out, seed);
   Weight w{type, n_out, std::vector<uint8_t>(row_size(type, kN) * static_cast<size_t>(n_out))};
   quantize_rows(type, x.data(), w.bytes.data(), n_out, kN);
   return w;
@@ -54,8 +45,7 @@ void expect_matmuls_match(CpuBackend& backend, const std::vector<Weight>& weight
                           const std::vector<int>& x_of, int64_t n_tokens, uint32_t seed) {
   std::vector<std::vector<float>> xs;
   for (int i = 0; i <= *std::max_element(x_of.begin(), x_of.end()); ++i)
-    xs.push_back(
-        random_floats(static_cast<size_t>(kN * n_tokens), seed + static_cast<uint32_t>(i)));
+    xs.push_back(test::random_activations(kN * n_tokens, seed + static_cast<uint32_t>(i)));
   std::vector<Tensor> tensors;
   for (const Weight& w : weights) tensors.push_back(w.tensor());
   std::vector<std::vector<float>> got(weights.size());
