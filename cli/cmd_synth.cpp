@@ -1,5 +1,5 @@
-// `qrun synth`: writes a llama, qwen2, qwen3, qwen3moe, qwen2moe, olmoe, gemma3 or phi3 model
-// with random weights (see models/synth.h).
+// `qrun synth`: writes a model of one of the architectures qrun runs, with random weights
+// (see models/synth.h).
 #include <chrono>
 #include <cstdio>
 
@@ -126,8 +126,8 @@ void register_synth(CLI::App& app, Action* selected) {
                   "phi3: original context length; below --ctx adds LongRoPE factors")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
   cmd->add_option("--experts", o->n_expert,
-                  "Experts per layer (llama: a Mixtral-style mixture of experts; qwen3moe, "
-                  "qwen2moe, olmoe: default 8)")
+                  "Experts per layer (llama, granite: a mixture of experts; qwen3moe, "
+                  "qwen2moe, olmoe, granitemoe: default 8)")
       ->check(CLI::Range(int64_t{0}, int64_t{512}));
   cmd->add_option("--experts-used", o->n_expert_used, "Experts each token uses (default 2)")
       ->check(CLI::Range(int64_t{0}, int64_t{512}));
@@ -135,8 +135,8 @@ void register_synth(CLI::App& app, Action* selected) {
                   "Each expert's feed-forward width (default: the feed-forward width)")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 20}));
   cmd->add_option("--shared-expert-ff", o->n_ff_shexp,
-                  "qwen2moe: the shared expert's feed-forward width (default: the "
-                  "feed-forward width)")
+                  "The shared expert's feed-forward width (qwen2moe: default the feed-forward "
+                  "width; granitemoe: none by default)")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 20}));
   cmd->add_option("--std", o->weight_std, "Standard deviation of the random weights")
       ->capture_default_str();

@@ -1,13 +1,15 @@
 // LlamaModel: hyper-parameters, weight binding and the forward pass. The forward pass
 // follows llama.cpp's LLM_ARCH_LLAMA graph op for op, so logits match it to rounding; a
 // LlamaVariant switches on Qwen2's Q/K/V biases, Qwen3's per-head Q/K norms, OLMoE's
-// whole-row ones, and the mixture-of-experts feed-forward blocks of Mixtral-style llama
-// files, Qwen3-MoE, Qwen2-MoE (Qwen2's attention, experts with a shared one) and OLMoE.
+// whole-row ones, Granite's scales, and the mixture-of-experts feed-forward blocks of
+// Mixtral-style llama files, Qwen3-MoE, Qwen2-MoE (Qwen2's attention, experts with a shared
+// one), OLMoE and Granite MoE.
 // Activations live in buffers sized once for n_batch tokens; forward() allocates nothing.
 #include "models/llama.h"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "models/common_blocks.h"
@@ -20,8 +22,9 @@ namespace {
 // Whether the feed-forward blocks are mixtures of experts.
 enum class Experts {
   kNever,      // dense; expert tensors are refused (qwen2, qwen3)
-  kIfCounted,  // experts when "<arch>.expert_count" is above 0, as llama.cpp decides (llama)
-  kAlways,     // "<arch>.expert_count" is required (qwen3moe, qwen2moe, olmoe)
+  kIfCounted,  // experts when "<arch>.expert_count" is above 0, as llama.cpp decides (llama,
+               // granite)
+  kAlways,     // "<arch>.expert_count" is required (qwen3moe, qwen2moe, olmoe, granitemoe)
 };
 
 // RMS norms of Q and K before RoPE (blk.N.attn_{q,k}_norm.weight, required when present).
@@ -37,6 +40,11 @@ struct LlamaVariant {
   bool qkv_bias = false;  // blk.N.attn_{q,k,v}.bias, required (qwen2)
   QkNorm qk_norm = QkNorm::kNone;
   Experts experts = Experts::kNever;
+  // Granite's multipliers, from "<arch>.embedding_scale", ".residual_scale",
+  // ".attention.scale" (each optional) and ".logit_scale" (required): on the embeddings, on
+  // each block's output before its residual add, as the attention's scale, and 1 / it on
+  // the logits.
+  bool granite_scales = false;
 };
 
 constexpr LlamaVariant kLlama{RopeMode::kNormal, false, QkNorm::kNone, Experts::kIfCounted};
@@ -45,6 +53,8 @@ constexpr LlamaVariant kQwen3{RopeMode::kNeox, false, QkNorm::kPerHead};
 constexpr LlamaVariant kQwen3Moe{RopeMode::kNeox, false, QkNorm::kPerHead, Experts::kAlways};
 constexpr LlamaVariant kQwen2Moe{RopeMode::kNeox, true, QkNorm::kNone, Experts::kAlways};
 constexpr LlamaVariant kOlmoe{RopeMode::kNeox, false, QkNorm::kWhole, Experts::kAlways};
+constexpr LlamaVariant kGranite{RopeMode::kNormal, false, QkNorm::kNone, Experts::kIfCounted, true};
+constexpr LlamaVariant kGraniteMoe{RopeMode::kNormal, false, QkNorm::kNone, Experts::kAlways, true};
 
 struct LlamaLayer {
   Tensor attn_norm;  // [n_embd]
@@ -72,6 +82,7 @@ class LlamaModel final : public Model {
 
  private:
   Result<void> bind_weights(const gguf::File& file);
+  Result<void> read_granite_scales(const gguf::File& file);
   // One step of at most n_batch tokens (models/forward_step.h).
   void forward_step(Backend& backend, const ForwardStep& step);
 
@@ -85,6 +96,10 @@ class LlamaModel final : public Model {
   DecoderScratch scratch_;
   MoeScratch moe_scratch_;  // allocated for mixture-of-experts models only
   bool warmup_ = false;     // set_warmup: every expert for every token
+  // Granite's multipliers (LlamaVariant::granite_scales); 0: none
+  float embedding_scale_ = 0.0f;
+  float residual_scale_ = 0.0f;
+  float logit_scale_ = 0.0f;
 };
 
 Result<void> LlamaModel::bind_weights(const gguf::File& file) {
@@ -162,6 +177,7 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   AttentionConfig& a = m->attn_config_;
   a.attn = AttentionParams{m->hp_.n_head, m->hp_.n_head_kv, m->hp_.head_dim,
                            1.0f / std::sqrt(static_cast<float>(m->hp_.head_dim))};
+  if (variant.granite_scales) QRUN_TRY(m->read_granite_scales(file));
   a.rope.n_rot = m->hp_.n_rot;
   a.rope.freq_base = m->hp_.rope_freq_base;
   a.rope.freq_scale = m->hp_.rope_freq_scale;
@@ -170,6 +186,43 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   m->scratch_.allocate(m->hp_, m->n_batch_, options.n_seq);
   if (m->hp_.n_expert > 0) m->moe_scratch_.allocate(m->hp_, m->n_batch_);
   return std::unique_ptr<Model>(std::move(m));
+}
+
+Result<void> LlamaModel::read_granite_scales(const gguf::File& file) {
+  const std::string& a = hp_.arch;
+  // Granite switches RoPE off with rope.scaling.finetuned false; qrun always rotates.
+  Result<bool> rope = file.get_bool_or(a + ".rope.scaling.finetuned", true);
+  if (!rope.ok()) return rope.error();
+  if (!*rope) {
+    return file.error(ErrorCode::kUnsupported,
+                      format("key '%s.rope.scaling.finetuned' is false: attention without RoPE "
+                             "is not supported",
+                             a.c_str()));
+  }
+  // Each a finite multiplier; 0 (or absent, where optional): none.
+  auto read = [&](const char* key, std::optional<double> fallback, float* out) -> Result<void> {
+    const std::string name = a + "." + key;
+    Result<double> v = fallback ? file.get_float_or(name, *fallback) : file.get_float(name);
+    if (!v.ok()) return v.error();
+    if (!(std::isfinite(*v) && *v >= 0.0 && *v < 1e30)) {
+      return file.error(
+          ErrorCode::kFormat,
+          format("key '%s' is %g, expected a finite multiplier >= 0", name.c_str(), *v));
+    }
+    *out = static_cast<float>(*v);
+    return {};
+  };
+  float attention_scale = 0.0f;
+  QRUN_TRY(read("embedding_scale", 0.0, &embedding_scale_));
+  QRUN_TRY(read("residual_scale", 0.0, &residual_scale_));
+  QRUN_TRY(read("attention.scale", 0.0, &attention_scale));
+  QRUN_TRY(read("logit_scale", std::nullopt, &logit_scale_));
+  if (logit_scale_ == 0.0f) {
+    return file.error(ErrorCode::kFormat,
+                      format("key '%s.logit_scale' is 0, expected the logits' divisor", a.c_str()));
+  }
+  if (attention_scale != 0.0f) attn_config_.attn.scale = attention_scale;
+  return {};
 }
 
 Result<void> LlamaModel::check_backend(const Backend& backend) const {
@@ -208,6 +261,7 @@ void LlamaModel::forward_step(Backend& backend, const ForwardStep& step) {
 
   // x: [n, n_embd] token embeddings, every sequence's rows together
   backend.get_rows(embd_.tok_embd, step.tokens, x);
+  if (embedding_scale_ != 0.0f) backend.scale(x, n * n_embd, embedding_scale_, x);
 
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const LlamaLayer& l = layers_[static_cast<size_t>(il)];
@@ -219,6 +273,7 @@ void LlamaModel::forward_step(Backend& backend, const ForwardStep& step) {
       backend.add_rms_norm(x, xn, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
     }
     self_attention(backend, l.attn, attn_config_, il, step, xn, s, xn);
+    if (residual_scale_ != 0.0f) backend.scale(xn, n * n_embd, residual_scale_, xn);
     // Feed-forward. x += xn, xn: x normed, then the FFN output
     backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
     if (hp_.n_expert > 0) {
@@ -226,11 +281,18 @@ void LlamaModel::forward_step(Backend& backend, const ForwardStep& step) {
     } else {
       gated_ffn(backend, l.ffn, FfnActivation::kSilu, xn, n, s, xn);
     }
+    if (residual_scale_ != 0.0f) backend.scale(xn, n * n_embd, residual_scale_, xn);
   }
   backend.add(x, xn, n * n_embd, x);
 
-  // Output: the rows each sequence asks for (every token, or its last), normed and projected.
+  // Output: the rows each sequence asks for (every token, or its last), normed and projected
+  // (and divided by Granite's logit scale).
   step_logits(backend, hp_, embd_, scratch_, step);
+  if (logit_scale_ == 0.0f) return;
+  for (const StepPiece& p : step.pieces) {
+    if (p.logits != nullptr)
+      backend.scale(p.logits, logit_rows(p) * hp_.n_vocab, 1.0f / logit_scale_, p.logits);
+  }
 }
 
 }  // namespace
@@ -257,6 +319,15 @@ Result<std::unique_ptr<Model>> load_qwen2moe(const gguf::File& file, const Model
 
 Result<std::unique_ptr<Model>> load_olmoe(const gguf::File& file, const ModelOptions& options) {
   return LlamaModel::load(file, options, kOlmoe);
+}
+
+Result<std::unique_ptr<Model>> load_granite(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kGranite);
+}
+
+Result<std::unique_ptr<Model>> load_granitemoe(const gguf::File& file,
+                                               const ModelOptions& options) {
+  return LlamaModel::load(file, options, kGraniteMoe);
 }
 
 }  // namespace qrun::models

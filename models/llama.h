@@ -36,4 +36,10 @@ Result<std::unique_ptr<Model>> load_qwen2moe(const gguf::File& file, const Model
 // keys (expert_count required).
 Result<std::unique_ptr<Model>> load_olmoe(const gguf::File& file, const ModelOptions& options);
 
+// IBM Granite 3.x dense (granite) and mixture-of-experts (granitemoe, with or without a
+// shared expert): llama's graph with multipliers on the embeddings, the blocks' outputs, the
+// attention scores and the logits.
+Result<std::unique_ptr<Model>> load_granite(const gguf::File& file, const ModelOptions& options);
+Result<std::unique_ptr<Model>> load_granitemoe(const gguf::File& file, const ModelOptions& options);
+
 }  // namespace qrun::models

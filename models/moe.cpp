@@ -55,7 +55,9 @@ Result<void> read_moe_hparams(const gguf::File& file, bool required, ModelHparam
   // llama.cpp's qwen2moe and olmoe graphs weight the chosen experts by their probabilities
   // as they are (build_moe_ffn's norm_w false); qwen2moe adds a shared expert.
   hp.expert_weights_norm = !qwen2moe && a != "olmoe";
-  if (qwen2moe) {
+  // Granite's shared expert (granitemoeshared files) is there when its width is given.
+  const bool granite = a == "granite" || a == "granitemoe";
+  if (qwen2moe || (granite && file.find(a + ".expert_shared_feed_forward_length") != nullptr)) {
     Result<int64_t> shexp = read_positive(file, a, "expert_shared_feed_forward_length", hp.n_ff);
     if (!shexp.ok()) return shexp.error();
     hp.n_ff_shexp = *shexp;
@@ -72,9 +74,14 @@ Result<void> bind_moe_weights(const WeightBinder& b, const std::string& prefix,
                                "per-expert tensors of old Mixtral conversions (reconvert the "
                                "model with a current convert_hf_to_gguf.py)"));
   if (hp.n_ff_shexp > 0) {
-    QRUN_TRY(b.bind(prefix + "ffn_gate_inp_shexp.weight", {n_embd}, WeightUse::kMatMul,
-                    &out->gate_inp_shexp));
-    out->gate_inp_shexp.n_dims = 2;  // one row of n_embd
+    if (hp.arch == "qwen2moe") {  // Granite's shared expert has no gate
+      QRUN_TRY(b.bind(prefix + "ffn_gate_inp_shexp.weight", {n_embd}, WeightUse::kMatMul,
+                      &out->gate_inp_shexp));
+      out->gate_inp_shexp.n_dims = 2;  // one row of n_embd
+    } else {
+      QRUN_TRY(b.reject_if_present(prefix + "ffn_gate_inp_shexp.weight",
+                                   "a gate on the shared expert in this architecture"));
+    }
     QRUN_TRY(b.bind(prefix + "ffn_gate_shexp.weight", {n_embd, hp.n_ff_shexp}, WeightUse::kMatMul,
                     &out->gate_shexp));
     QRUN_TRY(b.bind(prefix + "ffn_up_shexp.weight", {n_embd, hp.n_ff_shexp}, WeightUse::kMatMul,
@@ -101,9 +108,10 @@ Result<void> check_moe_ops(const Backend& backend, const MoeWeights& w) {
   for (const Tensor* t : {&w.gate_inp, &w.gate_exps, &w.up_exps, &w.down_exps})
     QRUN_TRY(check_op(backend, Op::kMatMul, *t));
   if (w.gate_shexp.data != nullptr) {
-    for (const Tensor* t : {&w.gate_inp_shexp, &w.gate_shexp, &w.up_shexp, &w.down_shexp})
+    for (const Tensor* t : {&w.gate_shexp, &w.up_shexp, &w.down_shexp})
       QRUN_TRY(check_op(backend, Op::kMatMul, *t));
   }
+  if (w.gate_inp_shexp.data != nullptr) QRUN_TRY(check_op(backend, Op::kMatMul, w.gate_inp_shexp));
   if (!backend.supports(Op::kMoeRows, DType::kF32)) {
     return make_error(ErrorCode::kUnsupported,
                       format("the %.*s backend cannot run mixture-of-experts layers (%s)",
@@ -156,9 +164,10 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
   // and their probabilities, renormalized where the architecture does (the sum clamped
   // below as llama.cpp clamps it). A shared expert's gate logits come with the router's.
   const bool shared = w.gate_shexp.data != nullptr;
+  const bool shared_gate = w.gate_inp_shexp.data != nullptr;
   const Backend::Product logits[] = {{&w.gate_inp, s.probs_.data()},
                                      {&w.gate_inp_shexp, s.shexp_logits_.data()}};
-  backend.matmuls(xn, n, std::span(logits, shared ? 2 : 1));
+  backend.matmuls(xn, n, std::span(logits, shared_gate ? 2 : 1));
   std::fill(s.starts_.begin(), s.starts_.end(), 0);
   for (int64_t t = 0; t < n; ++t) {
     float* p = s.probs_.data() + t * n_exp;
@@ -201,7 +210,7 @@ void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, cons
                   s.sum_weights_.begin() + static_cast<ptrdiff_t>(to));
       s.sum_rows_[to + static_cast<size_t>(k)] = static_cast<int32_t>(n_rows + t);
       s.sum_weights_[to + static_cast<size_t>(k)] =
-          1.0f / (1.0f + std::exp(-s.shexp_logits_[static_cast<size_t>(t)]));
+          shared_gate ? 1.0f / (1.0f + std::exp(-s.shexp_logits_[static_cast<size_t>(t)])) : 1.0f;
     }
     sum_rows = std::span<const int32_t>(s.sum_rows_.data(), static_cast<size_t>(n * slots));
     sum_weights = std::span<const float>(s.sum_weights_.data(), static_cast<size_t>(n * slots));

@@ -4,7 +4,8 @@
 // (renormalized to sum to 1 where hp.expert_weights_norm), and the token's output is the
 // weighted sum of the chosen experts' SiLU-gated feed-forward outputs. Qwen2-MoE adds a
 // shared expert that every token runs, weighted by the sigmoid of its own one-row gate and
-// added after the chosen experts. No router bias.
+// added after the chosen experts; Granite's shared expert (granitemoeshared) has no gate
+// (weight 1). No router bias.
 // Tokens are grouped by expert so that each expert's matrices run once over all of its
 // tokens in a step (a prompt of 512 tokens reads each expert once, not once per token).
 #pragma once
@@ -31,8 +32,9 @@ inline constexpr int64_t kMaxExperts = 512;
 // file has no experts and `required` is false), and the experts' feed-forward width from
 // "<arch>.expert_feed_forward_length", else n_ff / n_expert_used for qwen3moe and qwen2moe
 // as llama.cpp falls back, else n_ff. qwen2moe's shared expert is
-// "<arch>.expert_shared_feed_forward_length" wide, else n_ff; its experts' weights, and
-// olmoe's, are not renormalized. Counts out of range are kFormat errors naming the key.
+// "<arch>.expert_shared_feed_forward_length" wide, else n_ff (granite's: where that key is
+// present); qwen2moe's experts' weights, and olmoe's, are not renormalized. Counts out of range are
+// kFormat errors naming the key.
 Result<void> read_moe_hparams(const gguf::File& file, bool required, ModelHparams& hp);
 
 struct MoeWeights {
@@ -41,7 +43,7 @@ struct MoeWeights {
   Tensor up_exps;    // [n_embd, n_ff_exp, n_expert]
   Tensor down_exps;  // [n_ff_exp, n_embd, n_expert]
   // The shared expert (hp.n_ff_shexp > 0), else unbound.
-  Tensor gate_inp_shexp;  // [n_embd] its gate, as a [n_embd, 1] matrix
+  Tensor gate_inp_shexp;  // [n_embd] its gate, as a [n_embd, 1] matrix (qwen2moe only)
   Tensor gate_shexp;      // [n_embd, n_ff_shexp]
   Tensor up_shexp;        // [n_embd, n_ff_shexp]
   Tensor down_shexp;      // [n_ff_shexp, n_embd]

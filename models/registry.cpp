@@ -15,6 +15,7 @@ constexpr std::array kArchitectures = {
     Architecture{"llama", load_llama},       Architecture{"qwen2", load_qwen2},
     Architecture{"qwen3", load_qwen3},       Architecture{"qwen2moe", load_qwen2moe},
     Architecture{"qwen3moe", load_qwen3moe}, Architecture{"olmoe", load_olmoe},
+    Architecture{"granite", load_granite},   Architecture{"granitemoe", load_granitemoe},
     Architecture{"gemma3", load_gemma3},     Architecture{"phi3", load_phi3},
 };
 

@@ -1,5 +1,5 @@
-// write_synthetic_model: a llama, qwen2, qwen3, qwen3moe, qwen2moe, olmoe, gemma3 or phi3 GGUF
-// with random weights.
+// write_synthetic_model: a llama, qwen2, qwen3, qwen3moe, qwen2moe, olmoe, granite, granitemoe,
+// gemma3 or phi3 GGUF with random weights.
 // Speed matters (a 1B model should take seconds), so each distinct (type, row length)
 // gets a pool of randomly generated, reference-quantized rows, and every tensor row is
 // a pool row rotated by a random whole number of blocks: a valid, varied row of the
@@ -101,7 +101,8 @@ std::vector<std::string> synth_preset_names() {
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "olmoe", "gemma3", "phi3"};
+  return {"llama", "qwen2",   "qwen3",      "qwen3moe", "qwen2moe",
+          "olmoe", "granite", "granitemoe", "gemma3",   "phi3"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -117,32 +118,38 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const bool qwen2 = o.arch == "qwen2" || qwen2moe;
   const bool qwen3moe = o.arch == "qwen3moe";
   const bool olmoe = o.arch == "olmoe";
+  const bool granitemoe = o.arch == "granitemoe";
+  const bool granite = o.arch == "granite" || granitemoe;
   const bool qwen3 = o.arch == "qwen3" || qwen3moe;
   const bool gemma3 = o.arch == "gemma3";
   const bool phi3 = o.arch == "phi3";
-  if (o.arch != "llama" && !qwen2 && !qwen3 && !olmoe && !gemma3 && !phi3) {
+  if (o.arch != "llama" && !qwen2 && !qwen3 && !olmoe && !granite && !gemma3 && !phi3) {
     return make_error(
         ErrorCode::kUsage,
         format("synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, qwen2moe, "
-               "olmoe, gemma3, phi3)",
+               "olmoe, granite, granitemoe, gemma3, phi3)",
                o.arch.c_str()));
   }
-  const int64_t n_expert = (qwen3moe || qwen2moe || olmoe) && s.n_expert == 0 ? 8 : s.n_expert;
+  const int64_t n_expert =
+      (qwen3moe || qwen2moe || olmoe || granitemoe) && s.n_expert == 0 ? 8 : s.n_expert;
   const int64_t n_expert_used = n_expert > 0 && s.n_expert_used == 0 ? 2 : s.n_expert_used;
   const int64_t n_ff_exp = s.n_ff_exp > 0 ? s.n_ff_exp : s.n_ff;
   const int64_t n_ff_shexp = s.n_ff_shexp > 0 ? s.n_ff_shexp : s.n_ff;
-  if (olmoe && n_ff_exp != s.n_ff) {  // llama.cpp's olmoe reads no expert width
-    return make_error(ErrorCode::kUsage,
-                      format("synth: olmoe's experts are the feed-forward width %lld wide, not "
-                             "%lld (set --n-ff instead of --expert-ff)",
-                             static_cast<long long>(s.n_ff), static_cast<long long>(n_ff_exp)));
+  if ((olmoe || granite) && n_ff_exp != s.n_ff) {  // llama.cpp reads no expert width there
+    return make_error(
+        ErrorCode::kUsage,
+        format("synth: %s's experts are the feed-forward width %lld wide, not "
+               "%lld (set --n-ff instead of --expert-ff)",
+               o.arch.c_str(), static_cast<long long>(s.n_ff), static_cast<long long>(n_ff_exp)));
   }
-  if ((n_expert > 0 && o.arch != "llama" && !qwen3moe && !qwen2moe && !olmoe) ||
+  // Shared experts: qwen2moe's always, granite's (gateless) when a width is given.
+  const bool shared_expert = qwen2moe || (granite && n_expert > 0 && s.n_ff_shexp > 0);
+  if ((n_expert > 0 && o.arch != "llama" && !qwen3moe && !qwen2moe && !olmoe && !granite) ||
       n_expert_used > n_expert || (n_expert > 0 && n_expert_used == 0)) {
     return make_error(
         ErrorCode::kUsage,
         format("synth: %lld experts with %lld used: experts need --arch llama, qwen3moe, "
-               "qwen2moe or olmoe, and 1 .. the experts used",
+               "qwen2moe, olmoe, granite or granitemoe, and 1 .. the experts used",
                static_cast<long long>(n_expert), static_cast<long long>(n_expert_used)));
   }
   if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma3 && !phi3)) {
@@ -214,6 +221,12 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     if (s.sliding_window > 0)
       w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
   }
+  if (granite) {  // Granite 3.x 2B's multipliers
+    w.set_f32(a + ".embedding_scale", 12.0f);
+    w.set_f32(a + ".residual_scale", 0.22f);
+    w.set_f32(a + ".attention.scale", 0.015625f);
+    w.set_f32(a + ".logit_scale", 8.0f);
+  }
   if (longrope) {
     const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(orig_ctx);
     w.set_f32(a + ".rope.scaling.attn_factor",
@@ -224,7 +237,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     w.set_u32(a + ".expert_used_count", static_cast<uint32_t>(n_expert_used));
     if (qwen3moe || qwen2moe)
       w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(n_ff_exp));
-    if (qwen2moe) {
+    if (shared_expert) {
       w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(n_ff_shexp));
     }
   }
@@ -318,10 +331,10 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       add_matrix(b + "ffn_gate_exps.weight", s.n_embd, n_ff_exp, n_expert);
       add_matrix(b + "ffn_up_exps.weight", s.n_embd, n_ff_exp, n_expert);
       add_matrix(b + "ffn_down_exps.weight", n_ff_exp, s.n_embd, n_expert);
-      if (qwen2moe) {
-        // A 1-D gate, which llama-quantize keeps F32; wide enough that its sigmoid spans
-        // (0, 1) over the tokens.
-        add_random(b + "ffn_gate_inp_shexp.weight", {s.n_embd}, 0.0f, bias_amplitude);
+      if (shared_expert) {
+        // qwen2moe's 1-D gate, which llama-quantize keeps F32; wide enough that its sigmoid
+        // spans (0, 1) over the tokens.
+        if (qwen2moe) add_random(b + "ffn_gate_inp_shexp.weight", {s.n_embd}, 0.0f, bias_amplitude);
         add_matrix(b + "ffn_gate_shexp.weight", s.n_embd, n_ff_shexp);
         add_matrix(b + "ffn_up_shexp.weight", s.n_embd, n_ff_shexp);
         add_matrix(b + "ffn_down_shexp.weight", n_ff_shexp, s.n_embd);

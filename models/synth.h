@@ -24,12 +24,13 @@ struct SynthShape {
   // phi3: rope.scaling.original_context_length (0: n_ctx). Below n_ctx, the file also gets
   // random LongRoPE factors (rope_factors_long / _short) and LongRoPE's attention factor.
   int64_t rope_orig_ctx = 0;
-  // Mixture of experts: llama with n_expert > 0 (Mixtral-style), qwen3moe, qwen2moe and
-  // olmoe (default 8). The router is F32 (llama-quantize keeps it so); 0 used: 2; 0 width: n_ff.
+  // Mixture of experts: llama and granite with n_expert > 0, qwen3moe, qwen2moe, olmoe and
+  // granitemoe (default 8). The router is F32 (llama-quantize keeps it so); 0 used: 2; 0 width:
+  // n_ff.
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
-  int64_t n_ff_shexp = 0;  // qwen2moe: the shared expert's width (0: n_ff)
+  int64_t n_ff_shexp = 0;  // qwen2moe: the shared expert's width (0: n_ff); granite: 0 none
 };
 
 // Named shapes: "tinyllama-1.1b", "llama-3.2-1b", "llama-3-8b", ...
@@ -45,7 +46,9 @@ struct SynthOptions {
   // phi3 (fused attn_qkv and gate-up ffn_up, LongRoPE factors when rope_orig_ctx < n_ctx),
   // qwen3moe (qwen3 with a mixture of experts in every layer), qwen2moe (qwen2 with a
   // mixture of experts and a shared expert with an F32 gate in every layer), olmoe (llama
-  // with random Q/K norms over whole rows and experts as wide as n_ff)
+  // with random Q/K norms over whole rows and experts as wide as n_ff), granite (llama with
+  // Granite 3.x 2B's multipliers; experts as wide as n_ff with --experts), granitemoe
+  // (granite with experts, default 8; a gateless shared expert with n_ff_shexp)
   std::string arch = "llama";
   SynthShape shape;
   std::string recipe = "q4_0";  // a weight type name, or "q4_k_m" / "q4_k_s" / "q5_k_m"

@@ -1,9 +1,9 @@
 // Mixture-of-experts models end to end through CudaBackend under the SIMT emulator: synthetic
-// qwen3moe, qwen2moe (with a shared expert), olmoe (whole-row Q/K norms) and Mixtral-style
-// llama files (the demo model's 512-token vocabulary, so that the output layer stays small for
-// the emulator) run a batched prompt and decode steps with an F16 KV cache on the whole GPU
-// and with the last layer alone on it (-ngl 1, SplitBackend), and their logits are held to
-// the CPU backend's, which forward_moe_test.cpp holds to llama.cpp's. Built against the nvcc
+// qwen3moe, qwen2moe (with a shared expert), olmoe (whole-row Q/K norms), granitemoe (multipliers)
+// and Mixtral-style llama files (the demo model's 512-token vocabulary, so that the output layer
+// stays small for the emulator) run a batched prompt and decode steps with an F16 KV cache on the
+// whole GPU and with the last layer alone on it (-ngl 1, SplitBackend), and their logits are held
+// to the CPU backend's, which forward_moe_test.cpp holds to llama.cpp's. Built against the nvcc
 // target (cuda_gpu_moe_model_test), the same runs on a GPU.
 #include <gtest/gtest.h>
 
@@ -142,13 +142,12 @@ TEST_P(CudaEmuMoeModel, MatchesTheCpuBackendWholeAndSplit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Synthetic, CudaEmuMoeModel,
-                         ::testing::Values(Case{"qwen3moe", "q8_0", 8, 2},
-                                           Case{"qwen3moe", "q5_0", 6, 3},
-                                           Case{"qwen2moe", "q4_0", 6, 2},
-                                           Case{"olmoe", "q8_0", 4, 2},
-                                           Case{"llama", "q4_0", 4, 2}),
-                         [](const auto& p) { return p.param.arch + "_" + p.param.type; });
+INSTANTIATE_TEST_SUITE_P(
+    Synthetic, CudaEmuMoeModel,
+    ::testing::Values(Case{"qwen3moe", "q8_0", 8, 2}, Case{"qwen3moe", "q5_0", 6, 3},
+                      Case{"qwen2moe", "q4_0", 6, 2}, Case{"olmoe", "q8_0", 4, 2},
+                      Case{"granitemoe", "q4_0", 4, 2}, Case{"llama", "q4_0", 4, 2}),
+    [](const auto& p) { return p.param.arch + "_" + p.param.type; });
 
 }  // namespace
 }  // namespace qrun

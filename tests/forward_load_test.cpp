@@ -219,7 +219,7 @@ TEST(ModelLoad, UnknownArchitectureListsSupportedOnes) {
   EXPECT_NE(e.message.find("llama"), std::string::npos) << e.message;
   EXPECT_EQ(models::architecture_names(),
             (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe",
-                                           "olmoe", "gemma3", "phi3"}));
+                                           "olmoe", "granite", "granitemoe", "gemma3", "phi3"}));
 }
 
 TEST(ModelLoad, MissingTensorIsAFormatError) {

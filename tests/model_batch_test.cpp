@@ -4,8 +4,9 @@
 // single decode tokens and every-row logits; a second set of caches runs the same tokens
 // through forward(), one sequence and one call at a time. Models: the shared real ones
 // (llama: stories260K in F32, TinyLLama-v0-5M in Q4_0, Q4_K_M and Q8_0), synthetic gemma3
-// (sliding-window rings far shorter than the positions reached), qwen2, qwen3, qwen3moe, qwen2moe,
-// olmoe (experts chosen per row, tokens of several sequences grouped by expert), phi3 and a llama
+// (sliding-window rings far shorter than the positions reached), qwen2, qwen3, the mixtures of
+// experts qwen3moe, qwen2moe, olmoe and granitemoe (experts chosen per row, tokens of several
+// sequences grouped by expert), phi3 and a llama
 // with a quantized KV cache, and the real gemma-3-270m when it is fetched.
 //
 // Exactness, measured. On the generic (reference) kernels, batched logits are bit-identical
@@ -259,7 +260,7 @@ TEST(ModelBatch, SyntheticGemma3WithSlidingWindowsGivesTheLogitsOfOneSequenceAtA
 }
 
 TEST(ModelBatch, SyntheticQwenAndPhi3GiveTheLogitsOfOneSequenceAtATime) {
-  for (const char* arch : {"qwen2", "qwen3", "qwen3moe", "qwen2moe", "olmoe", "phi3"})
+  for (const char* arch : {"qwen2", "qwen3", "qwen3moe", "qwen2moe", "olmoe", "granitemoe", "phi3"})
     expect_batched_equal(arch, synth(arch, 2));
 }
 
