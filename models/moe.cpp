@@ -150,138 +150,184 @@ void MoeScratch::allocate(const ModelHparams& hp, int64_t n_batch) {
   products_.reserve(static_cast<size_t>(2 * hp.n_expert + 2));
 }
 
-void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, const float* xn,
-             int64_t n, MoeScratch& s, float* out, bool all_experts) {
-  const int64_t n_exp = hp.n_expert;
-  const int64_t k = all_experts ? n_exp : hp.n_expert_used;
-  const int64_t n_embd = hp.n_embd;
-  const int64_t n_ff = hp.n_ff_exp;
-  QRUN_CHECK(n * k <= static_cast<int64_t>(s.weights_.size()),
-             "moe_ffn: %lld tokens of %lld experts each over the scratch",
-             static_cast<long long>(n), static_cast<long long>(k));
+// One call of moe_ffn: its inputs, and the steps that fill the scratch.
+struct MoeStep {
+  Backend& backend;
+  const MoeWeights& w;
+  const ModelHparams& hp;
+  const float* xn;  // [n, n_embd]
+  int64_t n;
+  int64_t k;  // experts per token
+  MoeScratch& s;
 
-  // Routing, on the host: each token's top k experts by probability (ties to the lower id)
-  // and their probabilities, renormalized where the architecture does (the sum clamped
-  // below as llama.cpp clamps it). A shared expert's gate logits come with the router's.
-  const bool shared = w.gate_shexp.data != nullptr;
-  const bool shared_gate = w.gate_inp_shexp.data != nullptr;
-  const Backend::Product logits[] = {{&w.gate_inp, s.probs_.data()},
-                                     {&w.gate_inp_shexp, s.shexp_logits_.data()}};
-  backend.matmuls(xn, n, std::span(logits, shared_gate ? 2 : 1));
-  std::fill(s.starts_.begin(), s.starts_.end(), 0);
-  for (int64_t t = 0; t < n; ++t) {
-    float* p = s.probs_.data() + t * n_exp;
-    softmax_row(p, n_exp);
-    std::iota(s.order_.begin(), s.order_.end(), 0);
-    std::partial_sort(s.order_.begin(), s.order_.begin() + k, s.order_.end(),
-                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; ++j) sum += p[s.order_[static_cast<size_t>(j)]];
-    const float denom =
-        hp.expert_weights_norm ? std::max(static_cast<float>(sum), 6.103515625e-5f) : 1.0f;
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = s.order_[static_cast<size_t>(j)];
-      s.experts_[static_cast<size_t>(t * k + j)] = e;
-      s.weights_[static_cast<size_t>(t * k + j)] = p[e] / denom;
-      ++s.starts_[static_cast<size_t>(e) + 1];
-    }
-  }
-  // Group the (token, slot) rows by expert, tokens in order within each group.
-  std::partial_sum(s.starts_.begin(), s.starts_.end(), s.starts_.begin());
-  std::vector<int32_t>& next = s.order_;  // each expert's next free grouped row
-  std::copy(s.starts_.begin(), s.starts_.end() - 1, next.begin());
-  for (int64_t r = 0; r < n * k; ++r) {
-    const int32_t row = next[static_cast<size_t>(s.experts_[static_cast<size_t>(r)])]++;
-    s.tokens_[static_cast<size_t>(row)] = static_cast<int32_t>(r / k);
-    s.grouped_[static_cast<size_t>(r)] = row;
-  }
+  bool shared() const { return w.gate_shexp.data != nullptr; }
+  bool shared_gate() const { return w.gate_inp_shexp.data != nullptr; }
+  int64_t n_rows() const { return n * k; }
+  float* shared_out() const { return s.out_.data() + n_rows() * hp.n_embd; }
 
-  // The final sum: each token's k experts in slot order, then the shared expert (its rows
-  // after the routed ones in out_) weighted by the sigmoid of its gate, as llama.cpp adds it.
-  const int64_t n_rows = n * k;
-  const int64_t slots = shared ? k + 1 : k;
-  std::span<const int32_t> sum_rows(s.grouped_.data(), static_cast<size_t>(n_rows));
-  std::span<const float> sum_weights(s.weights_.data(), static_cast<size_t>(n_rows));
-  if (shared) {
+  // Each token's top k experts by probability (ties to the lower id) and their
+  // probabilities, renormalized where the architecture does (the sum clamped below as
+  // llama.cpp clamps it), on the host; a shared expert's gate logits come with the router's.
+  // Then the (token, slot) rows grouped by expert, tokens in order within each group.
+  void route() {
+    QRUN_CHECK(n_rows() <= static_cast<int64_t>(s.weights_.size()),
+               "moe_ffn: %lld tokens of %lld experts each over the scratch",
+               static_cast<long long>(n), static_cast<long long>(k));
+    const int64_t n_exp = hp.n_expert;
+    const Backend::Product logits[] = {{&w.gate_inp, s.probs_.data()},
+                                       {&w.gate_inp_shexp, s.shexp_logits_.data()}};
+    backend.matmuls(xn, n, std::span(logits, shared_gate() ? 2 : 1));
+    std::fill(s.starts_.begin(), s.starts_.end(), 0);
     for (int64_t t = 0; t < n; ++t) {
-      const auto to = static_cast<size_t>(t * slots);
-      std::copy_n(s.grouped_.begin() + t * k, k, s.sum_rows_.begin() + static_cast<ptrdiff_t>(to));
-      std::copy_n(s.weights_.begin() + t * k, k,
-                  s.sum_weights_.begin() + static_cast<ptrdiff_t>(to));
-      s.sum_rows_[to + static_cast<size_t>(k)] = static_cast<int32_t>(n_rows + t);
-      s.sum_weights_[to + static_cast<size_t>(k)] =
-          shared_gate ? 1.0f / (1.0f + std::exp(-s.shexp_logits_[static_cast<size_t>(t)])) : 1.0f;
+      float* p = s.probs_.data() + t * n_exp;
+      softmax_row(p, n_exp);
+      std::iota(s.order_.begin(), s.order_.end(), 0);
+      std::partial_sort(
+          s.order_.begin(), s.order_.begin() + k, s.order_.end(),
+          [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      double sum = 0.0;
+      for (int64_t j = 0; j < k; ++j) sum += p[s.order_[static_cast<size_t>(j)]];
+      const float denom =
+          hp.expert_weights_norm ? std::max(static_cast<float>(sum), 6.103515625e-5f) : 1.0f;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = s.order_[static_cast<size_t>(j)];
+        s.experts_[static_cast<size_t>(t * k + j)] = e;
+        s.weights_[static_cast<size_t>(t * k + j)] = p[e] / denom;
+        ++s.starts_[static_cast<size_t>(e) + 1];
+      }
     }
-    sum_rows = std::span<const int32_t>(s.sum_rows_.data(), static_cast<size_t>(n * slots));
-    sum_weights = std::span<const float>(s.sum_weights_.data(), static_cast<size_t>(n * slots));
+    std::partial_sum(s.starts_.begin(), s.starts_.end(), s.starts_.begin());
+    std::vector<int32_t>& next = s.order_;  // each expert's next free grouped row
+    std::copy(s.starts_.begin(), s.starts_.end() - 1, next.begin());
+    for (int64_t r = 0; r < n_rows(); ++r) {
+      const int32_t row = next[static_cast<size_t>(s.experts_[static_cast<size_t>(r)])]++;
+      s.tokens_[static_cast<size_t>(row)] = static_cast<int32_t>(r / k);
+      s.grouped_[static_cast<size_t>(r)] = row;
+    }
   }
-  const int64_t n_ff_sh = hp.n_ff_shexp;
-  float* const shexp_out = s.out_.data() + n_rows * n_embd;
-  const Backend::Product shexp_gate_up[] = {{&w.gate_shexp, s.shexp_gate_.data(), xn},
-                                            {&w.up_shexp, s.shexp_up_.data(), xn}};
-  const Backend::Product shexp_down = {&w.down_shexp, shexp_out, s.shexp_gate_.data()};
-  auto run_shared_expert = [&] {
-    if (!shared) return;
-    backend.matmuls(xn, n, shexp_gate_up);
-    backend.swiglu(s.shexp_gate_.data(), s.shexp_up_.data(), n * n_ff_sh, s.shexp_gate_.data());
-    backend.matmul(w.down_shexp, s.shexp_gate_.data(), n, shexp_out);
-  };
 
-  const bool one_row_each =
-      std::adjacent_find(s.starts_.begin(), s.starts_.end(), [](int32_t first, int32_t end) {
-        return end - first > 1;
-      }) == s.starts_.end();
-  if (one_row_each) {
-    // Each chosen expert has one row (decoding a sequence): the gate and up products of
-    // all of them in one call, then their down products in another, which a backend may
-    // run as one pass over the weights each; a single token's shared expert joins them.
-    // Row r reads its token's row of xn.
-    const bool shared_joins = shared && n == 1;
+  // Whether every chosen expert has at most one row (a decode step).
+  bool one_row_each() const {
+    return std::adjacent_find(s.starts_.begin(), s.starts_.end(), [](int32_t first, int32_t end) {
+             return end - first > 1;
+           }) == s.starts_.end();
+  }
+
+  // Calls fn(e, r) for each chosen expert e with its first grouped row r.
+  template <typename Fn>
+  void for_each_chosen(Fn fn) const {
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      const int32_t r = s.starts_[static_cast<size_t>(e)];
+      if (s.starts_[static_cast<size_t>(e) + 1] != r) fn(e, r);
+    }
+  }
+
+  // The shared expert's products over the whole step (each reads xn).
+  std::array<Backend::Product, 2> shared_gate_up() const {
+    return {{{&w.gate_shexp, s.shexp_gate_.data(), xn}, {&w.up_shexp, s.shexp_up_.data(), xn}}};
+  }
+  Backend::Product shared_down() const {
+    return {&w.down_shexp, shared_out(), s.shexp_gate_.data()};
+  }
+
+  void shared_expert() {
+    const std::array<Backend::Product, 2> gate_up = shared_gate_up();
+    backend.matmuls(xn, n, gate_up);
+    backend.swiglu(s.shexp_gate_.data(), s.shexp_up_.data(), n * hp.n_ff_shexp,
+                   s.shexp_gate_.data());
+    backend.matmul(w.down_shexp, s.shexp_gate_.data(), n, shared_out());
+  }
+
+  // Each chosen expert has one row: the gate and up products of all of them in one call,
+  // then their down products in another, which a backend may run as one pass over the
+  // weights each; a single token's shared expert joins them. Row r reads its token's row
+  // of xn (no gather).
+  void one_row_experts() {
+    const int64_t n_embd = hp.n_embd;
+    const int64_t n_ff = hp.n_ff_exp;
+    const bool shared_joins = shared() && n == 1;
     s.views_.clear();
     s.products_.clear();
-    for (int64_t e = 0; e < n_exp; ++e) {
-      const int32_t r = s.starts_[static_cast<size_t>(e)];
-      if (s.starts_[static_cast<size_t>(e) + 1] == r) continue;
+    for_each_chosen([&](int64_t e, int32_t r) {
       const float* x = xn + s.tokens_[static_cast<size_t>(r)] * n_embd;
       s.views_.push_back(w.gate_exps.matrix(e));
       s.products_.push_back({&s.views_.back(), s.gate_.data() + r * n_ff, x});
       s.views_.push_back(w.up_exps.matrix(e));
       s.products_.push_back({&s.views_.back(), s.up_.data() + r * n_ff, x});
-    }
-    if (shared_joins) s.products_.insert(s.products_.end(), shexp_gate_up, shexp_gate_up + 2);
-    backend.matmuls(nullptr, 1, s.products_);
-    backend.swiglu(s.gate_.data(), s.up_.data(), n_rows * n_ff, s.gate_.data());
+    });
     if (shared_joins) {
-      backend.swiglu(s.shexp_gate_.data(), s.shexp_up_.data(), n_ff_sh, s.shexp_gate_.data());
+      const std::array<Backend::Product, 2> gate_up = shared_gate_up();
+      s.products_.insert(s.products_.end(), gate_up.begin(), gate_up.end());
+    }
+    backend.matmuls(nullptr, 1, s.products_);
+    backend.swiglu(s.gate_.data(), s.up_.data(), n_rows() * n_ff, s.gate_.data());
+    if (shared_joins) {
+      backend.swiglu(s.shexp_gate_.data(), s.shexp_up_.data(), hp.n_ff_shexp, s.shexp_gate_.data());
     }
     s.products_.clear();
-    for (int64_t e = 0; e < n_exp; ++e) {
-      const int32_t r = s.starts_[static_cast<size_t>(e)];
-      if (s.starts_[static_cast<size_t>(e) + 1] == r) continue;
+    for_each_chosen([&](int64_t e, int32_t r) {
       s.views_.push_back(w.down_exps.matrix(e));
       s.products_.push_back(
           {&s.views_.back(), s.out_.data() + r * n_embd, s.gate_.data() + r * n_ff});
-    }
-    if (shared_joins) s.products_.push_back(shexp_down);
+    });
+    if (shared_joins) s.products_.push_back(shared_down());
     backend.matmuls(nullptr, 1, s.products_);
-    if (!shared_joins) run_shared_expert();
-    backend.weighted_row_sum(s.out_.data(), n_embd, sum_rows, sum_weights, slots, out);
-    return;
+    if (shared() && !shared_joins) shared_expert();
   }
-  backend.gather_rows(xn, n_embd, std::span<const int32_t>(s.tokens_.data(), n_rows), s.x_.data());
-  for (int64_t e = 0; e < n_exp; ++e) {
-    const int64_t first = s.starts_[static_cast<size_t>(e)];
-    const int64_t m = s.starts_[static_cast<size_t>(e) + 1] - first;
-    if (m == 0) continue;
-    const Tensor gate = w.gate_exps.matrix(e);
-    const Tensor up = w.up_exps.matrix(e);
-    const Backend::Product products[] = {{&gate, s.gate_.data()}, {&up, s.up_.data()}};
-    backend.matmuls(s.x_.data() + first * n_embd, m, products);
-    backend.swiglu(s.gate_.data(), s.up_.data(), m * n_ff, s.gate_.data());
-    backend.matmul(w.down_exps.matrix(e), s.gate_.data(), m, s.out_.data() + first * n_embd);
+
+  // Each chosen expert once over its gathered group of rows.
+  void grouped_experts() {
+    const int64_t n_embd = hp.n_embd;
+    const int64_t n_ff = hp.n_ff_exp;
+    backend.gather_rows(xn, n_embd,
+                        std::span<const int32_t>(s.tokens_.data(), static_cast<size_t>(n_rows())),
+                        s.x_.data());
+    for_each_chosen([&](int64_t e, int32_t first) {
+      const int64_t m = s.starts_[static_cast<size_t>(e) + 1] - first;
+      const Tensor gate = w.gate_exps.matrix(e);
+      const Tensor up = w.up_exps.matrix(e);
+      const Backend::Product products[] = {{&gate, s.gate_.data()}, {&up, s.up_.data()}};
+      backend.matmuls(s.x_.data() + first * n_embd, m, products);
+      backend.swiglu(s.gate_.data(), s.up_.data(), m * n_ff, s.gate_.data());
+      backend.matmul(w.down_exps.matrix(e), s.gate_.data(), m, s.out_.data() + first * n_embd);
+    });
+    if (shared()) shared_expert();
   }
-  run_shared_expert();
-  backend.weighted_row_sum(s.out_.data(), n_embd, sum_rows, sum_weights, slots, out);
+
+  // out = each token's k experts summed in slot order, then the shared expert (its rows
+  // after the routed ones in out_) weighted by the sigmoid of its gate (1 without one), as
+  // llama.cpp adds it.
+  void sum(float* out) {
+    std::span<const int32_t> rows(s.grouped_.data(), static_cast<size_t>(n_rows()));
+    std::span<const float> weights(s.weights_.data(), static_cast<size_t>(n_rows()));
+    const int64_t slots = shared() ? k + 1 : k;
+    if (shared()) {
+      for (int64_t t = 0; t < n; ++t) {
+        const auto to = static_cast<ptrdiff_t>(t * slots);
+        std::copy_n(s.grouped_.begin() + t * k, k, s.sum_rows_.begin() + to);
+        std::copy_n(s.weights_.begin() + t * k, k, s.sum_weights_.begin() + to);
+        const float logit = s.shexp_logits_[static_cast<size_t>(t)];
+        s.sum_rows_[static_cast<size_t>(to + k)] = static_cast<int32_t>(n_rows() + t);
+        s.sum_weights_[static_cast<size_t>(to + k)] =
+            shared_gate() ? 1.0f / (1.0f + std::exp(-logit)) : 1.0f;
+      }
+      rows = std::span<const int32_t>(s.sum_rows_.data(), static_cast<size_t>(n * slots));
+      weights = std::span<const float>(s.sum_weights_.data(), static_cast<size_t>(n * slots));
+    }
+    backend.weighted_row_sum(s.out_.data(), hp.n_embd, rows, weights, slots, out);
+  }
+};
+
+void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp, const float* xn,
+             int64_t n, MoeScratch& s, float* out, bool all_experts) {
+  MoeStep step{backend, w, hp, xn, n, all_experts ? hp.n_expert : hp.n_expert_used, s};
+  step.route();
+  if (step.one_row_each()) {
+    step.one_row_experts();
+  } else {
+    step.grouped_experts();
+  }
+  step.sum(out);
 }
 
 }  // namespace qrun::models

@@ -62,6 +62,8 @@ Result<void> check_moe_ops(const Backend& backend, const MoeWeights& w);
 
 // Where one step's routing lives: host buffers outside the model's scratch scope (the
 // router's logits are read on the host to choose the experts), sized once for n_batch.
+struct MoeStep;  // one call of moe_ffn (moe.cpp)
+
 class MoeScratch {
  public:
   void allocate(const ModelHparams& hp, int64_t n_batch);
@@ -72,8 +74,7 @@ class MoeScratch {
   }
 
  private:
-  friend void moe_ffn(Backend& backend, const MoeWeights& w, const ModelHparams& hp,
-                      const float* xn, int64_t n, MoeScratch& s, float* out, bool all_experts);
+  friend struct MoeStep;
   std::vector<float> probs_;      // [n_batch, n_expert] router logits, then probabilities
   std::vector<float> weights_;    // [n_batch * k] token t's j-th expert's weight at t k + j
   std::vector<int32_t> experts_;  // [n_batch * k] token t's j-th expert at t k + j
