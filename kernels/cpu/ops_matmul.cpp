@@ -144,6 +144,7 @@ void CpuBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Produ
   // run another way (a gemm batch, a type without repacked kernels, a weight of too few
   // rows or over the copies' budget) sends them all one by one.
   act_sources_.clear();
+  jobs_.clear();
   size_t act_bytes = 0;
   int64_t n_rows = 0;
   for (const Product& p : products) {
@@ -152,10 +153,13 @@ void CpuBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Produ
     const bool repackable = products.size() > 1 && repack_ && n_tokens > 0 &&
                             mk.gemv_repacked != nullptr && w.n_rows() >= kRepackRows &&
                             !mk.gemm.usable(n_tokens, decode_rows_);
-    if (!repackable || repacked(w) == nullptr) {
+    const uint8_t* packed = repackable ? repacked(w) : nullptr;
+    if (packed == nullptr) {
       Backend::matmuls(x, n_tokens, products);
       return;
     }
+    // The activations are set below, once act_buf_ has its size.
+    jobs_.push_back(RepackedJob{&mk, packed, w.row_bytes(), nullptr, 0, w.ne[0], w.n_rows(), p.y});
     n_rows += w.n_rows() / kRepackRows * kRepackRows;
     if (source_of(p) != act_sources_.end()) continue;
     act_sources_.push_back(ActSource{x_of(p), &mk, w.ne[0], act_bytes});
@@ -176,16 +180,12 @@ void CpuBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Produ
           a.n_in);
     }
   });
-  jobs_.clear();
-  for (const Product& p : products) {
-    const Tensor& w = *p.w;
-    const ActSource& a = *source_of(p);
+  for (size_t i = 0; i < products.size(); ++i) {
+    const ActSource& a = *source_of(products[i]);
     const bool f32 = a.mk->act_type == DType::kF32;
-    const uint8_t* act = f32 ? reinterpret_cast<const uint8_t*>(a.x) : act_buf_.data() + a.offset;
-    const size_t act_row_bytes =
+    jobs_[i].act = f32 ? reinterpret_cast<const uint8_t*>(a.x) : act_buf_.data() + a.offset;
+    jobs_[i].act_row_bytes =
         f32 ? static_cast<size_t>(a.n_in) * sizeof(float) : row_size(a.mk->act_type, a.n_in);
-    jobs_.push_back(RepackedJob{&kernels_->for_type(w.type), repacked(w), w.row_bytes(), act,
-                                act_row_bytes, w.ne[0], w.n_rows(), p.y});
   }
   const int64_t min_rows = std::max<int64_t>(1, kMinMacsPerThread / (jobs_[0].n_in * n_tokens));
   run_repacked(jobs_, n_tokens, std::max<int64_t>(1, n_rows / min_rows));
