@@ -119,13 +119,19 @@ struct KvLayerView {
 
 // Causal self-attention, grouped-query: query head h reads KV head h / (n_head / n_head_kv).
 // With a sliding window, the token at position p attends positions p - window + 1 .. p
-// only (llama.cpp's standard SWA mask: p - p0 >= window is masked).
+// only (llama.cpp's standard SWA mask: p - p0 >= window is masked). With a soft-cap c > 0
+// (Gemma 2's attention logit soft-capping), the logit of q.k is c * tanh(q.k * scale / c),
+// formed as llama.cpp's flash attention forms it: scale / c in float once, then
+// c * tanhf(q.k * (scale / c)).
 struct AttentionParams {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;  // divides n_head
   int64_t head_dim = 0;
-  float scale = 1.0f;  // applied to q.k before the softmax, usually 1/sqrt(head_dim)
-  int64_t window = 0;  // sliding window in positions; 0: the whole context
+  float scale = 1.0f;    // applied to q.k before the softmax, usually 1/sqrt(head_dim)
+  int64_t window = 0;    // sliding window in positions; 0: the whole context
+  float softcap = 0.0f;  // attention logit soft-cap; 0: none
+  // The factor q.k is multiplied by before the soft-cap's tanh (scale itself when none).
+  float score_scale() const { return softcap > 0.0f ? scale / softcap : scale; }
 };
 
 class Backend {

@@ -2,7 +2,8 @@
 // decode kernel and the prefill path (matrix products, from kPrefillMinTokens tokens, or
 // called directly with a given chunk), on head sizes 4 to 256, GQA ratios 1, 4 and 6,
 // contexts shorter and longer than a split, several tokens at once (causal), and sliding
-// windows over ring caches (runs of rows that wrap, chunks that cross the ring's end).
+// windows over ring caches (runs of rows that wrap, chunks that cross the ring's end), and
+// soft-capped logits.
 // Oracles:
 //  - a double-precision softmax attention over the same F16 keys and values: the kernel
 //    sums q.k in float, so a score is off by at most head_dim * eps * scale * sum|q k|
@@ -45,15 +46,17 @@ struct Case {
   int64_t n_head_kv;
   int64_t pos0;
   int64_t n_tokens;
-  int64_t window;  // 0: whole context
-  int64_t n_rows;  // cache rows (a ring when < pos0 + n_tokens)
-  int64_t chunk;   // > 0: attention_prefill with chunks of this many tokens
+  int64_t window;        // 0: whole context
+  int64_t n_rows;        // cache rows (a ring when < pos0 + n_tokens)
+  int64_t chunk;         // > 0: attention_prefill with chunks of this many tokens
+  float softcap = 0.0f;  // attention logit soft-cap (Gemma 2); 0: none
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << "head_dim " << c.head_dim << " heads " << c.n_head << "/" << c.n_head_kv << " pos0 "
       << c.pos0 << " tokens " << c.n_tokens << " window " << c.window << " rows " << c.n_rows
       << " chunk " << c.chunk;
+  if (c.softcap > 0.0f) *os << " softcap " << c.softcap;
 }
 
 class CudaEmuAttention : public ::testing::TestWithParam<Case> {};
@@ -126,6 +129,7 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
   p.head_dim = c.head_dim;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.window = c.window;
+  p.softcap = c.softcap;
 
   DeviceArray<uint16_t> dk{std::span<const uint16_t>(k)};
   DeviceArray<uint16_t> dv{std::span<const uint16_t>(v)};
@@ -215,10 +219,13 @@ TEST_P(CudaEmuAttention, MatchesDoubleAndCpuReferences) {
           dot += static_cast<double>(qh[d]) * fp16_to_fp32(kr[d]);
           mag += std::fabs(static_cast<double>(qh[d]) * fp16_to_fp32(kr[d]));
         }
-        scores.push_back(dot * p.scale);
+        scores.push_back(p.softcap > 0.0f ? p.softcap * std::tanh(dot * p.scale / p.softcap)
+                                          : dot * p.scale);
         max_score = std::max(max_score, scores.back());
+        // (The soft-cap's slope is at most 1; its tanhf is within 2 ulp of a value <= cap.)
         ds = std::max(ds, (static_cast<double>(c.head_dim) * eps + (prefill ? f16_eps : 0.0)) *
-                              p.scale * mag);
+                                  p.scale * mag +
+                              4.0 * eps * p.softcap);
       }
       double l = 0.0;
       std::vector<double> want(static_cast<size_t>(c.head_dim), 0.0);
@@ -275,9 +282,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // and directly, with chunks of a given size:
                       Case{128, 4, 4, 10, 50, 0, 128, 16},  // chunks of 16, 16, 16, 2
                       Case{64, 4, 2, 1000, 40, 64, 128,
-                           16},                            // a window, chunks across the ring's end
-                      Case{80, 4, 2, 40, 3, 0, 64, 1},     // one token per chunk
-                      Case{128, 8, 2, 37, 1, 0, 64, 4}));  // one token, GQA 4
+                           16},                          // a window, chunks across the ring's end
+                      Case{80, 4, 2, 40, 3, 0, 64, 1},   // one token per chunk
+                      Case{128, 8, 2, 37, 1, 0, 64, 4},  // one token, GQA 4
+                      // Gemma 2's soft-capped logits (a cap of 2 squashes the biased rows'
+                      // scores of 2 to 4), decode over three splits and prefill over a ring:
+                      Case{256, 8, 4, 700, 1, 0, 1024, 0, 2.0f},
+                      Case{256, 4, 2, 300, 100, 128, 256, 0, 2.0f},
+                      Case{128, 4, 4, 10, 50, 0, 128, 16, 2.0f}));
 
 }  // namespace
 }  // namespace qrun::kernels::cuda

@@ -251,7 +251,7 @@ void expect_heads_close(const std::vector<float>& got, const std::vector<float>&
 // accumulator that its plain form divides by l, and that l, the same bits: acc * (1 / l)
 // equals the plain result exactly, and m is the largest of the head's scores (finite).
 void expect_partial_consistent(AttendFn fn, const std::vector<float>& q, int64_t q_stride,
-                               int64_t n_q, const KvRows& rows, int64_t head_dim, float scale,
+                               int64_t n_q, const KvRows& rows, int64_t head_dim, KqScale scale,
                                const std::vector<float>& plain, int64_t out_stride) {
   std::vector<float> acc(plain.size(), kNaN);
   std::vector<float> ml(static_cast<size_t>(2 * n_q), kNaN);
@@ -282,13 +282,15 @@ TEST(KernelsOps, AttentionMatchesGeneric) {
           for (bool f16 : {false, true}) {
             SCOPED_TRACE(testing::Message()
                          << isa_name(isa) << (f16 ? " f16" : " f32") << " head_dim " << head_dim
-                         << " n_kv " << n_kv << " n_q " << n_q);
+                         << " n_kv " << n_kv << " n_q " << n_q << " seed " << seed + 1);
             const int64_t q_stride = head_dim + 3;
             const int64_t out_stride = head_dim + 5;
             const std::vector<float> q =
                 random_floats(static_cast<size_t>(n_q * q_stride), ++seed, 1.0f);
-            // A peaky softmax for half the cases, so the running max moves a lot.
-            const float scale = (seed % 2 ? 1.0f : 4.0f) / std::sqrt(static_cast<float>(head_dim));
+            // A peaky softmax for half the cases, so the running max moves a lot; and half
+            // of each kind with Gemma 2's logit soft-cap, at 1.5 so that it bends most scores.
+            const KqScale scale((seed % 2 ? 1.0f : 4.0f) / std::sqrt(static_cast<float>(head_dim)),
+                                seed % 4 < 2 ? 0.0f : 1.5f);
             const void* k = f16 ? static_cast<const void*>(c.k16.data() + head_dim)
                                 : static_cast<const void*>(c.k32.data() + head_dim);
             const void* v = f16 ? static_cast<const void*>(c.v16.data() + head_dim)

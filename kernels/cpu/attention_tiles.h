@@ -233,11 +233,11 @@ class MixedRows {
 
 // n_groups groups of kNq query heads (q rows q_stride floats apart), group i reading KV head
 // g0 + i, over the n_rows rows of `rd`, tile by tile: the scores of every head and row of
-// the tile, each head's softmax weights, then the V rows into the accumulators. A head's
-// arithmetic is the same whatever the groups beside it.
+// the tile (soft-capped when `scale` caps them), each head's softmax weights, then the V rows into
+// the accumulators. A head's arithmetic is the same whatever the groups beside it.
 template <class Ops, class Rows, int kNq>
 void walk(Rows& rd, const float* q, int64_t q_stride, int64_t g0, int64_t n_groups, int64_t n_rows,
-          int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial) {
+          int64_t head_dim, KqScale scale, float* out, int64_t out_stride, float* partial) {
   const int64_t acc_stride = attend_head_floats(head_dim);
   const int64_t n_q = n_groups * kNq;
   alignas(Ops::kAlign) float acc[kAttendWalkFloats];
@@ -261,7 +261,12 @@ void walk(Rows& rd, const float* q, int64_t q_stride, int64_t g0, int64_t n_grou
   const int64_t tile = n_groups * head_dim <= 512 ? 8 : kTile;
   for (int64_t j0 = 0; j0 < n_rows; j0 += tile) {
     const int64_t n = n_rows - j0 < tile ? n_rows - j0 : tile;
-    rd.template scores<kNq>(g0, n_groups, j0, n, scale, s);
+    rd.template scores<kNq>(g0, n_groups, j0, n, scale.mul, s);
+    if (scale.capped()) {
+      for (int64_t h = 0; h < n_q; ++h) {
+        for (int64_t j = 0; j < n; ++j) s[h][j] = scale.cap(s[h][j]);
+      }
+    }
     for (int64_t i = 0; i < n_groups; ++i) {
       rescale[i] = 0;
       for (int64_t h = i * kNq; h < (i + 1) * kNq; ++h) {
@@ -313,7 +318,7 @@ void with_head_count(int64_t n, const Run& run) {
 // time.
 template <class Ops, class Rows>
 void attend_heads(Rows& rd, const float* q, int64_t q_stride, int64_t n_q, int64_t n_heads,
-                  int64_t n_rows, int64_t head_dim, float scale, float* out, int64_t out_stride,
+                  int64_t n_rows, int64_t head_dim, KqScale scale, float* out, int64_t out_stride,
                   float* partial) {
   const int64_t group = n_q / n_heads;
   if (attend_reads_heads_together(n_q, n_heads, head_dim)) {
@@ -338,7 +343,7 @@ void attend_heads(Rows& rd, const float* q, int64_t q_stride, int64_t n_q, int64
 // The entry point behind attend_f32 / attend_f16.
 template <class Ops, class Elem>
 void attend(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-            float scale, float* out, int64_t out_stride, float* partial) {
+            KqScale scale, float* out, int64_t out_stride, float* partial) {
   SameTypeRows<Ops, Elem> rd(kv, head_dim);
   attend_heads<Ops>(rd, q, q_stride, n_q, kv.n_heads, kv.n, head_dim, scale, out, out_stride,
                     partial);
@@ -347,7 +352,7 @@ void attend(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int
 // The entry point behind attend_mixed.
 template <class Ops>
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                  int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial) {
+                  int64_t head_dim, KqScale scale, float* out, int64_t out_stride, float* partial) {
   if (kv.v_type == DType::kF16) {
     MixedRows<Ops, true> rd(kv, head_dim);
     attend_heads<Ops>(rd, q, q_stride, n_q, kv.n_heads, kv.n, head_dim, scale, out, out_stride,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -168,6 +169,19 @@ struct KvRows {
   }
 };
 
+// The logit of a score q.k: q.k * mul, then, with a soft-cap (softcap > 0), softcap *
+// tanh of that, mul being scale / softcap (AttentionParams::score_scale): llama.cpp's flash
+// attention, step for step. Converts from a bare scale, for attention without a cap.
+struct KqScale {
+  KqScale(float scale = 1.0f, float cap = 0.0f)  // NOLINT(google-explicit-constructor)
+      : mul(cap > 0.0f ? scale / cap : scale), softcap(cap) {}
+  bool capped() const { return softcap > 0.0f; }
+  float cap(float s) const { return softcap * std::tanh(s); }  // s = q.k * mul
+  float logit(float dot) const { return capped() ? cap(dot * mul) : dot * mul; }
+  float mul;
+  float softcap;
+};
+
 // Attention for one token: n_q query heads (rows q_stride floats apart) over the rows
 // `kv` of its kv.n_heads KV heads, n_q / kv.n_heads query heads to a KV head, in order
 // (n_q a multiple of kv.n_heads). out rows are out_stride floats apart. With `partial`
@@ -175,9 +189,10 @@ struct KvRows {
 // its softmax sum, and partial[2h], partial[2h + 1] are head h's running max m and sum l:
 // the state CpuBackend::attention merges when it reads a long cache in chunks of rows.
 // Each head's result is the same bits whichever KV heads share the call; the SIMD kernels
-// read the rows of all of them in one pass when attend_reads_heads_together says so.
+// read the rows of all of them in one pass when attend_reads_heads_together says so. A
+// score's logit is scale.logit(q.k).
 using AttendFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
-                          int64_t head_dim, float scale, float* out, int64_t out_stride,
+                          int64_t head_dim, KqScale scale, float* out, int64_t out_stride,
                           float* partial);
 // Whether the SIMD attend kernels walk a call's KV heads in one pass over the rows (each
 // tile of rows read whole, for every head, before the next tile), rather than one head
@@ -231,7 +246,7 @@ struct KvRowsMixed {
   }
 };
 using AttendMixedFn = void (*)(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                               int64_t head_dim, float scale, float* out, int64_t out_stride,
+                               int64_t head_dim, KqScale scale, float* out, int64_t out_stride,
                                float* partial);
 // One row of RMS norm with an F32 weight (sum of squares in double): see Backend::rms_norm.
 using RmsNormRowFn = void (*)(const float* x, const float* w, int64_t n, float eps, float* y);

@@ -178,6 +178,8 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
   QRUN_CHECK(is_kv_type(cache.k_type) && is_kv_type(cache.v_type), "attention: cache types %s, %s",
              dtype_name(cache.k_type), dtype_name(cache.v_type));
   const int block_shift = check_paged(cache, "attention");
+  QRUN_CHECK(params.softcap >= 0.0f, "attention: soft-cap %g", static_cast<double>(params.softcap));
+  const KqScale kq(params.scale, params.softcap);
   const int64_t group = n_head / n_head_kv;
   const int64_t q_row = n_head * head_dim;
   // Both F32 or both F16: the kernels of those caches; any other pair: attend_mixed with
@@ -230,7 +232,7 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
                         .block_shift = block_shift,
                         .n_heads = n_hk,
                         .head_stride = head_dim};
-      attend(qh, head_dim, n_q, rows, head_dim, params.scale, o, o_stride, partial);
+      attend(qh, head_dim, n_q, rows, head_dim, kq, o, o_stride, partial);
     } else {
       KvRowsMixed rows = mixed;
       rows.k = k;
@@ -241,7 +243,7 @@ void CpuBackend::attention(const float* q, int64_t n_tokens, int64_t pos0, const
       rows.table = cache.block_table;
       rows.block_shift = block_shift;
       rows.n_heads = n_hk;
-      kernels_->attend_mixed(qh, head_dim, n_q, rows, head_dim, params.scale, o, o_stride, partial);
+      kernels_->attend_mixed(qh, head_dim, n_q, rows, head_dim, kq, o, o_stride, partial);
     }
   };
   // A read of more than kChunkRows rows goes in chunks (ChunkPlan), each head's chunks

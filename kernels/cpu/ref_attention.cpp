@@ -34,7 +34,7 @@ void finish_head(const float* acc, float m, float l, int64_t head_dim, float* ou
 }
 
 // F32 cache: float scores (q.k summed in double), float accumulator.
-void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, float scale, float* out,
+void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, KqScale scale, float* out,
                     float* partial) {
   float acc[kMaxHeadDim];
   for (int64_t d = 0; d < head_dim; ++d) acc[d] = 0.0f;
@@ -45,7 +45,7 @@ void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, float sc
     const float* vr = static_cast<const float*>(kv.v) + kv.row(j) * kv.stride;
     double dot = 0.0;
     for (int64_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q[d] * kr[d]);
-    const float s = static_cast<float>(dot) * scale;
+    const float s = scale.logit(static_cast<float>(dot));
     float ms = 1.0f;  // rescales the old accumulator when the max grows
     float vs = 1.0f;  // exp(s - m), the weight of this row
     if (s > m) {
@@ -66,7 +66,7 @@ void attend_one_f32(const float* q, const KvRows& kv, int64_t head_dim, float sc
 // is held in F16 (rounded after every rescale and every multiply-add); the softmax sum is
 // float, updated with a fused multiply-add. (llama.cpp casts an F32 cache to F16 before its
 // flash attention, so this is also what its "F32 cache" computes.)
-void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float scale, float* out,
+void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, KqScale scale, float* out,
                     float* partial) {
   float qh[kMaxHeadDim];
   float acc[kMaxHeadDim];  // values representable in F16
@@ -83,7 +83,7 @@ void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float sc
     for (int64_t d = 0; d < head_dim; ++d) {
       dot += static_cast<double>(qh[d] * fp16_to_fp32(kr[d]));
     }
-    const float s = static_cast<float>(dot) * scale;
+    const float s = scale.logit(static_cast<float>(dot));
     float ms = 1.0f;
     float vs = 1.0f;
     if (s > m) {
@@ -103,7 +103,7 @@ void attend_one_f16(const float* q, const KvRows& kv, int64_t head_dim, float sc
 // updated with a fused multiply-add as in attend_one_f16; V rows widened to float and
 // added with a fused multiply-add to an accumulator held in F16 (V is F16: llama.cpp's
 // ggml_vec_mad_f16) or in float (any other V: its ggml_vec_mad_f32 on dequantized rows).
-void attend_one_mixed(const float* q, const KvRowsMixed& kv, int64_t head_dim, float scale,
+void attend_one_mixed(const float* q, const KvRowsMixed& kv, int64_t head_dim, KqScale scale,
                       float* out, float* partial) {
   alignas(64) uint8_t qc[kMaxQueryBytes];
   float vrow[kMaxHeadDim];
@@ -119,7 +119,8 @@ void attend_one_mixed(const float* q, const KvRowsMixed& kv, int64_t head_dim, f
   float l = 0.0f;
   for (int64_t j = 0; j < kv.n; ++j) {
     const int64_t r = kv.row(j);
-    const float s = kv.k_dot(head_dim, kv.k + static_cast<size_t>(r) * kv.k_stride, qc) * scale;
+    const float s =
+        scale.logit(kv.k_dot(head_dim, kv.k + static_cast<size_t>(r) * kv.k_stride, qc));
     float ms = 1.0f;
     float vs = 1.0f;
     if (s > m) {
@@ -161,7 +162,7 @@ KvRowsMixed one_head(const KvRowsMixed& kv, int64_t g) {
 }  // namespace
 
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                  int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial) {
+                  int64_t head_dim, KqScale scale, float* out, int64_t out_stride, float* partial) {
   const int64_t group = n_q / kv.n_heads;
   for (int64_t h = 0; h < n_q; ++h) {
     attend_one_mixed(q + h * q_stride, one_head(kv, h / group), head_dim, scale,
@@ -170,7 +171,7 @@ void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMix
 }
 
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial) {
+                KqScale scale, float* out, int64_t out_stride, float* partial) {
   const int64_t group = n_q / kv.n_heads;
   for (int64_t h = 0; h < n_q; ++h) {
     attend_one_f32(q + h * q_stride, one_head(kv, sizeof(float), h / group), head_dim, scale,
@@ -179,7 +180,7 @@ void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv,
 }
 
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial) {
+                KqScale scale, float* out, int64_t out_stride, float* partial) {
   const int64_t group = n_q / kv.n_heads;
   for (int64_t h = 0; h < n_q; ++h) {
     attend_one_f16(q + h * q_stride, one_head(kv, sizeof(uint16_t), h / group), head_dim, scale,

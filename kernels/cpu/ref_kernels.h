@@ -12,14 +12,14 @@ inline constexpr int64_t kMaxHeadDim = 1024;
 
 // F32 cache: float scores (q.k summed in double), float accumulator.
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial);
+                KqScale scale, float* out, int64_t out_stride, float* partial);
 // F16 cache: the numerics of llama.cpp's CPU flash attention (see ref_attention.cpp).
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial);
+                KqScale scale, float* out, int64_t out_stride, float* partial);
 // Any other pair of K and V types: llama.cpp's CPU flash attention over them (see
 // KvRowsMixed and ref_attention.cpp), one row and one head at a time.
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                  int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial);
+                  int64_t head_dim, KqScale scale, float* out, int64_t out_stride, float* partial);
 // The largest converted query row attend_mixed holds: head_dim F32 values.
 inline constexpr size_t kMaxQueryBytes = kMaxHeadDim * sizeof(float);
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);

@@ -36,7 +36,8 @@ struct Geometry {
   int64_t window;  // 0: whole context
   int64_t n_splits;
   int64_t split;  // positions per split (attention_split())
-  float scale;
+  float scale;    // AttentionParams::score_scale()
+  float softcap;  // 0: none
 };
 
 // The K and V elements lane owns (dimensions lane + 32 i) of position p, as floats; 0 past
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     for (int i = 0; i < kMaxDimsPerLane; ++i) {
       if (i < dims && lane + kWarp * i < g.head_dim) dot += qr[i] * kc[i];
     }
-    const float score = warp_sum(dot) * g.scale;
+    const float score = kq_logit(warp_sum(dot), g.scale, g.softcap);
     if (score > m) {
       const float ms = expf(m - score);  // 0 on the first position (m = -inf)
       m = score;
@@ -288,7 +289,8 @@ void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView
   g.window = params.window;
   g.n_splits = splits_for(pos0, n_tokens, params.window);
   g.split = attention_split();
-  g.scale = params.scale;
+  g.scale = params.score_scale();
+  g.softcap = params.softcap;
   const dim3 split_grid(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_splits),
                         static_cast<unsigned>(n_tokens));
   // With one split (up to attention_split() positions) the split kernel writes the output and the

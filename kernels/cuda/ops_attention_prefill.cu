@@ -3,7 +3,7 @@
 // the rows of Q_g (rounded to F16, row t * group + j for query head g * group + j), the
 // positions the chunk attends (lo .. the last token's position) the columns of
 // S_g = Q_g K_g^T, summed in float by gemm_f16_batched over the KV heads. A kernel masks
-// each row to its token's positions (causal, sliding window), takes exp(scale s - max) in
+// each row to its token's positions (causal, sliding window), takes exp(logit(s) - max) in
 // float, rounds the weights to F16 into P and keeps 1 / (sum of the rounded weights);
 // O_g = P_g V_g (float sums again), scaled by that and scattered to [token, head, dim].
 // The ring cache (position p in row p % n_rows) splits both products into runs of
@@ -72,7 +72,8 @@ struct Chunk {
   int64_t n_kv;
   int64_t ld;
   int64_t window;
-  float scale;
+  float scale;    // AttentionParams::score_scale()
+  float softcap;  // 0: none
 };
 
 dim3 grid_for(int64_t n) {
@@ -142,8 +143,8 @@ __device__ __forceinline__ float block_max(float v) {
 }
 
 // One block per row of S (KV head g, token t, query head j of the group): the token's
-// weights exp(scale s - max) over the positions it attends, rounded to F16 (0 elsewhere),
-// and 1 / their sum (of the rounded values, so P and l agree).
+// weights exp(logit(s) - max) over the positions it attends (kq_logit), rounded to F16 (0
+// elsewhere), and 1 / their sum (of the rounded values, so P and l agree).
 __global__ void __launch_bounds__(kThreads)
     softmax_kernel(const float* s, Chunk c, uint16_t* p, float* inv_l) {
   wait_for_prior_kernels();
@@ -157,14 +158,14 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* pr = p + row * c.ld;
   float m = -INFINITY;
   for (int64_t col = first + threadIdx.x; col <= last; col += blockDim.x) {
-    m = fmaxf(m, sr[col] * c.scale);
+    m = fmaxf(m, kq_logit(sr[col], c.scale, c.softcap));
   }
   m = block_max(m);
   float l = 0.0f;
   for (int64_t col = threadIdx.x; col < c.n_kv; col += blockDim.x) {
     uint16_t w = 0;  // +0 in F16
     if (col >= first && col <= last) {
-      w = f32_to_f16(expf(sr[col] * c.scale - m));
+      w = f32_to_f16(expf(kq_logit(sr[col], c.scale, c.softcap) - m));
       l += f16_to_f32(w);
     }
     pr[col] = w;
@@ -240,7 +241,8 @@ void attention_prefill(const float* q, int64_t n_tokens, int64_t pos0, const KvL
     c.lo = c.window > 0 && c.first_pos - c.window + 1 > 0 ? c.first_pos - c.window + 1 : 0;
     c.n_kv = c.first_pos + c.tokens - c.lo;
     c.ld = round_up(c.n_kv, 8);
-    c.scale = params.scale;
+    c.scale = params.score_scale();
+    c.softcap = params.softcap;
     const int64_t rows = c.tokens * c.group;  // per KV head
     const int64_t n = c.tokens * c.n_head * hd;
 

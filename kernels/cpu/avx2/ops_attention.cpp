@@ -156,19 +156,19 @@ struct Ops {
 }  // namespace
 
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial) {
+                KqScale scale, float* out, int64_t out_stride, float* partial) {
   attention_tiles::attend<Ops, float>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride,
                                       partial);
 }
 
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial) {
+                KqScale scale, float* out, int64_t out_stride, float* partial) {
   attention_tiles::attend<Ops, uint16_t>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride,
                                          partial);
 }
 
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                  int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial) {
+                  int64_t head_dim, KqScale scale, float* out, int64_t out_stride, float* partial) {
   attention_tiles::attend_mixed<Ops>(q, q_stride, n_q, kv, head_dim, scale, out, out_stride,
                                      partial);
 }

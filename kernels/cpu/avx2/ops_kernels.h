@@ -11,11 +11,11 @@ namespace qrun::kernels::avx2 {
 
 // ops_attention.cpp
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial);
+                KqScale scale, float* out, int64_t out_stride, float* partial);
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial);
+                KqScale scale, float* out, int64_t out_stride, float* partial);
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                  int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial);
+                  int64_t head_dim, KqScale scale, float* out, int64_t out_stride, float* partial);
 // KV cache rows widened to float (ToFloatFn), bit for bit as the reference dequantizers.
 void f16_to_float(const void* src, float* dst, int64_t n);
 void bf16_to_float(const void* src, float* dst, int64_t n);

@@ -108,13 +108,13 @@ void from_float_bf16(const float* src, void* dst, int64_t n);
 
 // ops_attention.cpp: attention over F32 and F16 caches (attention_tiles.h with NEON ops).
 void attend_f32(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial);
+                KqScale scale, float* out, int64_t out_stride, float* partial);
 void attend_f16(const float* q, int64_t q_stride, int64_t n_q, const KvRows& kv, int64_t head_dim,
-                float scale, float* out, int64_t out_stride, float* partial);
+                KqScale scale, float* out, int64_t out_stride, float* partial);
 // Any other K/V type pair (attention_tiles::attend_mixed), and KV rows widened to float
 // (ToFloatFn), bit for bit as the reference dequantizers.
 void attend_mixed(const float* q, int64_t q_stride, int64_t n_q, const KvRowsMixed& kv,
-                  int64_t head_dim, float scale, float* out, int64_t out_stride, float* partial);
+                  int64_t head_dim, KqScale scale, float* out, int64_t out_stride, float* partial);
 void f16_to_float(const void* src, float* dst, int64_t n);
 void bf16_to_float(const void* src, float* dst, int64_t n);
 void q8_0_to_float(const void* src, float* dst, int64_t n);
