@@ -25,6 +25,7 @@ struct SynthCliOptions {
   int64_t orig_ctx = 0;
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   float weight_std = 0.02f;
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
   bool tied = false;
 };
 
@@ -77,6 +78,8 @@ Result<void> run_synth(const SynthCliOptions& o) {
   so.weight_std = o.weight_std;
   so.recipe = o.type;
   so.seed = o.seed;
+  so.attn_softcap = o.attn_softcap;
+  so.final_softcap = o.final_softcap;
   so.name = "qrun-synth-" + (o.arch == "llama" ? "" : o.arch + "-") + o.like + "-" + o.type;
   const auto t0 = std::chrono::steady_clock::now();
   QRUN_TRY(models::write_synthetic_model(so, *vocab, o.out));
@@ -120,7 +123,7 @@ void register_synth(CLI::App& app, Action* selected) {
   cmd->add_option("--rope-dims", o->rope_dims, "Rotated elements per head (default: head size)")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 12}));
   cmd->add_option("--sliding-window", o->sliding_window,
-                  "gemma3: the local layers' attention window (default 512); phi3: the key")
+                  "gemma2, gemma3: the local layers' attention window (default 512); phi3: the key")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
   cmd->add_option("--orig-ctx", o->orig_ctx,
                   "phi3: original context length; below --ctx adds LongRoPE factors")
@@ -138,6 +141,12 @@ void register_synth(CLI::App& app, Action* selected) {
                   "The shared expert's feed-forward width (qwen2moe: default the feed-forward "
                   "width; granitemoe: none by default)")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 20}));
+  cmd->add_option("--attn-softcap", o->attn_softcap,
+                  "gemma2: attention logit soft-cap (default 50, as Gemma 2's files)")
+      ->check(CLI::Range(0.0f, 1e6f));
+  cmd->add_option("--final-softcap", o->final_softcap,
+                  "gemma2, gemma3: output logit soft-cap (default gemma2 30, gemma3 none)")
+      ->check(CLI::Range(0.0f, 1e6f));
   cmd->add_option("--std", o->weight_std, "Standard deviation of the random weights")
       ->capture_default_str();
   cmd->add_flag("--tied", o->tied, "Tie the output projection to the token embedding");

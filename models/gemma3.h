@@ -1,6 +1,7 @@
-// The gemma3 architecture (Google's Gemma 3 text models, 270M to 27B): a llama-like decoder
-// with scaled embeddings, RMS norms before and after attention and the FFN, per-head Q/K
-// norms, a GELU-gated FFN and interleaved sliding-window (local) and global layers.
+// The gemma2 and gemma3 architectures (Google's Gemma 2 text models, 2B to 27B, and Gemma 3,
+// 270M to 27B): a llama-like decoder with scaled embeddings, RMS norms before and after
+// attention and the FFN, a GELU-gated FFN and interleaved sliding-window (local) and global
+// layers; Gemma 3 adds per-head Q/K norms, Gemma 2 soft-caps its attention logits.
 #pragma once
 
 #include <memory>
@@ -11,8 +12,9 @@
 
 namespace qrun::models {
 
-// Loads hyper-parameters from "gemma3.*" keys and binds every weight with its expected
-// shape. The model keeps views into `file`, which must outlive it.
+// Load hyper-parameters from "gemma2.*" or "gemma3.*" keys and bind every weight with its
+// expected shape. The model keeps views into `file`, which must outlive it.
+Result<std::unique_ptr<Model>> load_gemma2(const gguf::File& file, const ModelOptions& options);
 Result<std::unique_ptr<Model>> load_gemma3(const gguf::File& file, const ModelOptions& options);
 
 }  // namespace qrun::models

@@ -16,7 +16,8 @@ constexpr std::array kArchitectures = {
     Architecture{"qwen3", load_qwen3},       Architecture{"qwen2moe", load_qwen2moe},
     Architecture{"qwen3moe", load_qwen3moe}, Architecture{"olmoe", load_olmoe},
     Architecture{"granite", load_granite},   Architecture{"granitemoe", load_granitemoe},
-    Architecture{"gemma3", load_gemma3},     Architecture{"phi3", load_phi3},
+    Architecture{"gemma2", load_gemma2},     Architecture{"gemma3", load_gemma3},
+    Architecture{"phi3", load_phi3},
 };
 
 }  // namespace

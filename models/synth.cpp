@@ -1,5 +1,5 @@
 // write_synthetic_model: a llama, qwen2, qwen3, qwen3moe, qwen2moe, olmoe, granite, granitemoe,
-// gemma3 or phi3 GGUF with random weights.
+// gemma2, gemma3 or phi3 GGUF with random weights.
 // Speed matters (a 1B model should take seconds), so each distinct (type, row length)
 // gets a pool of randomly generated, reference-quantized rows, and every tensor row is
 // a pool row rotated by a random whole number of blocks: a valid, varied row of the
@@ -101,8 +101,8 @@ std::vector<std::string> synth_preset_names() {
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama", "qwen2",   "qwen3",      "qwen3moe", "qwen2moe",
-          "olmoe", "granite", "granitemoe", "gemma3",   "phi3"};
+  return {"llama",   "qwen2",      "qwen3",  "qwen3moe", "qwen2moe", "olmoe",
+          "granite", "granitemoe", "gemma2", "gemma3",   "phi3"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -122,12 +122,13 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const bool granite = o.arch == "granite" || granitemoe;
   const bool qwen3 = o.arch == "qwen3" || qwen3moe;
   const bool gemma3 = o.arch == "gemma3";
+  const bool gemma = o.arch == "gemma2" || gemma3;
   const bool phi3 = o.arch == "phi3";
-  if (o.arch != "llama" && !qwen2 && !qwen3 && !olmoe && !granite && !gemma3 && !phi3) {
+  if (o.arch != "llama" && !qwen2 && !qwen3 && !olmoe && !granite && !gemma && !phi3) {
     return make_error(
         ErrorCode::kUsage,
         format("synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, qwen2moe, "
-               "olmoe, granite, granitemoe, gemma3, phi3)",
+               "olmoe, granite, granitemoe, gemma2, gemma3, phi3)",
                o.arch.c_str()));
   }
   const int64_t n_expert =
@@ -152,11 +153,18 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
                "qwen2moe, olmoe, granite or granitemoe, and 1 .. the experts used",
                static_cast<long long>(n_expert), static_cast<long long>(n_expert_used)));
   }
-  if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma3 && !phi3)) {
+  if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma && !phi3)) {
     return make_error(
         ErrorCode::kUsage,
-        format("synth: a sliding window (%lld) needs --arch gemma3 or phi3 and must be > 0",
+        format("synth: a sliding window (%lld) needs --arch gemma2, gemma3 or phi3 and must be > 0",
                static_cast<long long>(s.sliding_window)));
+  }
+  if (o.attn_softcap < 0.0f || o.final_softcap < 0.0f ||
+      (o.attn_softcap > 0.0f && o.arch != "gemma2") || (o.final_softcap > 0.0f && !gemma)) {
+    return make_error(ErrorCode::kUsage,
+                      format("synth: soft-caps (attention %g, output %g) must be >= 0; the "
+                             "attention's needs --arch gemma2, the output's gemma2 or gemma3",
+                             o.attn_softcap, o.final_softcap));
   }
   if (s.rope_orig_ctx < 0 || s.rope_orig_ctx > s.n_ctx || (s.rope_orig_ctx > 0 && !phi3)) {
     return make_error(
@@ -208,9 +216,15 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(n_vocab));
-  if (gemma3) {
+  if (gemma) {
     w.set_u32(a + ".attention.sliding_window",
               static_cast<uint32_t>(s.sliding_window > 0 ? s.sliding_window : 512));
+  }
+  if (o.arch == "gemma2") {  // as every Gemma 2 file carries them
+    w.set_f32(a + ".attn_logit_softcapping", o.attn_softcap > 0.0f ? o.attn_softcap : 50.0f);
+    w.set_f32(a + ".final_logit_softcapping", o.final_softcap > 0.0f ? o.final_softcap : 30.0f);
+  } else if (o.final_softcap > 0.0f) {
+    w.set_f32(a + ".final_logit_softcapping", o.final_softcap);
   }
   // phi3: LongRoPE when the original context is below the context (as Phi-3's converter
   // writes it: the attention factor sqrt(1 + ln(scale) / ln(original)), scale = n_ctx / orig).
@@ -241,7 +255,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(n_ff_shexp));
     }
   }
-  if (qwen3 || gemma3 || head_dim * s.n_head != s.n_embd) {
+  if (qwen3 || gemma || head_dim * s.n_head != s.n_embd) {
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
     w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
   }
@@ -253,7 +267,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   std::map<std::pair<DType, int64_t>, std::unique_ptr<RowPool>> pools;  // outlives w.write()
   uint64_t tensor_seed = o.seed * 1000003u;
   // Types in write order, as llama-quantize would choose them for this recipe.
-  QuantPlanner planner(*recipe, s.n_layer, s.n_layer, !s.tied_output && !gemma3);
+  QuantPlanner planner(*recipe, s.n_layer, s.n_layer, !s.tied_output && !gemma);
   auto add_matrix = [&](const std::string& name, int64_t cols, int64_t rows,
                         int64_t n_matrices = 1) {
     const DType type = planner.next(name, cols);
@@ -322,7 +336,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       add_random(b + "attn_k_norm.weight", {n_embd_kv}, 1.0f, 0.5f);
     }
     add_matrix(b + "attn_output.weight", n_embd_q, s.n_embd);
-    if (gemma3) add_random(b + "post_attention_norm.weight", {s.n_embd}, 1.0f, 0.5f);
+    if (gemma) add_random(b + "post_attention_norm.weight", {s.n_embd}, 1.0f, 0.5f);
     add_ones(b + "ffn_norm.weight", s.n_embd);
     if (n_expert > 0) {
       // The router's rows spread wider than the weights' so that the choice of experts
@@ -346,10 +360,10 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       add_matrix(b + "ffn_up.weight", s.n_embd, s.n_ff);
     }
     if (n_expert == 0) add_matrix(b + "ffn_down.weight", s.n_ff, s.n_embd);
-    if (gemma3) add_random(b + "post_ffw_norm.weight", {s.n_embd}, 1.0f, 0.5f);
+    if (gemma) add_random(b + "post_ffw_norm.weight", {s.n_embd}, 1.0f, 0.5f);
   }
   add_ones("output_norm.weight", s.n_embd);
-  if (!s.tied_output && !gemma3) add_matrix("output.weight", s.n_embd, n_vocab);
+  if (!s.tied_output && !gemma) add_matrix("output.weight", s.n_embd, n_vocab);
   return w.write(path);
 }
 

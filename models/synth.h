@@ -1,4 +1,5 @@
-// Synthetic decoder models (llama, qwen2, qwen3, qwen3moe, gemma3 or phi3) with random weights, for
+// Synthetic decoder models (llama, qwen2, qwen3, gemma2, gemma3, phi3 and the rest of
+// synth_arch_names()) with random weights, for
 // benchmarks and tests: any shape, any weight recipe, and the tokenizer copied from a vocab-only
 // GGUF file. The same options and vocabulary always give the same bytes. Memory traffic and
 // arithmetic do not depend on the values, so these stand in for full-size downloads.
@@ -20,7 +21,7 @@ struct SynthShape {
   bool tied_output = false;    // no output.weight: the token embedding is reused
   int64_t head_dim = 0;        // 0: n_embd / n_head
   int64_t rope_dims = 0;       // rotated elements per head, even (0: head_dim; Phi-4-mini: 3/4)
-  int64_t sliding_window = 0;  // gemma3: the local layers' window (0: 512); phi3: the key only
+  int64_t sliding_window = 0;  // gemma: the local layers' window (0: 512); phi3: the key only
   // phi3: rope.scaling.original_context_length (0: n_ctx). Below n_ctx, the file also gets
   // random LongRoPE factors (rope_factors_long / _short) and LongRoPE's attention factor.
   int64_t rope_orig_ctx = 0;
@@ -43,6 +44,8 @@ std::vector<std::string> synth_arch_names();
 struct SynthOptions {
   // llama, qwen2 (random Q/K/V biases), qwen3 (random Q/K norms), gemma3 (random Q/K norms,
   // post-attention and post-FFN norms, a sliding window on 5 of every 6 layers, tied output),
+  // gemma2 (gemma3 without the Q/K norms, a window on every other layer, and Gemma 2's
+  // attention and output soft-caps of 50 and 30),
   // phi3 (fused attn_qkv and gate-up ffn_up, LongRoPE factors when rope_orig_ctx < n_ctx),
   // qwen3moe (qwen3 with a mixture of experts in every layer), qwen2moe (qwen2 with a
   // mixture of experts and a shared expert with an F32 gate in every layer), olmoe (llama
@@ -55,6 +58,10 @@ struct SynthOptions {
   uint64_t seed = 42;
   float weight_std = 0.02f;
   std::string name = "qrun-synth";
+  // Logit soft-caps (0: the architecture's own: gemma2 50 and 30, none elsewhere). Tests set
+  // small ones, whose effect shows on small random weights.
+  float attn_softcap = 0.0f;   // gemma2 only
+  float final_softcap = 0.0f;  // gemma2 or gemma3
 };
 
 // Names accepted as SynthOptions::recipe.

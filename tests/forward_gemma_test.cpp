@@ -3,7 +3,8 @@
 // where the file says (positions inside every window give the same bits as a model whose
 // window covers the context, later ones do not), and the ring KV cache gives the same logits
 // whether the prompt arrives in one pass, in small batches that wrap the rings many times,
-// or token by token.
+// or token by token. And gemma2 (Gemma 2) against llama.cpp's logits on a synthetic model:
+// no Q/K norms, attention and output logits soft-capped, every other layer local.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,7 +17,9 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "models/registry.h"
 #include "models/synth.h"
+#include "tests/support/gguf_edit.h"
 #include "tests/support/golden.h"
+#include "tests/support/llamacpp_rows.h"
 #include "tests/support/recording_backend.h"
 #include "tests/support/test_data.h"
 
@@ -72,6 +75,77 @@ std::vector<float> logits_rows(const gguf::File& file, int64_t n_batch, int64_t 
                     .ok());
   }
   return rows;
+}
+
+// 4 layers (0 and 2 local with a window of 4 positions, 1 and 3 global), F32 weights, and
+// soft-caps small enough to bend this model's small logits: attention 1.5, output 3 (a real
+// file's 50 and 30 change these rows by 3e-7 and 1e-6 only, within the rounding bound).
+// Measured (generic, avx2, avx512): every row within 5e-8 .. 1.1e-7 of llama.cpp's (F16
+// roundings of K or V flipped by its other F32 summation order, as in the qwen tests). With
+// the attention cap left out 4e-3, the output cap 7e-3, the window 0.3, gemma3's window
+// pattern (5 local layers in 6) 0.25. (Not Q8_0 weights: with those, some seeds and windows
+// put rows at 4e-5 .. 2e-4, gemma3 files as gemma2 ones, with the same figure on every ISA
+// and 6e-15 on the other seeds; F32 weights, whose activations are not quantized, stay near
+// 1e-7 on all. Read as a Q8_0 activation rounding flipped by a last-bit difference and
+// amplified by the post-norms of a tiny random model; not traced to one op.)
+TEST(Gemma2, MatchesLlamaCppOnASyntheticModel) {
+  test::expect_synth_matches_llamacpp(
+      "--arch gemma2 --like tiny --n-layer 4 --head-dim 32 --sliding-window 4 "
+      "--attn-softcap 1.5 --final-softcap 3 --type f32 --std 0.1 --seed 7",
+      5819053884138448533ull, "gemma2_tiny_llamacpp.txt", 1e-6);
+}
+
+// Gemma 2's keys: the soft-caps and the window have llama.cpp's defaults when absent (a file
+// without them gives the logits of one that carries 50, 30 and 4096); a bad value is a
+// one-line error naming the key.
+TEST(Gemma2Load, SoftCapsAndWindowDefaultAndBadOnesNameTheKey) {
+  Result<gguf::File> vocab = gguf::File::open(test::data_path("models/stories260K.gguf").string());
+  ASSERT_TRUE(vocab.ok());
+  models::SynthOptions o;
+  o.arch = "gemma2";
+  o.shape = *models::synth_preset("tiny");
+  o.shape.sliding_window = 4096;
+  o.weight_std = 0.1f;
+  const std::string path = (test::temp_dir() / "gemma2-keys.gguf").string();
+  ASSERT_TRUE(models::write_synthetic_model(o, *vocab, path).ok());
+  Result<gguf::File> file = gguf::File::open(path);
+  ASSERT_TRUE(file.ok());
+  // The last prompt token's logits of `f`, or the load's error.
+  const auto logits = [](const gguf::File& f, std::string* error) {
+    Result<std::unique_ptr<Model>> model = models::load_model(f);
+    if (!model.ok()) {
+      *error = model.error().message;
+      return std::vector<float>{};
+    }
+    kernels::CpuBackend backend(1);
+    Result<KvCache> kv = make_kv_cache(**model, 16, DType::kF32);
+    EXPECT_TRUE(kv.ok());
+    std::vector<float> row(static_cast<size_t>((*model)->hparams().n_vocab));
+    const std::vector<int32_t> tokens = {1, 100, 200, 300, 400};
+    EXPECT_TRUE((*model)->forward(backend, tokens, 0, *kv, false, row.data()).ok());
+    return row;
+  };
+  std::string error;
+  const std::vector<float> want = logits(*file, &error);
+  ASSERT_FALSE(want.empty()) << error;
+  for (const char* key : {"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping",
+                          "gemma2.attention.sliding_window"}) {
+    SCOPED_TRACE(key);
+    Result<gguf::File> without = test::with_key(*file, key, std::nullopt);
+    ASSERT_TRUE(without.ok());
+    EXPECT_EQ(logits(*without, &error), want) << error;
+    Result<gguf::File> bad = test::with_key(*file, key, gguf::Value{-1.0f});
+    ASSERT_TRUE(bad.ok());
+    error.clear();
+    EXPECT_TRUE(logits(*bad, &error).empty());
+    EXPECT_NE(error.find(key), std::string::npos) << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  }
+  // A different cap changes the logits: the file's value is the one used.
+  Result<gguf::File> other =
+      test::with_key(*file, "gemma2.attn_logit_softcapping", gguf::Value{1.0f});
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(logits(*other, &error), want);
 }
 
 TEST(Gemma3Synth, LocalLayersReadTheirWindow) {

@@ -13,6 +13,7 @@
 #include "core/gguf/gguf.h"
 #include "models/registry.h"
 #include "models/synth.h"
+#include "tests/support/gguf_edit.h"
 #include "tests/support/llamacpp_rows.h"
 #include "tests/support/test_data.h"
 
@@ -50,16 +51,7 @@ std::string load_error(const std::string& key, std::optional<gguf::Value> value)
   Result<gguf::File> file = gguf::File::open(path);
   EXPECT_TRUE(file.ok());
   if (!file.ok()) return "no file";
-  gguf::Writer w;
-  for (const gguf::KeyValue& kv : file->metadata()) {
-    if (kv.key != key) w.set(kv.key, kv.value);
-  }
-  if (value) w.set(key, *value);
-  for (const gguf::TensorInfo& t : file->tensors()) {
-    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
-                 std::span<const uint8_t>(t.data, t.n_bytes));
-  }
-  Result<gguf::File> edited = gguf::File::from_bytes(w.to_bytes(), "edited.gguf");
+  Result<gguf::File> edited = test::with_key(*file, key, value);
   EXPECT_TRUE(edited.ok());
   if (!edited.ok()) return "not written";
   Result<std::unique_ptr<Model>> model = models::load_model(*edited);
