@@ -102,6 +102,11 @@ void print_text(const gguf::File& file, const ModelInfo& m, bool tensors,
         "as in llama.cpp)\n",
         static_cast<long long>(m.ignored_sliding_window));
   }
+  if (m.attn_softcap || m.final_softcap) {
+    std::printf("soft-caps      attention logits %s, output logits %s\n",
+                m.attn_softcap ? format("%g", *m.attn_softcap).c_str() : "none",
+                m.final_softcap ? format("%g", *m.final_softcap).c_str() : "none");
+  }
   if (m.rms_eps) std::printf("rms norm eps   %g\n", *m.rms_eps);
   std::printf("tokenizer      %s%s%s, %s tokens",
               m.tokenizer_model.empty() ? "-" : m.tokenizer_model.c_str(),
@@ -168,6 +173,8 @@ nlohmann::json to_json(const gguf::File& file, const ModelInfo& m, bool tensors,
       {"rope_dims", opt(m.rope_dims)},
       {"rope_scaling", m.rope_scaling},
       {"sliding_window", m.sliding_window > 0 ? json(m.sliding_window) : json(nullptr)},
+      {"attn_softcap", m.attn_softcap ? json(*m.attn_softcap) : json(nullptr)},
+      {"final_softcap", m.final_softcap ? json(*m.final_softcap) : json(nullptr)},
       {"ignored_sliding_window",
        m.ignored_sliding_window > 0 ? json(m.ignored_sliding_window) : json(nullptr)},
       {"rms_norm_eps", m.rms_eps ? json(*m.rms_eps) : json(nullptr)},

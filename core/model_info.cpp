@@ -94,7 +94,14 @@ ModelInfo describe_model(const gguf::File& f) {
   m.rms_eps = float_opt(f, a + "attention.layer_norm_rms_epsilon");
   m.rope_freq_base = float_opt(f, a + "rope.freq_base");
   m.rope_dims = int_or(f, a + "rope.dimension_count", m.head_dim);
-  m.sliding_window = int_or(f, a + "attention.sliding_window", -1);
+  const bool gemma2 = m.architecture == "gemma2";  // llama.cpp's defaults for Gemma 2
+  m.sliding_window = int_or(f, a + "attention.sliding_window", gemma2 ? 4096 : -1);
+  m.attn_softcap = float_opt(f, a + "attn_logit_softcapping");
+  m.final_softcap = float_opt(f, a + "final_logit_softcapping");
+  if (gemma2 && !m.attn_softcap) m.attn_softcap = 50.0;
+  if (gemma2 && !m.final_softcap) m.final_softcap = 30.0;
+  if (!gemma2) m.attn_softcap.reset();  // (llama.cpp caps attention for Gemma 2 alone)
+  if (m.final_softcap && *m.final_softcap <= 0.0) m.final_softcap.reset();
   if (m.architecture == "phi3" && m.sliding_window > 0) {
     m.ignored_sliding_window = m.sliding_window;
     m.sliding_window = -1;

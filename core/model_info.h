@@ -44,6 +44,9 @@ struct ModelInfo {
   int64_t sliding_window = -1;  // positions a local layer attends; -1: no sliding window
   // A window the file states but qrun does not apply, as llama.cpp does not (phi3); -1: none.
   int64_t ignored_sliding_window = -1;
+  // Logit soft-caps (Gemma 2's attention and output; Gemma 3's output where the file says),
+  // with the architecture's defaults where the file has no key; empty: none.
+  std::optional<double> attn_softcap, final_softcap;
   std::string tokenizer_model;  // "llama", "gpt2", ...
   std::string tokenizer_pre;
   std::vector<SpecialToken> special_tokens;

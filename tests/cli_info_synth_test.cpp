@@ -111,6 +111,28 @@ TEST(CliSynth, Gemma3WithItsWindowIsDescribed) {
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
 }
 
+// gemma2: its soft-caps (the file's, or Gemma 2's defaults) and window are described, and a
+// file of it runs.
+TEST(CliSynth, Gemma2WithItsSoftCapsIsDescribed) {
+  const std::string out = (temp_dir() / "g2.gguf").string();
+  CommandResult r = run_command(qrun() + " synth -o '" + out +
+                                "' --arch gemma2 --like tiny --sliding-window 16 --attn-softcap "
+                                "20 --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = info_json(out);
+  EXPECT_EQ(j["architecture"], "gemma2");
+  EXPECT_EQ(j["sliding_window"], 16);
+  EXPECT_EQ(j["attn_softcap"], 20.0);
+  EXPECT_EQ(j["final_softcap"], 30.0);
+  EXPECT_EQ(info_json(data_path("models/stories260K.gguf").string())["attn_softcap"], nullptr);
+  CommandResult text = run_command(qrun() + " info '" + out + "'");
+  EXPECT_NE(text.out.find("soft-caps      attention logits 20, output logits 30"),
+            std::string::npos)
+      << text.out;
+  CommandResult gen = run_command(qrun() + " run -q -m '" + out + "' -p hello -n 4 --temp 0");
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+}
+
 // info --ctx states the KV bytes for the chosen types (gemma3 tiny: 2 layers, 2 KV heads of
 // 32, both local with a window of 16: rings of 16 - 1 + 512 rows, the batch included), and
 // the same model runs with quantized K and V of different types.
@@ -239,7 +261,12 @@ TEST(CliSynth, BadArgumentsAreUsageErrors) {
   CommandResult window_on_llama =
       run_command(qrun() + " synth -o '" + out + "' --sliding-window 8");
   EXPECT_EQ(window_on_llama.exit_code, 2);
-  EXPECT_NE(window_on_llama.err.find("--arch gemma3"), std::string::npos) << window_on_llama.err;
+  EXPECT_NE(window_on_llama.err.find("--arch gemma2, gemma3 or phi3"), std::string::npos)
+      << window_on_llama.err;
+  CommandResult cap_on_gemma3 =  // Gemma 3 has no attention soft-cap
+      run_command(qrun() + " synth -o '" + out + "' --arch gemma3 --attn-softcap 20");
+  EXPECT_EQ(cap_on_gemma3.exit_code, 2);
+  EXPECT_NE(cap_on_gemma3.err.find("--arch gemma2"), std::string::npos) << cap_on_gemma3.err;
   for (const char* dims : {"7", "18"}) {  // odd; more than tiny's head of 16
     CommandResult bad_rope = run_command(qrun() + " synth -o '" + out + "' --rope-dims " + dims);
     EXPECT_EQ(bad_rope.exit_code, 2) << dims;
