@@ -89,6 +89,7 @@ Result<std::string> render_messages(const Tokenizer& tokenizer, const ChatTempla
   all.reserve(messages.size() + 1);
   if (!system_prompt.empty()) all.push_back(ChatMessage{"system", system_prompt});
   all.insert(all.end(), messages.begin(), messages.end());
+  if (!tmpl.supports_system_role()) fold_system_message(all);  // Gemma 2's, as llama.cpp
   ChatRenderOptions options;
   options.add_generation_prompt = add_generation_prompt;
   if (tokenizer.bos() != kNoToken) options.bos_token = tokenizer.token_text(tokenizer.bos());

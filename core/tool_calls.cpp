@@ -365,14 +365,6 @@ ToolCallFormat detect_tool_call_format(const ChatTemplate& tmpl) {
   return ToolCallFormat::kGeneric;
 }
 
-bool supports_system_role(const ChatTemplate& tmpl) {
-  const std::string probe = "qrun-system-probe";
-  const Json messages = Json::parse(R"([{"role": "system", "content": "qrun-system-probe"},
-                                         {"role": "user", "content": "hi"}])");
-  Result<std::string> text = tmpl.render_json(messages, ChatRenderOptions{});
-  return text.ok() && text->find(probe) != std::string::npos;
-}
-
 Result<nlohmann::ordered_json> tool_messages(ToolCallFormat format, const ToolSet& tools,
                                              const nlohmann::ordered_json& messages,
                                              bool system_role) {

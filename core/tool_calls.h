@@ -67,9 +67,6 @@ Result<nlohmann::ordered_json> tool_messages(ToolCallFormat format, const ToolSe
                                              const nlohmann::ordered_json& messages,
                                              bool system_role = true);
 
-// Whether the template renders a system message (rather than refusing or dropping it).
-bool supports_system_role(const ChatTemplate& tmpl);
-
 // The grammar that holds a reply to the format, and the text that starts it (llama.cpp's
 // lazy grammar: "" when it holds from the first token).
 struct ToolGrammar {

@@ -91,6 +91,53 @@ TEST(ChatTemplateCases, MessageStructsMatchJsonMessages) {
             "<|im_start|>assistant\n");
 }
 
+// A template that refuses a system message (Gemma 2's raises) is found at parse time, and
+// fold_system_message merges the system text into the next message as llama.cpp's chat
+// does ("system\nuser"), or drops it alone; templates with a system role are left alone,
+// and so are messages whose texts are not plain strings.
+TEST(ChatTemplateCases, SystemMessagesFoldIntoTheNextWhereTheTemplateTakesNone) {
+  Result<ChatTemplate> gemma = from_file(test::data_path("templates/google-gemma-2-2b-it.jinja"));
+  Result<ChatTemplate> qwen = from_file(test::data_path("templates/Qwen-Qwen3-0.6B.jinja"));
+  ASSERT_TRUE(gemma.ok() && qwen.ok());
+  EXPECT_FALSE(gemma->supports_system_role());
+  EXPECT_TRUE(qwen->supports_system_role());
+  // Dropped rather than rendered: a template that never writes the system text.
+  Result<ChatTemplate> silent = ChatTemplate::parse(
+      "{% for m in messages %}{% if m.role != 'system' %}{{ m.content }}{% endif %}{% endfor %}",
+      "silent.jinja");
+  ASSERT_TRUE(silent.ok());
+  EXPECT_FALSE(silent->supports_system_role());
+
+  std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hi"}};
+  fold_system_message(messages);
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0].role, "user");
+  EXPECT_EQ(messages[0].content, "Be brief.\nHi");
+  ChatRenderOptions options;
+  options.bos_token = "<bos>";
+  Result<std::string> text = gemma->render(messages, options);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_EQ(*text, "<bos><start_of_turn>user\nBe brief.\nHi<end_of_turn>\n<start_of_turn>model\n");
+
+  std::vector<ChatMessage> alone = {{"system", "Be brief."}};
+  fold_system_message(alone);
+  EXPECT_TRUE(alone.empty());
+  std::vector<ChatMessage> no_system = {{"user", "Hi"}, {"assistant", "Hello"}};
+  fold_system_message(no_system);
+  EXPECT_EQ(no_system.size(), 2u);
+
+  auto json = nlohmann::ordered_json::parse(
+      R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi","name":"x"}])");
+  fold_system_message(json);
+  EXPECT_EQ(json, nlohmann::ordered_json::parse(
+                      R"([{"role":"user","content":"Be brief.\nHi","name":"x"}])"));
+  auto parts = nlohmann::ordered_json::parse(
+      R"([{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text"}]}])");
+  const nlohmann::ordered_json before = parts;
+  fold_system_message(parts);
+  EXPECT_EQ(parts, before);
+}
+
 // Every shared template names at least one end-of-turn marker, except the ones whose turns
 // end with eos_token or the next turn's opener.
 TEST(ChatTemplateCases, EndOfTurnMarkers) {

@@ -169,6 +169,20 @@ TEST_F(ConversationTest, DropOldestDuringARealTurnKeepsTheCacheInStep) {
   EXPECT_LT(c.messages().size(), 12u);  // something was dropped
 }
 
+// A template without a system role (Gemma 2's) gets the system prompt in the first user
+// message, as llama.cpp's chat puts it, where rendering it would raise.
+TEST_F(ConversationTest, SystemPromptJoinsTheFirstMessageWhereTheTemplateTakesNone) {
+  Result<ChatTemplate> t = ChatTemplate::parse(
+      test::read_text(test::data_path("templates/google-gemma-2-2b-it.jinja")), "gemma2.jinja");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  Conversation c(*tokenizer_, std::move(t.value()));
+  c.set_system_prompt("Be brief.");
+  c.add_message("user", "Hi");
+  Result<std::string> text = c.render(true);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_EQ(*text, "<s><start_of_turn>user\nBe brief.\nHi<end_of_turn>\n<start_of_turn>model\n");
+}
+
 TEST_F(ConversationTest, SaveLoadRoundTrip) {
   Conversation c = make();
   c.set_system_prompt("Sys \"quoted\"\nline");

@@ -236,10 +236,10 @@ TEST(ToolCalls, GenericMessagesFitTemplatesThatKnowOnlyTwoRoles) {
   // Gemma 2's template refuses system messages and anything but alternating user and
   // assistant turns: the instructions open the first user message.
   const ChatTemplate gemma = shared_template("google-gemma-2-2b-it");
-  EXPECT_FALSE(supports_system_role(gemma));
-  EXPECT_TRUE(supports_system_role(shared_template("Qwen-Qwen2.5-7B-Instruct")));
+  EXPECT_FALSE(gemma.supports_system_role());
+  EXPECT_TRUE(shared_template("Qwen-Qwen2.5-7B-Instruct").supports_system_role());
   Result<Json> for_gemma =
-      tool_messages(ToolCallFormat::kGeneric, tools, history, supports_system_role(gemma));
+      tool_messages(ToolCallFormat::kGeneric, tools, history, gemma.supports_system_role());
   ASSERT_TRUE(for_gemma.ok());
   ASSERT_EQ(for_gemma->size(), 3u) << for_gemma->dump(1);
   const std::string first = (*for_gemma)[0]["content"];

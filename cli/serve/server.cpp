@@ -97,7 +97,7 @@ Server::Server(Session& session, std::vector<KvCache> slots, int64_t max_queued,
     template_.emplace(std::move(*chat_template));
     end_of_turn_ = end_of_turn_tokens(*s_.tokenizer, *template_);
     tool_format_ = detect_tool_call_format(*template_);
-    system_role_ = supports_system_role(*template_);
+    system_role_ = template_->supports_system_role();
   } else {
     template_error_ = chat_template.error().message;
   }
@@ -367,6 +367,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     }
     if (tokenizer.bos() != kNoToken) options.bos_token = tokenizer.token_text(tokenizer.bos());
     if (tokenizer.eos() != kNoToken) options.eos_token = tokenizer.token_text(tokenizer.eos());
+    if (!system_role_) fold_system_message(*messages);  // as llama-server (Gemma 2)
     Result<std::string> text = template_->render_json(*messages, options);
     if (!text.ok()) {
       return send_error(res, server_error(400, text.error().message, "invalid_request_error"));

@@ -16,6 +16,7 @@ namespace qrun {
 struct ChatTemplate::Impl {
   std::string source;
   jinja::Template tmpl;
+  bool system_role = true;
 };
 
 namespace {
@@ -97,7 +98,12 @@ ChatTemplate::~ChatTemplate() = default;
 
 Result<ChatTemplate> ChatTemplate::parse(std::string source, std::string origin) {
   QRUN_JINJA_ASSIGN(jinja::Template tmpl, jinja::Template::parse(source, std::move(origin)));
-  return ChatTemplate(std::make_unique<Impl>(Impl{std::move(source), std::move(tmpl)}));
+  ChatTemplate t(std::make_unique<Impl>(Impl{std::move(source), std::move(tmpl)}));
+  constexpr const char* kProbe = "qrun-system-probe";
+  Result<std::string> probe =
+      t.render({ChatMessage{"system", kProbe}, ChatMessage{"user", "hi"}}, ChatRenderOptions{});
+  t.impl_->system_role = probe.ok() && probe->find(kProbe) != std::string::npos;
+  return t;
 }
 
 Result<ChatTemplate> ChatTemplate::from_gguf(const gguf::File& file, const std::string& file_name) {
@@ -155,6 +161,32 @@ const std::string& ChatTemplate::source() const {
 
 const std::string& ChatTemplate::origin() const {
   return impl_->tmpl.origin();
+}
+
+bool ChatTemplate::supports_system_role() const {
+  return impl_->system_role;
+}
+
+void fold_system_message(std::vector<ChatMessage>& messages) {
+  if (messages.empty() || messages.front().role != "system") return;
+  if (messages.size() > 1) messages[1].content = messages[0].content + "\n" + messages[1].content;
+  messages.erase(messages.begin());
+}
+
+void fold_system_message(nlohmann::ordered_json& messages) {
+  if (!messages.is_array() || messages.empty()) return;
+  const nlohmann::ordered_json& first = messages.front();
+  if (!first.is_object() || first.value("role", "") != "system") return;
+  const auto text = [](const nlohmann::ordered_json& m) {
+    return m.is_object() && m.contains("content") && m["content"].is_string();
+  };
+  if (!text(first)) return;
+  if (messages.size() > 1) {
+    if (!text(messages[1])) return;
+    messages[1]["content"] =
+        first["content"].get<std::string>() + "\n" + messages[1]["content"].get<std::string>();
+  }
+  messages.erase(messages.begin());
 }
 
 std::vector<std::string> ChatTemplate::end_of_turn_markers() const {

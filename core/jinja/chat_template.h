@@ -57,6 +57,11 @@ class ChatTemplate {
   const std::string& source() const;
   const std::string& origin() const;
 
+  // Whether the template renders a system message (rather than refusing it, as Gemma 2's
+  // raises, or dropping it): llama.cpp's check, a system message and a user one rendered
+  // and the system text looked for. Found once, when the template is parsed.
+  bool supports_system_role() const;
+
   // The end-of-turn markers that the template's text contains, in order of first appearance:
   // <|im_end|>, <|eot_id|>, <|eom_id|>, <|eot|>, <|eom|>, <end_of_turn>, <turn|>, <|end|>,
   // <|endoftext|>, <|end_of_text|>, <|END_OF_TURN_TOKEN|>, DeepSeek's end of sentence,
@@ -69,5 +74,12 @@ class ChatTemplate {
   explicit ChatTemplate(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// For a template that does not support the system role: a leading system message is
+// merged into the message after it (its text, a newline, then that message's text), as
+// llama.cpp's chat does, or dropped when no message follows. Left as they are when the
+// first message is no system one, or either text is not a plain string (JSON form).
+void fold_system_message(std::vector<ChatMessage>& messages);
+void fold_system_message(nlohmann::ordered_json& messages);
 
 }  // namespace qrun
