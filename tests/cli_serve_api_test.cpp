@@ -171,6 +171,30 @@ TEST(CliServeApi, ResponseFormatConstrainsToJson) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
+// A template that refuses system messages (Gemma 2's) gets the system text in the first user
+// message, as llama-server does: the request is answered, and its prompt is that of the
+// merged message sent alone.
+TEST(CliServeApi, SystemMessageJoinsTheNextWhereTheTemplateTakesNone) {
+  ServeProcess s({"-m", shared_model("stories260K.gguf"), "--chat-template-file",
+                  data_path("templates/google-gemma-2-2b-it.jinja")});
+  ASSERT_SERVING(s);
+  httplib::Client c = s.client();
+  const Json with_system = {{"messages",
+                             {{{"role", "system"}, {"content", "Be brief."}},
+                              {{"role", "user"}, {"content", "Once upon a time"}}}},
+                            {"max_tokens", 4},
+                            {"temperature", 0}};
+  const Json merged = {
+      {"messages", {{{"role", "user"}, {"content", "Be brief.\nOnce upon a time"}}}},
+      {"max_tokens", 4},
+      {"temperature", 0}};
+  const Json a = post(c, "/v1/chat/completions", with_system, 200);
+  const Json b = post(c, "/v1/chat/completions", merged, 200);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], b["usage"]["prompt_tokens"]);
+  EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
 TEST(CliServeApi, ResponseFormatErrors) {
   ServeProcess s({"-m", shared_model("stories260K.gguf")});
   ASSERT_SERVING(s);
