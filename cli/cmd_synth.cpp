@@ -26,6 +26,8 @@ struct SynthCliOptions {
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   float weight_std = 0.02f;
   float attn_softcap = 0.0f, final_softcap = 0.0f;
+  std::string rope_scaling;
+  float rope_factor = 0.0f;
   bool tied = false;
 };
 
@@ -79,6 +81,8 @@ Result<void> run_synth(const SynthCliOptions& o) {
   so.recipe = o.type;
   so.seed = o.seed;
   so.attn_softcap = o.attn_softcap;
+  so.rope_scaling = o.rope_scaling;
+  so.rope_factor = o.rope_factor;
   so.final_softcap = o.final_softcap;
   so.name = "qrun-synth-" + (o.arch == "llama" ? "" : o.arch + "-") + o.like + "-" + o.type;
   const auto t0 = std::chrono::steady_clock::now();
@@ -126,7 +130,8 @@ void register_synth(CLI::App& app, Action* selected) {
                   "gemma2, gemma3: the local layers' attention window (default 512); phi3: the key")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
   cmd->add_option("--orig-ctx", o->orig_ctx,
-                  "phi3: original context length; below --ctx adds LongRoPE factors")
+                  "phi3: original context length; below --ctx adds LongRoPE factors; "
+                  "--rope-scaling yarn: its original context")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 24}));
   cmd->add_option("--experts", o->n_expert,
                   "Experts per layer (llama, granite: a mixture of experts; qwen3moe, "
@@ -141,6 +146,12 @@ void register_synth(CLI::App& app, Action* selected) {
                   "The shared expert's feed-forward width (qwen2moe: default the feed-forward "
                   "width; granitemoe: none by default)")
       ->check(CLI::Range(int64_t{0}, int64_t{1 << 20}));
+  cmd->add_option("--rope-scaling", o->rope_scaling,
+                  "RoPE scaling written to the file: linear or yarn (with --rope-factor; yarn's "
+                  "original context from --orig-ctx, default the context)")
+      ->check(CLI::IsMember({"linear", "yarn"}));
+  cmd->add_option("--rope-factor", o->rope_factor, "RoPE scaling factor (with --rope-scaling)")
+      ->check(CLI::Range(1.0f, 1024.0f));
   cmd->add_option("--attn-softcap", o->attn_softcap,
                   "gemma2: attention logit soft-cap (default 50, as Gemma 2's files)")
       ->check(CLI::Range(0.0f, 1e6f));

@@ -33,6 +33,15 @@ struct ModelHparams {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
   bool has_rope_freqs = false;  // per-pair frequency factors (Llama 3.1 rope_freqs)
+  // rope.scaling.type yarn: the original context (rope.scaling.original_context_length,
+  // default the trained one) and YaRN's beta_fast / beta_slow; rope_attn_factor is
+  // rope.scaling.attn_factor times, for yarn, llama.cpp's magnitude correction before the
+  // kernel's own (decoder_rope folds that in).
+  bool rope_yarn = false;
+  int64_t rope_yarn_orig_ctx = 0;
+  float rope_yarn_beta_fast = 32.0f;
+  float rope_yarn_beta_slow = 1.0f;
+  float rope_attn_factor = 1.0f;
   // Per layer: the sliding attention window in positions, 0 for a layer that attends the
   // whole context; empty when no layer has a window.
   std::vector<int64_t> attn_window;

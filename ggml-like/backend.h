@@ -67,16 +67,35 @@ enum class RopeMode { kNormal, kNeox };
 // Rotary position embedding of the first n_rot elements of each head, in pairs chosen by
 // `mode`. Pair i at position p turns by the angle freq_scale * p * freq_base^(-2i/n_rot) / f[i],
 // with f the optional freq_factors (Llama 3.1's rope_freqs, Phi-3's LongRoPE factors), else 1,
-// and is then multiplied by attn_factor (LongRoPE's attention factor; ggml's mscale scales
-// cos and sin alike). Elements past n_rot are left as they are.
+// and is then multiplied by attn_factor (LongRoPE's attention factor, YaRN's magnitude
+// correction; ggml's mscale scales cos and sin alike). Elements past n_rot are left as they
+// are. With YaRN (ext_factor != 0), pair i's angle mixes that interpolated angle with the
+// unscaled one, p * freq_base^(-2i/n_rot) / f[i]: weight ext_factor * ramp(i) on the unscaled,
+// where ramp(i) = 1 - clamp((i - yarn_corr[0]) / max(0.001, yarn_corr[1] - yarn_corr[0]), 0, 1)
+// (ggml's rope_yarn: the fast pairs keep their angles, the slow ones are interpolated).
 struct RopeParams {
   int64_t n_rot = 0;  // even, <= head_dim
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;              // linear scaling: 1 / rope.scaling.factor
   const float* freq_factors = nullptr;  // [n_rot / 2] or null
   RopeMode mode = RopeMode::kNormal;
-  float attn_factor = 1.0f;  // scales each rotated pair (rope.scaling.attn_factor)
+  float attn_factor = 1.0f;           // scales each rotated pair
+  float ext_factor = 0.0f;            // YaRN's mix (1 for a yarn file); 0: plain interpolation
+  float yarn_corr[2] = {0.0f, 0.0f};  // the pairs where YaRN's ramp starts and ends
 };
+
+// The angle of pair i whose unscaled angle (position times frequency, over its factor) is
+// `extrap`, as ggml's rope_yarn forms it, step for step in float (the CUDA kernel repeats it).
+inline float rope_angle(float extrap, int64_t i, const RopeParams& p) {
+  const float interp = p.freq_scale * extrap;
+  if (p.ext_factor == 0.0f) return interp;
+  const float span =
+      p.yarn_corr[1] - p.yarn_corr[0] > 0.001f ? p.yarn_corr[1] - p.yarn_corr[0] : 0.001f;
+  const float y = (static_cast<float>(i) - p.yarn_corr[0]) / span;
+  const float ramp = 1.0f - (y < 0.0f ? 0.0f : (y > 1.0f ? 1.0f : y));
+  const float mix = ramp * p.ext_factor;
+  return interp * (1.0f - mix) + extrap * mix;
+}
 
 // One layer of a KV cache: k holds n_rows rows of n_head_kv * head_dim elements of k_type,
 // v the same of v_type (each kF32, kF16, kBF16, kQ8_0 or kQ4_0; a quantized row is GGML

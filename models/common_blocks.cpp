@@ -2,6 +2,7 @@
 // attention / FFN blocks.
 #include "models/common_blocks.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -116,6 +117,84 @@ Result<int64_t> read_positive(const gguf::File& file, const std::string& arch,
   return *v;
 }
 
+namespace {
+
+// A float key, finite and in (lo, hi], or `fallback` when absent.
+Result<float> read_float_in(const gguf::File& file, const std::string& key, double fallback,
+                            double lo, double hi) {
+  Result<double> v = file.get_float_or(key, fallback);
+  if (!v.ok()) return v.error();
+  if (!(std::isfinite(*v) && *v > lo && *v <= hi)) {
+    return file.error(ErrorCode::kFormat, format("key '%s' is %g", key.c_str(), *v));
+  }
+  return static_cast<float>(*v);
+}
+
+// rope.scaling.attn_factor, and for YaRN its original context, betas and llama.cpp's
+// magnitude correction (llama_context's yarn_attn_factor: get_mscale of the factor, over
+// the kernel's own 1 + 0.1 ln(factor), which decoder_rope multiplies back), in float as
+// llama.cpp computes them.
+Result<void> read_yarn(const gguf::File& file, const std::string& a, bool yarn, ModelHparams& hp) {
+  Result<float> attn_factor = read_float_in(file, a + ".rope.scaling.attn_factor", 1.0, 0.0, 100.0);
+  if (!attn_factor.ok()) return attn_factor.error();
+  hp.rope_attn_factor = *attn_factor;
+  hp.rope_yarn = yarn;
+  if (!yarn) return {};
+  Result<int64_t> orig =
+      read_positive(file, a, "rope.scaling.original_context_length", hp.n_ctx_train);
+  if (!orig.ok()) return orig.error();
+  hp.rope_yarn_orig_ctx = *orig;
+  Result<float> fast = read_float_in(file, a + ".rope.scaling.yarn_beta_fast", 32.0, 0.0, 1e6);
+  if (!fast.ok()) return fast.error();
+  Result<float> slow = read_float_in(file, a + ".rope.scaling.yarn_beta_slow", 1.0, 0.0, 1e6);
+  if (!slow.ok()) return slow.error();
+  Result<double> log_mul = file.get_float_or(a + ".rope.scaling.yarn_log_multiplier", 0.0);
+  if (!log_mul.ok()) return log_mul.error();
+  if (!std::isfinite(*log_mul) || *log_mul < 0.0 || *log_mul > 100.0) {
+    return file.error(ErrorCode::kFormat, format("key '%s.rope.scaling.yarn_log_multiplier' is %g",
+                                                 a.c_str(), *log_mul));
+  }
+  hp.rope_yarn_beta_fast = *fast;
+  hp.rope_yarn_beta_slow = *slow;
+  const float factor = 1.0f / hp.rope_freq_scale;
+  const auto get_mscale = [](float scale, float mscale) {
+    return scale <= 1.0f ? 1.0f : 0.1f * mscale * std::log(scale) + 1.0f;
+  };
+  float y = *log_mul != 0.0
+                ? get_mscale(factor, 1.0f) / get_mscale(factor, static_cast<float>(*log_mul))
+                : get_mscale(factor, 1.0f);
+  y *= 1.0f / (1.0f + 0.1f * std::log(factor));
+  hp.rope_attn_factor = y * hp.rope_attn_factor;
+  return {};
+}
+
+}  // namespace
+
+RopeParams decoder_rope(const ModelHparams& hp, RopeMode mode, float freq_base, float freq_scale) {
+  RopeParams r;
+  r.n_rot = hp.n_rot;
+  r.freq_base = freq_base;
+  r.freq_scale = freq_scale;
+  r.mode = mode;
+  r.attn_factor = hp.rope_attn_factor;
+  if (!hp.rope_yarn) return r;
+  r.ext_factor = 1.0f;
+  // ggml's rope_yarn scales cos and sin by attn_factor * (1 + 0.1 ln(1 / freq_scale)).
+  r.attn_factor *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
+  // ggml_rope_yarn_corr_dims: the pairs whose wavelength fits beta_fast and beta_slow
+  // times in the original context, floored and ceiled, within 0 .. n_rot - 1.
+  const auto corr_dim = [&](float n_turns) {
+    return static_cast<float>(hp.n_rot) *
+           std::log(static_cast<float>(hp.rope_yarn_orig_ctx) /
+                    (n_turns * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(freq_base));
+  };
+  r.yarn_corr[0] = std::max(0.0f, std::floor(corr_dim(hp.rope_yarn_beta_fast)));
+  r.yarn_corr[1] =
+      std::min(static_cast<float>(hp.n_rot - 1), std::ceil(corr_dim(hp.rope_yarn_beta_slow)));
+  return r;
+}
+
 Result<ModelHparams> read_decoder_hparams(const gguf::File& file) {
   ModelHparams hp;
   Result<std::string> arch = file.get_string("general.architecture");
@@ -178,8 +257,9 @@ Result<ModelHparams> read_decoder_hparams(const gguf::File& file) {
   hp.norm_eps = static_cast<float>(*eps);
   hp.rope_freq_base = static_cast<float>(*base);
 
-  // Rope scaling: none or linear (positions divided by the factor); others are not built.
-  Result<std::string> scaling = file.get_string_or(a + ".rope.scaling.type", "none");
+  // Rope scaling: linear (positions divided by the factor; llama.cpp's default type), none
+  // (the factor ignored) or yarn; others (longrope: phi3 reads its own) are not built here.
+  Result<std::string> scaling = file.get_string_or(a + ".rope.scaling.type", "linear");
   if (!scaling.ok()) return scaling.error();
   Result<double> factor = file.get_float_or(a + ".rope.scaling.factor", 0.0);
   if (!factor.ok()) return factor.error();
@@ -187,15 +267,18 @@ Result<ModelHparams> read_decoder_hparams(const gguf::File& file) {
     factor = file.get_float_or(a + ".rope.scale_linear", 0.0);
     if (!factor.ok()) return factor.error();
   }
-  if (*scaling != "none" && *scaling != "linear") {
+  if (*scaling != "none" && *scaling != "linear" && *scaling != "yarn") {
     return file.error(
         ErrorCode::kUnsupported,
-        format("rope scaling type '%s' is not supported (none, linear)", scaling->c_str()));
+        format("rope scaling type '%s' is not supported (none, linear, yarn)", scaling->c_str()));
   }
   if (*factor < 0.0 || !std::isfinite(*factor)) {
     return file.error(ErrorCode::kFormat, format("bad rope scaling factor %g", *factor));
   }
-  hp.rope_freq_scale = *factor == 0.0 ? 1.0f : static_cast<float>(1.0 / *factor);
+  // As llama.cpp: 1 / factor in float, and no scaling at all for type none.
+  const float ropescale = static_cast<float>(*factor);
+  hp.rope_freq_scale = *scaling == "none" || ropescale == 0.0f ? 1.0f : 1.0f / ropescale;
+  QRUN_TRY(read_yarn(file, a, *scaling == "yarn", hp));
   return hp;
 }
 

@@ -57,10 +57,15 @@ Result<int64_t> read_positive(const gguf::File& file, const std::string& arch,
 // The hyper-parameters every decoder reads the same way: general.architecture, then
 // "<arch>." embedding_length, block_count, feed_forward_length, attention.head_count(_kv),
 // context_length, attention.key_length / value_length (default n_embd / n_head; they must be
-// equal), rope.dimension_count, attention.layer_norm_rms_epsilon, rope.freq_base and linear
-// rope scaling (rope.scaling.type none or linear, rope.scaling.factor). n_vocab is left to
-// the weights.
+// equal), rope.dimension_count, attention.layer_norm_rms_epsilon, rope.freq_base and rope
+// scaling (rope.scaling.type linear, none or yarn, rope.scaling.factor, attn_factor, and
+// YaRN's original context and betas). n_vocab is left to the weights.
 Result<ModelHparams> read_decoder_hparams(const gguf::File& file);
+
+// The RoPE of a layer with base freq_base and frequency scale freq_scale (the model's, or a
+// local layer's own): hp's rotated size, attention factor and YaRN, as llama.cpp's graph
+// passes them to ggml_rope_ext.
+RopeParams decoder_rope(const ModelHparams& hp, RopeMode mode, float freq_base, float freq_scale);
 
 // kUsage unless options.n_batch is in 1 .. 2^20 and options.n_seq in 1 .. 4096.
 Result<void> check_model_options(const ModelOptions& options);

@@ -219,10 +219,8 @@ Result<std::unique_ptr<Model>> GemmaModel::load(const gguf::File& file, const Mo
     AttentionConfig& c = m->layers_[il].config;
     const int64_t window = h.attn_window[il];
     c.attn = AttentionParams{h.n_head, h.n_head_kv, h.head_dim, 1.0f, window, m->attn_softcap_};
-    c.rope.n_rot = h.n_rot;
-    c.rope.mode = RopeMode::kNeox;
-    c.rope.freq_base = window > 0 ? m->rope_base_local_ : h.rope_freq_base;
-    c.rope.freq_scale = window > 0 ? m->rope_scale_local_ : h.rope_freq_scale;
+    c.rope = decoder_rope(h, RopeMode::kNeox, window > 0 ? m->rope_base_local_ : h.rope_freq_base,
+                          window > 0 ? m->rope_scale_local_ : h.rope_freq_scale);
     c.norm_eps = h.norm_eps;
     c.q_scale = q_scale;
   }

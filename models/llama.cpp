@@ -178,10 +178,9 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   a.attn = AttentionParams{m->hp_.n_head, m->hp_.n_head_kv, m->hp_.head_dim,
                            1.0f / std::sqrt(static_cast<float>(m->hp_.head_dim))};
   if (variant.granite_scales) QRUN_TRY(m->read_granite_scales(file));
-  a.rope.n_rot = m->hp_.n_rot;
-  a.rope.freq_base = m->hp_.rope_freq_base;
-  a.rope.freq_scale = m->hp_.rope_freq_scale;
-  a.rope.mode = variant.rope_mode;
+  const float* freq_factors = a.rope.freq_factors;  // (Llama 3.1's, bound with the weights)
+  a.rope = decoder_rope(m->hp_, variant.rope_mode, m->hp_.rope_freq_base, m->hp_.rope_freq_scale);
+  a.rope.freq_factors = freq_factors;
   a.norm_eps = m->hp_.norm_eps;
   m->scratch_.allocate(m->hp_, m->n_batch_, options.n_seq);
   if (m->hp_.n_expert > 0) m->moe_scratch_.allocate(m->hp_, m->n_batch_);

@@ -183,6 +183,10 @@ Result<std::unique_ptr<Model>> Phi3Model::load(const gguf::File& file,
   Result<ModelHparams> hp = read_decoder_hparams(file);
   if (!hp.ok()) return hp.error();
   m->hp_ = std::move(*hp);
+  if (m->hp_.rope_yarn) {
+    return file.error(ErrorCode::kUnsupported,
+                      "rope scaling type 'yarn' is not supported for phi3 (LongRoPE is)");
+  }
   QRUN_TRY(m->read_phi3_hparams(file));
   QRUN_TRY(m->bind_weights(file));
 

@@ -166,11 +166,20 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
                              "attention's needs --arch gemma2, the output's gemma2 or gemma3",
                              o.attn_softcap, o.final_softcap));
   }
-  if (s.rope_orig_ctx < 0 || s.rope_orig_ctx > s.n_ctx || (s.rope_orig_ctx > 0 && !phi3)) {
+  const bool yarn = o.rope_scaling == "yarn";
+  if (!(o.rope_scaling.empty() || o.rope_scaling == "linear" || yarn) ||
+      (!o.rope_scaling.empty() && (phi3 || !(o.rope_factor >= 1.0f && o.rope_factor <= 1024.0f))) ||
+      (o.rope_scaling.empty() && o.rope_factor != 0.0f)) {
+    return make_error(ErrorCode::kUsage,
+                      format("synth: rope scaling '%s' by %g: linear or yarn, by a factor in "
+                             "1 .. 1024, and not for phi3 (whose LongRoPE comes with --orig-ctx)",
+                             o.rope_scaling.c_str(), o.rope_factor));
+  }
+  if (s.rope_orig_ctx < 0 || s.rope_orig_ctx > s.n_ctx || (s.rope_orig_ctx > 0 && !phi3 && !yarn)) {
     return make_error(
         ErrorCode::kUsage,
-        format("synth: an original context (%lld) needs --arch phi3 and must be in "
-               "1 .. the context length %lld",
+        format("synth: an original context (%lld) needs --arch phi3 or --rope-scaling yarn "
+               "and must be in 1 .. the context length %lld",
                static_cast<long long>(s.rope_orig_ctx), static_cast<long long>(s.n_ctx)));
   }
   if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
@@ -234,6 +243,13 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     w.set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(orig_ctx));
     if (s.sliding_window > 0)
       w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  }
+  if (!o.rope_scaling.empty()) {
+    w.set_string(a + ".rope.scaling.type", o.rope_scaling);
+    w.set_f32(a + ".rope.scaling.factor", o.rope_factor);
+    if (yarn && s.rope_orig_ctx > 0)
+      w.set_u32(a + ".rope.scaling.original_context_length",
+                static_cast<uint32_t>(s.rope_orig_ctx));
   }
   if (granite) {  // Granite 3.x 2B's multipliers
     w.set_f32(a + ".embedding_scale", 12.0f);

@@ -62,6 +62,10 @@ struct SynthOptions {
   // small ones, whose effect shows on small random weights.
   float attn_softcap = 0.0f;   // gemma2 only
   float final_softcap = 0.0f;  // gemma2 or gemma3
+  // RoPE scaling ("" none; "linear" or "yarn", any architecture but phi3) by rope_factor;
+  // yarn writes shape.rope_orig_ctx as its original context when given.
+  std::string rope_scaling;
+  float rope_factor = 0.0f;
 };
 
 // Names accepted as SynthOptions::recipe.

@@ -6,6 +6,7 @@
 // not depend on the thread count or on how tokens are batched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -283,6 +284,7 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
     bool with_factors;
     RopeMode mode = RopeMode::kNormal;
     float attn_factor = 1.0f;
+    float ext_factor = 0.0f;  // YaRN: pairs 3 .. 11 ramp from unscaled to interpolated
   };
   for (const Case& c :
        {Case{4, 4, 10000.0f, 1.0f, false}, Case{8, 8, 10000.0f, 1.0f, false},
@@ -292,7 +294,9 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
         Case{32, 32, 10000.0f, 1.0f, true, RopeMode::kNeox},
         Case{128, 128, 1000000.0f, 1.0f, false, RopeMode::kNeox},
         Case{32, 32, 10000.0f, 1.0f, true, RopeMode::kNeox, 1.19f},
-        Case{48, 32, 10000.0f, 1.0f, true, RopeMode::kNeox, 0.75f}}) {
+        Case{48, 32, 10000.0f, 1.0f, true, RopeMode::kNeox, 0.75f},
+        Case{64, 32, 500000.0f, 0.25f, false, RopeMode::kNeox, 1.14f, 1.0f},
+        Case{32, 32, 10000.0f, 0.125f, true, RopeMode::kNormal, 1.0f, 0.5f}}) {
     const bool neox = c.mode == RopeMode::kNeox;
     for (int64_t n_head : {int64_t{1}, int64_t{7}, int64_t{32}}) {
       for (int64_t n_tokens : {int64_t{1}, int64_t{7}, int64_t{33}}) {
@@ -304,8 +308,9 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
         const std::vector<float> x =
             random_floats(static_cast<size_t>(n_tokens * n_head * c.head_dim), 5);
         std::vector<float> y = x;
-        RopeParams p{c.n_rot, c.base,       c.scale, c.with_factors ? factors.data() : nullptr,
-                     c.mode,  c.attn_factor};
+        RopeParams p{
+            c.n_rot, c.base,        c.scale,      c.with_factors ? factors.data() : nullptr,
+            c.mode,  c.attn_factor, c.ext_factor, {3.0f, 11.0f}};
         be.rope(y.data(), n_tokens, n_head, c.head_dim, pos, p);
         for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t h = 0; h < n_head; ++h) {
@@ -313,8 +318,12 @@ TEST(BackendOps, RopeMatchesDoubleReference) {
             const float* yv = y.data() + (t * n_head + h) * c.head_dim;
             for (int64_t i = 0; i < c.n_rot / 2; ++i) {
               const double ff = c.with_factors ? factors[i] : 1.0;
-              const double theta =
-                  c.scale * pos[t] * std::pow(double{c.base}, -2.0 * i / double(c.n_rot)) / ff;
+              const double extrap =
+                  pos[t] * std::pow(double{c.base}, -2.0 * i / double(c.n_rot)) / ff;
+              // YaRN: the weight of the unscaled angle falls from 1 at pair 3 to 0 at 11.
+              const double mix =
+                  c.ext_factor * (1.0 - std::clamp((static_cast<double>(i) - 3.0) / 8.0, 0.0, 1.0));
+              const double theta = c.scale * extrap * (1.0 - mix) + extrap * mix;
               // The pair's two indices: adjacent (normal) or half a rotation apart (neox).
               const int64_t i0 = neox ? i : 2 * i;
               const int64_t i1 = neox ? i + c.n_rot / 2 : 2 * i + 1;

@@ -332,13 +332,16 @@ struct RopeCase {
   int64_t n_rot;
   RopeMode mode;
   bool freq_factors;
+  bool yarn = false;  // ext_factor 1, a ramp over pairs 2 .. 20
 };
 
 TEST(CudaEmuOps, RopeMatchesCpuBackend) {
   CpuBackend cpu(1, Isa::kGeneric);
-  const RopeCase cases[] = {{64, 64, RopeMode::kNormal, false}, {128, 128, RopeMode::kNeox, false},
-                            {256, 256, RopeMode::kNeox, true},  {128, 64, RopeMode::kNormal, true},
-                            {96, 32, RopeMode::kNeox, false},   {2, 2, RopeMode::kNormal, false}};
+  const RopeCase cases[] = {
+      {64, 64, RopeMode::kNormal, false},       {128, 128, RopeMode::kNeox, false},
+      {256, 256, RopeMode::kNeox, true},        {128, 64, RopeMode::kNormal, true},
+      {96, 32, RopeMode::kNeox, false},         {2, 2, RopeMode::kNormal, false},
+      {128, 128, RopeMode::kNeox, false, true}, {128, 64, RopeMode::kNormal, true, true}};
   for (const RopeCase& c : cases) {
     const int64_t n_tokens = 5, n_head = 9;  // three blocks of heads, the last partial
     const std::vector<int32_t> positions = {0, 1, 17, 4095, 131071};
@@ -352,6 +355,11 @@ TEST(CudaEmuOps, RopeMatchesCpuBackend) {
     p.freq_scale = 0.5f;
     p.mode = c.mode;
     p.attn_factor = 1.125f;
+    if (c.yarn) {
+      p.ext_factor = 1.0f;
+      p.yarn_corr[0] = 2.0f;
+      p.yarn_corr[1] = 20.0f;
+    }
     DeviceArray<float> dx{std::span<const float>(x)};
     DeviceArray<int32_t> dpos{std::span<const int32_t>(positions)};
     DeviceArray<float> dff{std::span<const float>(factors)};

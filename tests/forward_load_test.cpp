@@ -268,11 +268,20 @@ TEST(ModelLoad, BadHyperParameters) {
   EXPECT_EQ(e.code, ErrorCode::kFormat);
   EXPECT_NE(e.message.find("llama.embedding_length"), std::string::npos) << e.message;
 
-  Spec yarn;
-  yarn.extra["llama.rope.scaling.type"] = gguf::Value{std::string("yarn")};
-  e = load_error(yarn);
+  Spec longrope;  // Phi-3's, which the llama graph has no factors for
+  longrope.extra["llama.rope.scaling.type"] = gguf::Value{std::string("longrope")};
+  e = load_error(longrope);
   EXPECT_EQ(e.code, ErrorCode::kUnsupported);
-  EXPECT_NE(e.message.find("yarn"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("longrope"), std::string::npos) << e.message;
+
+  Spec yarn;  // YaRN loads; a bad one of its keys is a format error naming it
+  yarn.extra["llama.rope.scaling.type"] = gguf::Value{std::string("yarn")};
+  yarn.extra["llama.rope.scaling.factor"] = gguf::Value{4.0f};
+  EXPECT_NE(load_ok(yarn).model, nullptr);
+  yarn.extra["llama.rope.scaling.yarn_beta_fast"] = gguf::Value{-1.0f};
+  e = load_error(yarn);
+  EXPECT_EQ(e.code, ErrorCode::kFormat);
+  EXPECT_NE(e.message.find("llama.rope.scaling.yarn_beta_fast"), std::string::npos) << e.message;
 
   Spec odd_rot;
   odd_rot.extra["llama.rope.dimension_count"] = gguf::Value{uint32_t{5}};

@@ -1,7 +1,8 @@
 // Rotary position embedding: pair i of the first n_rot elements of each head, (x[2i], x[2i+1])
 // in normal mode or (x[i], x[i + n_rot/2]) in neox mode, turns by
-// theta_i = freq_scale * (p * base^(-2i/n_rot)) / f_i, and is scaled by attn_factor (cos and
-// sin are multiplied by it before the rotation, as ggml does, so 1 leaves them exact).
+// theta_i = freq_scale * (p * base^(-2i/n_rot)) / f_i (with YaRN, mixed with the unscaled
+// angle by rope_angle), and is scaled by attn_factor (cos and sin are multiplied by it before
+// the rotation, as ggml does, so 1 leaves them exact).
 // The per-pair frequency is formed as ggml forms it, by repeated float multiplication of
 // p by base^(-2/n_rot), so angles (and hence logits) agree with llama.cpp to the last bit
 // of the angle; cos and sin are computed once per token and shared by all its heads.
@@ -34,7 +35,7 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_d
       float theta = static_cast<float>(positions[static_cast<size_t>(t)]);
       for (int64_t i = 0; i < n_rot / 2; ++i) {
         const float ff = params.freq_factors != nullptr ? params.freq_factors[i] : 1.0f;
-        const float angle = params.freq_scale * (theta / ff);
+        const float angle = rope_angle(theta / ff, i, params);
         cos_sin[2 * i] = std::cos(angle) * params.attn_factor;
         cos_sin[2 * i + 1] = std::sin(angle) * params.attn_factor;
         theta *= theta_scale;

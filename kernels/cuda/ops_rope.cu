@@ -35,11 +35,30 @@ constexpr int64_t kMaxNormedHead = kMaxThreads / kHeadsPerBlock;
 // same positions: grid.y covers a's groups of heads, then b's. Where norms has weights for
 // a's or b's heads, blockDim.x / kHeadsPerBlock threads (a power of two, at least a warp,
 // not below head_dim) normalize each of the block's heads first.
+// What the angles need beyond the positions: RopeParams's, with ggml's theta_scale.
+struct RopeAngles {
+  float theta_scale;  // freq_base^(-2 / n_rot)
+  float freq_scale;
+  const float* freq_factors;  // device memory, or null
+  float attn_factor;
+  float ext_factor;  // YaRN's (see rope_angle in ggml-like/backend.h, which this repeats)
+  float corr0, corr1;
+};
+
+__device__ __forceinline__ float rope_angle(float extrap, int64_t i, const RopeAngles& r) {
+  const float interp = r.freq_scale * extrap;
+  if (r.ext_factor == 0.0f) return interp;
+  const float span = r.corr1 - r.corr0 > 0.001f ? r.corr1 - r.corr0 : 0.001f;
+  const float y = (static_cast<float>(i) - r.corr0) / span;
+  const float ramp = 1.0f - (y < 0.0f ? 0.0f : (y > 1.0f ? 1.0f : y));
+  const float mix = ramp * r.ext_factor;
+  return interp * (1.0f - mix) + extrap * mix;
+}
+
 __global__ void __launch_bounds__(kMaxThreads)
     rope_kernel(float* a, int64_t n_head_a, float* b, int64_t n_head_b, int64_t head_dim,
-                const int32_t* positions, int64_t n_rot, float theta_scale, float freq_scale,
-                const float* freq_factors, float attn_factor, bool neox, HeadNormWeights norms,
-                KvDestination store) {
+                const int32_t* positions, int64_t n_rot, RopeAngles angles, bool neox,
+                HeadNormWeights norms, KvDestination store) {
   __shared__ float cos_sin[2 * kMaxPairs];
   const int64_t t = blockIdx.x;
   const int64_t groups_a = (n_head_a + kHeadsPerBlock - 1) / kHeadsPerBlock;
@@ -54,11 +73,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t n_pairs = n_rot / 2;
   for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
     float theta = static_cast<float>(positions[t]);
-    for (int64_t k = 0; k < i; ++k) theta *= theta_scale;
-    const float ff = freq_factors != nullptr ? freq_factors[i] : 1.0f;
-    const float angle = freq_scale * (theta / ff);
-    cos_sin[2 * i] = cosf(angle) * attn_factor;
-    cos_sin[2 * i + 1] = sinf(angle) * attn_factor;
+    for (int64_t k = 0; k < i; ++k) theta *= angles.theta_scale;
+    const float ff = angles.freq_factors != nullptr ? angles.freq_factors[i] : 1.0f;
+    const float angle = rope_angle(theta / ff, i, angles);
+    cos_sin[2 * i] = cosf(angle) * angles.attn_factor;
+    cos_sin[2 * i + 1] = sinf(angle) * angles.attn_factor;
   }
   const float* norm_w = in_a ? norms.q : norms.k;
   // Thread e of a head's threads holds element e, as in rms_norm's kernels.
@@ -143,11 +162,16 @@ void launch_rope(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t 
   int per_head = kWarp;  // threads a head when normed
   while (per_head < head_dim) per_head *= 2;
   const unsigned threads = normed ? static_cast<unsigned>(kHeadsPerBlock * per_head) : kThreads;
-  const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(n_rot));
+  const RopeAngles angles{std::pow(params.freq_base, -2.0f / static_cast<float>(n_rot)),
+                          params.freq_scale,
+                          params.freq_factors,
+                          params.attn_factor,
+                          params.ext_factor,
+                          params.yarn_corr[0],
+                          params.yarn_corr[1]};
   launch(rope_kernel, dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(groups)),
-         dim3(threads), stream, q, n_head, k, n_head_kv, head_dim, positions, n_rot, theta_scale,
-         params.freq_scale, params.freq_factors, params.attn_factor, params.mode == RopeMode::kNeox,
-         norms, store != nullptr ? *store : KvDestination{});
+         dim3(threads), stream, q, n_head, k, n_head_kv, head_dim, positions, n_rot, angles,
+         params.mode == RopeMode::kNeox, norms, store != nullptr ? *store : KvDestination{});
 }
 
 }  // namespace
