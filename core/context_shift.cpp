@@ -92,9 +92,10 @@ Result<void> shift_context(const Model& model, Backend& backend, KvCache& kv, in
   std::vector<int32_t> positions;  // every row moves by the same -n_discard
   sync_kv_to_host(backend, kv);
   kv.shift(n_keep, n_discard, [&](int64_t il, float* k, int64_t n_rows) {
+    const RopeParams& rope = (*ropes)[static_cast<size_t>(il)];
+    if (rope.n_rot == 0) return;  // keys without RoPE keep their values
     positions.assign(static_cast<size_t>(n_rows), static_cast<int32_t>(-n_discard));
-    backend.rope(k, n_rows, kv.n_head_kv(), kv.head_dim(), positions,
-                 (*ropes)[static_cast<size_t>(il)]);
+    backend.rope(k, n_rows, kv.n_head_kv(), kv.head_dim(), positions, rope);
   });
   sync_kv_from_host(backend, kv);
   return {};

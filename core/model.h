@@ -33,8 +33,9 @@ struct ModelHparams {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
   bool has_rope_freqs = false;  // per-pair frequency factors (Llama 3.1 rope_freqs)
-  // rope.scaling.type yarn: the original context (rope.scaling.original_context_length,
-  // default the trained one) and YaRN's beta_fast / beta_slow; rope_attn_factor is
+  // The original context (rope.scaling.original_context_length, default the trained one:
+  // YaRN's, and Llama 4's attention temperature's step); for rope.scaling.type yarn, YaRN's
+  // beta_fast / beta_slow; rope_attn_factor is
   // rope.scaling.attn_factor times, for yarn, llama.cpp's magnitude correction before the
   // kernel's own (decoder_rope folds that in).
   bool rope_yarn = false;
@@ -107,8 +108,9 @@ class Model {
   virtual void set_warmup(bool on) {}
 
   // The RoPE that forward() applies to layer il's keys with a cache of n_ctx positions, for
-  // a context shift (core/context_shift.h), which turns cached keys to new positions; nullopt
-  // when the model does not say, and then its cache cannot be shifted.
+  // a context shift (core/context_shift.h), which turns cached keys to new positions; n_rot 0
+  // for a layer whose keys are not rotated (SmolLM3's NoPE layers), which a shift leaves as
+  // they are; nullopt when the model does not say, and then its cache cannot be shifted.
   virtual std::optional<RopeParams> key_rope(int64_t il, int64_t n_ctx) const {
     return std::nullopt;
   }

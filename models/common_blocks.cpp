@@ -139,11 +139,11 @@ Result<void> read_yarn(const gguf::File& file, const std::string& a, bool yarn, 
   if (!attn_factor.ok()) return attn_factor.error();
   hp.rope_attn_factor = *attn_factor;
   hp.rope_yarn = yarn;
-  if (!yarn) return {};
   Result<int64_t> orig =
       read_positive(file, a, "rope.scaling.original_context_length", hp.n_ctx_train);
   if (!orig.ok()) return orig.error();
   hp.rope_yarn_orig_ctx = *orig;
+  if (!yarn) return {};
   Result<float> fast = read_float_in(file, a + ".rope.scaling.yarn_beta_fast", 32.0, 0.0, 1e6);
   if (!fast.ok()) return fast.error();
   Result<float> slow = read_float_in(file, a + ".rope.scaling.yarn_beta_slow", 1.0, 0.0, 1e6);
@@ -418,6 +418,29 @@ void add_bias(Backend& backend, const Tensor& bias, int64_t n, float* y) {
   for (int64_t t = 0; t < n; ++t) backend.add(y + t * width, b, width, y + t * width);
 }
 
+// q rows of the step's tokens times their attention temperature (AttentionConfig), in
+// float as llama.cpp computes its attn_scale input (the logarithm in double). The factor is
+// 1 below temp_floor and the same over each run of temp_floor positions, so a step scales a
+// few runs of rows at most.
+void scale_by_temperature(Backend& backend, const AttentionConfig& c, const ForwardStep& step,
+                          int64_t n_q, float* q) {
+  const auto factor = [&](int64_t pos) {
+    const float p = static_cast<float>(pos);
+    return static_cast<float>(
+        std::log(std::floor(p / static_cast<float>(c.temp_floor)) + 1.0) * c.temp_scale + 1.0);
+  };
+  for (const StepPiece& piece : step.pieces) {
+    for (int64_t t = 0; t < piece.n;) {
+      const float f = factor(piece.pos + t);
+      int64_t end = t + 1;
+      while (end < piece.n && factor(piece.pos + end) == f) ++end;
+      float* rows = q + (piece.offset + t) * n_q;
+      if (f != 1.0f) backend.scale(rows, (end - t) * n_q, f, rows);
+      t = end;
+    }
+  }
+}
+
 }  // namespace
 
 void self_attention(Backend& backend, const AttentionWeights& w, const AttentionConfig& c,
@@ -447,7 +470,15 @@ void self_attention(Backend& backend, const AttentionWeights& w, const Attention
     backend.rms_norm(s.k, w.k_norm, n, n_kv, c.norm_eps, s.k);
   const Backend::HeadNorms norms{per_head(w.q_norm), per_head(w.k_norm), c.norm_eps, c.q_scale};
   const bool one_piece = step.pieces.size() == 1 && step.pieces[0].n == n;
-  if (one_piece) {
+  // Whether the pieces' keys and values are stored below (not with RoPE).
+  const bool store_apart = !one_piece || !c.use_rope;
+  if (!c.use_rope) {  // a NoPE layer: the norms and q's scale only
+    if (norms.q != nullptr)
+      backend.rms_norm(s.q, *norms.q, n * shape.n_head, shape.head_dim, c.norm_eps, s.q);
+    if (norms.k != nullptr)
+      backend.rms_norm(s.k, *norms.k, n * shape.n_head_kv, shape.head_dim, c.norm_eps, s.k);
+    if (c.q_scale != 1.0f) backend.scale(s.q, n * n_q, c.q_scale, s.q);
+  } else if (one_piece) {
     const StepPiece& p = step.pieces[0];
     backend.norm_rope_qk_store(s.q, shape.n_head, s.k, s.v, shape.n_head_kv, n, shape.head_dim,
                                step.positions, c.rope, norms, p.kv->layer(il), p.pos);
@@ -460,9 +491,10 @@ void self_attention(Backend& backend, const AttentionWeights& w, const Attention
                     c.rope);
     if (c.q_scale != 1.0f) backend.scale(s.q, n * n_q, c.q_scale, s.q);
   }
+  if (c.temp_scale != 0.0f) scale_by_temperature(backend, c, step, n_q, s.q);
   for (const StepPiece& p : step.pieces) {
     const KvLayerView cache = p.kv->layer(il);
-    if (!one_piece)
+    if (store_apart)
       backend.kv_store(cache, p.pos, p.n, s.k + p.offset * n_kv, s.v + p.offset * n_kv);
     // attn: [n, n_head * head_dim], each token over its cache's positions 0 .. its own (its
     // window)

@@ -111,8 +111,13 @@ enum class FfnActivation { kSilu, kGelu };
 struct AttentionConfig {
   AttentionParams attn;
   RopeParams rope;
+  bool use_rope = true;  // false: q and k are not rotated (SmolLM3's NoPE layers)
   float norm_eps = 1e-5f;
   float q_scale = 1.0f;
+  // Llama 4's attention temperature (Mistral 3): q at position p is scaled by
+  // 1 + temp_scale * ln(floor(p / temp_floor) + 1), as llama.cpp's attn_scale input; 0: none.
+  float temp_scale = 0.0f;
+  int64_t temp_floor = 0;
 };
 
 // Float buffers one block may overwrite, each sized for the model's n_batch tokens.

@@ -1,9 +1,10 @@
 // LlamaModel: hyper-parameters, weight binding and the forward pass. The forward pass
 // follows llama.cpp's LLM_ARCH_LLAMA graph op for op, so logits match it to rounding; a
 // LlamaVariant switches on Qwen2's Q/K/V biases, Qwen3's per-head Q/K norms, OLMoE's
-// whole-row ones, Granite's scales, and the mixture-of-experts feed-forward blocks of
-// Mixtral-style llama files, Qwen3-MoE, Qwen2-MoE (Qwen2's attention, experts with a shared
-// one), OLMoE and Granite MoE.
+// whole-row ones, Granite's scales, SmolLM3's layers without RoPE, Mistral 3's attention
+// temperature, and the mixture-of-experts feed-forward blocks of Mixtral-style llama files,
+// Qwen3-MoE, Qwen2-MoE (Qwen2's attention, experts with a shared one), OLMoE and Granite MoE.
+// ERNIE 4.5's dense models are the llama graph as it is.
 // Activations live in buffers sized once for n_batch tokens; forward() allocates nothing.
 #include "models/llama.h"
 
@@ -45,6 +46,12 @@ struct LlamaVariant {
   // each block's output before its residual add, as the attention's scale, and 1 / it on
   // the logits.
   bool granite_scales = false;
+  // SmolLM3: layers il with (il + 1) % nope_period == 0 attend without RoPE; 0: none.
+  int64_t nope_period = 0;
+  // Mistral 3: q scaled by Llama 4's attention temperature, from
+  // "<arch>.attention.temperature_scale" (optional; 0: none) over steps of the original
+  // context (AttentionConfig::temp_scale).
+  bool attn_temperature = false;
 };
 
 constexpr LlamaVariant kLlama{RopeMode::kNormal, false, QkNorm::kNone, Experts::kIfCounted};
@@ -55,6 +62,10 @@ constexpr LlamaVariant kQwen2Moe{RopeMode::kNeox, true, QkNorm::kNone, Experts::
 constexpr LlamaVariant kOlmoe{RopeMode::kNeox, false, QkNorm::kWhole, Experts::kAlways};
 constexpr LlamaVariant kGranite{RopeMode::kNormal, false, QkNorm::kNone, Experts::kIfCounted, true};
 constexpr LlamaVariant kGraniteMoe{RopeMode::kNormal, false, QkNorm::kNone, Experts::kAlways, true};
+constexpr LlamaVariant kSmollm3{RopeMode::kNormal, false, QkNorm::kNone, Experts::kNever, false, 4};
+constexpr LlamaVariant kMistral3{
+    RopeMode::kNormal, false, QkNorm::kNone, Experts::kIfCounted, false, 0, true};
+constexpr LlamaVariant kErnie45{RopeMode::kNormal, false, QkNorm::kNone, Experts::kNever};
 
 struct LlamaLayer {
   Tensor attn_norm;  // [n_embd]
@@ -75,14 +86,20 @@ class LlamaModel final : public Model {
                        bool all_logits, float* logits_out) override;
   Result<void> forward_batch(Backend& backend, std::span<const SeqForward> seqs) override;
   Result<void> check_backend(const Backend& backend) const override;
-  std::optional<RopeParams> key_rope(int64_t /*il*/, int64_t /*n_ctx*/) const override {
-    return attn_config_.rope;
+  std::optional<RopeParams> key_rope(int64_t il, int64_t /*n_ctx*/) const override {
+    return config(il).use_rope ? config(il).rope : RopeParams{};  // n_rot 0: not rotated
   }
   void set_warmup(bool on) override { warmup_ = on; }
 
  private:
   Result<void> bind_weights(const gguf::File& file);
   Result<void> read_granite_scales(const gguf::File& file);
+  Result<void> read_attn_temperature(const gguf::File& file);
+  // Layer il's attention: attn_config_, or nope_config_ for SmolLM3's NoPE layers.
+  const AttentionConfig& config(int64_t il) const {
+    return variant_.nope_period > 0 && (il + 1) % variant_.nope_period == 0 ? nope_config_
+                                                                            : attn_config_;
+  }
   // One step of at most n_batch tokens (models/forward_step.h).
   void forward_step(Backend& backend, const ForwardStep& step);
 
@@ -90,6 +107,7 @@ class LlamaModel final : public Model {
   ModelHparams hp_;
   int64_t n_batch_ = 0;
   AttentionConfig attn_config_;
+  AttentionConfig nope_config_;  // attn_config_ without RoPE
 
   EmbeddingWeights embd_;
   std::vector<LlamaLayer> layers_;
@@ -182,6 +200,9 @@ Result<std::unique_ptr<Model>> LlamaModel::load(const gguf::File& file, const Mo
   a.rope = decoder_rope(m->hp_, variant.rope_mode, m->hp_.rope_freq_base, m->hp_.rope_freq_scale);
   a.rope.freq_factors = freq_factors;
   a.norm_eps = m->hp_.norm_eps;
+  if (variant.attn_temperature) QRUN_TRY(m->read_attn_temperature(file));
+  m->nope_config_ = a;
+  m->nope_config_.use_rope = false;
   m->scratch_.allocate(m->hp_, m->n_batch_, options.n_seq);
   if (m->hp_.n_expert > 0) m->moe_scratch_.allocate(m->hp_, m->n_batch_);
   return std::unique_ptr<Model>(std::move(m));
@@ -221,6 +242,18 @@ Result<void> LlamaModel::read_granite_scales(const gguf::File& file) {
                       format("key '%s.logit_scale' is 0, expected the logits' divisor", a.c_str()));
   }
   if (attention_scale != 0.0f) attn_config_.attn.scale = attention_scale;
+  return {};
+}
+
+Result<void> LlamaModel::read_attn_temperature(const gguf::File& file) {
+  const std::string key = hp_.arch + ".attention.temperature_scale";
+  Result<double> scale = file.get_float_or(key, 0.0);
+  if (!scale.ok()) return scale.error();
+  if (!(std::isfinite(*scale) && *scale >= 0.0 && *scale < 1e6)) {
+    return file.error(ErrorCode::kFormat, format("key '%s' is %g", key.c_str(), *scale));
+  }
+  attn_config_.temp_scale = static_cast<float>(*scale);
+  attn_config_.temp_floor = hp_.rope_yarn_orig_ctx;  // as llama.cpp: n_ctx_orig_yarn
   return {};
 }
 
@@ -271,7 +304,7 @@ void LlamaModel::forward_step(Backend& backend, const ForwardStep& step) {
     } else {
       backend.add_rms_norm(x, xn, l.attn_norm, n, n_embd, hp_.norm_eps, xn);
     }
-    self_attention(backend, l.attn, attn_config_, il, step, xn, s, xn);
+    self_attention(backend, l.attn, config(il), il, step, xn, s, xn);
     if (residual_scale_ != 0.0f) backend.scale(xn, n * n_embd, residual_scale_, xn);
     // Feed-forward. x += xn, xn: x normed, then the FFN output
     backend.add_rms_norm(x, xn, l.ffn_norm, n, n_embd, hp_.norm_eps, xn);
@@ -327,6 +360,18 @@ Result<std::unique_ptr<Model>> load_granite(const gguf::File& file, const ModelO
 Result<std::unique_ptr<Model>> load_granitemoe(const gguf::File& file,
                                                const ModelOptions& options) {
   return LlamaModel::load(file, options, kGraniteMoe);
+}
+
+Result<std::unique_ptr<Model>> load_smollm3(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kSmollm3);
+}
+
+Result<std::unique_ptr<Model>> load_mistral3(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kMistral3);
+}
+
+Result<std::unique_ptr<Model>> load_ernie4_5(const gguf::File& file, const ModelOptions& options) {
+  return LlamaModel::load(file, options, kErnie45);
 }
 
 }  // namespace qrun::models

@@ -42,4 +42,16 @@ Result<std::unique_ptr<Model>> load_olmoe(const gguf::File& file, const ModelOpt
 Result<std::unique_ptr<Model>> load_granite(const gguf::File& file, const ModelOptions& options);
 Result<std::unique_ptr<Model>> load_granitemoe(const gguf::File& file, const ModelOptions& options);
 
+// SmolLM3: llama's graph with every fourth layer attending without RoPE, from "smollm3.*"
+// keys.
+Result<std::unique_ptr<Model>> load_smollm3(const gguf::File& file, const ModelOptions& options);
+
+// Mistral 3 (Ministral 3, Mistral Small 3.x as mistral3): llama's graph, YaRN RoPE as the file
+// says, and q scaled by Llama 4's attention temperature beyond the original context
+// ("mistral3.attention.temperature_scale"); mixture-of-experts FFNs with expert_count.
+Result<std::unique_ptr<Model>> load_mistral3(const gguf::File& file, const ModelOptions& options);
+
+// ERNIE 4.5 dense (ERNIE-4.5-0.3B): llama's graph, from "ernie4_5.*" keys.
+Result<std::unique_ptr<Model>> load_ernie4_5(const gguf::File& file, const ModelOptions& options);
+
 }  // namespace qrun::models

@@ -17,7 +17,8 @@ constexpr std::array kArchitectures = {
     Architecture{"qwen3moe", load_qwen3moe}, Architecture{"olmoe", load_olmoe},
     Architecture{"granite", load_granite},   Architecture{"granitemoe", load_granitemoe},
     Architecture{"gemma2", load_gemma2},     Architecture{"gemma3", load_gemma3},
-    Architecture{"phi3", load_phi3},
+    Architecture{"phi3", load_phi3},         Architecture{"smollm3", load_smollm3},
+    Architecture{"mistral3", load_mistral3}, Architecture{"ernie4_5", load_ernie4_5},
 };
 
 }  // namespace

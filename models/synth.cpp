@@ -101,8 +101,8 @@ std::vector<std::string> synth_preset_names() {
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama",   "qwen2",      "qwen3",  "qwen3moe", "qwen2moe", "olmoe",
-          "granite", "granitemoe", "gemma2", "gemma3",   "phi3"};
+  return {"llama",      "qwen2",  "qwen3",  "qwen3moe", "qwen2moe", "olmoe",    "granite",
+          "granitemoe", "gemma2", "gemma3", "phi3",     "smollm3",  "mistral3", "ernie4_5"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -124,11 +124,15 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const bool gemma3 = o.arch == "gemma3";
   const bool gemma = o.arch == "gemma2" || gemma3;
   const bool phi3 = o.arch == "phi3";
-  if (o.arch != "llama" && !qwen2 && !qwen3 && !olmoe && !granite && !gemma && !phi3) {
+  // The llama graph under other names (SmolLM3's NoPE layers and Mistral 3's temperature
+  // are the loader's; the file is llama's).
+  const bool llama_like =
+      o.arch == "llama" || o.arch == "smollm3" || o.arch == "mistral3" || o.arch == "ernie4_5";
+  if (!llama_like && !qwen2 && !qwen3 && !olmoe && !granite && !gemma && !phi3) {
     return make_error(
         ErrorCode::kUsage,
         format("synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, qwen2moe, "
-               "olmoe, granite, granitemoe, gemma2, gemma3, phi3)",
+               "olmoe, granite, granitemoe, gemma2, gemma3, phi3, smollm3, mistral3, ernie4_5)",
                o.arch.c_str()));
   }
   const int64_t n_expert =
@@ -250,6 +254,9 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
     if (yarn && s.rope_orig_ctx > 0)
       w.set_u32(a + ".rope.scaling.original_context_length",
                 static_cast<uint32_t>(s.rope_orig_ctx));
+  }
+  if (o.arch == "mistral3") {  // Llama 4's attention temperature, as llama4's 0.1
+    w.set_f32(a + ".attention.temperature_scale", 0.1f);
   }
   if (granite) {  // Granite 3.x 2B's multipliers
     w.set_f32(a + ".embedding_scale", 12.0f);

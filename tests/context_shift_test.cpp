@@ -466,6 +466,38 @@ TEST(ContextShiftLayers, EachLayerTurnsItsKeysWithItsOwnRope) {
   }
 }
 
+TEST(ContextShiftLayers, LayersWithoutRopeKeepTheirKeys) {
+  // smollm3, 4 layers: layer 3 attends without RoPE, so a shift moves its keys unturned;
+  // the others' keys turn (llama's normal RoPE, checked above).
+  const gguf::File file = synth({"smollm3", 0, 0, 0, 4});
+  Result<std::unique_ptr<Model>> m = models::load_model(file, ModelOptions{4});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ((*m)->key_rope(3, 48)->n_rot, 0);
+  EXPECT_EQ((*m)->key_rope(2, 48)->n_rot, kHeadDim);
+  kernels::CpuBackend backend(2);
+  Result<KvCache> kv = make_kv_cache(**m, 48, DType::kF32);
+  ASSERT_TRUE(kv.ok());
+  std::vector<int32_t> tokens(48);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7919 % 32000);
+  std::vector<float> logits(static_cast<size_t>((*m)->hparams().n_vocab));
+  ASSERT_TRUE((*m)->forward(backend, tokens, 0, *kv, false, logits.data()).ok());
+  const int64_t keep = 4;
+  const int64_t d = 22;
+  std::vector<std::vector<uint8_t>> k3, k2;  // layers 3 and 2's moved keys, before the shift
+  for (int64_t q = keep; q < 48 - d; ++q) {
+    const std::span<const uint8_t> r3 = std::as_const(*kv).k_row(3, q + d);
+    const std::span<const uint8_t> r2 = std::as_const(*kv).k_row(2, q + d);
+    k3.emplace_back(r3.begin(), r3.end());
+    k2.emplace_back(r2.begin(), r2.end());
+  }
+  ASSERT_TRUE(shift_context(**m, backend, *kv, keep, d).ok());
+  for (int64_t q = keep; q < 48 - d; ++q) {
+    const auto i = static_cast<size_t>(q - keep);
+    EXPECT_TRUE(std::ranges::equal(std::as_const(*kv).k_row(3, q), k3[i])) << "position " << q;
+    EXPECT_FALSE(std::ranges::equal(std::as_const(*kv).k_row(2, q), k2[i])) << "position " << q;
+  }
+}
+
 TEST(ContextShift, KeepFollowsLlamaCpp) {
   EXPECT_EQ(resolve_keep(-1, 12, true), 12);  // the whole prompt
   EXPECT_EQ(resolve_keep(40, 12, true), 12);  // more than the prompt: the prompt

@@ -1,12 +1,13 @@
 // Synthetic models end to end through CudaBackend under the SIMT emulator: the mixtures of
 // experts qwen3moe, qwen2moe (with a shared expert), olmoe (whole-row Q/K norms), granitemoe
 // (multipliers) and Mixtral-style llama, and gemma2 (soft-capped attention and output, sliding
-// windows that end inside the prompt). The files (the demo model's 512-token vocabulary, so
+// windows that end inside the prompt), smollm3 (a layer without RoPE) and mistral3 (YaRN, the
+// attention temperature). The files (the demo model's 512-token vocabulary, so
 // that the output layer stays small for the emulator) run a batched prompt and decode steps
 // with an F16 KV cache on the whole GPU and with the last layer alone on it (-ngl 1,
-// SplitBackend), and their logits are held to the CPU backend's, which forward_moe_test.cpp
-// and forward_gemma_test.cpp hold to llama.cpp's. Built against the nvcc target
-// (cuda_gpu_synth_model_test), the same runs on a GPU.
+// SplitBackend), and their logits are held to the CPU backend's, which forward_moe_test.cpp,
+// forward_gemma_test.cpp and forward_llama_variants_test.cpp hold to llama.cpp's. Built
+// against the nvcc target (cuda_gpu_synth_model_test), the same runs on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,6 +59,7 @@ struct Case {
   std::string type;
   int64_t n_expert;  // 0: a dense model
   int64_t n_used;
+  int64_t n_layer = 0;  // 0: tiny's 2
 };
 
 class CudaEmuSynthModel : public ::testing::TestWithParam<Case> {};
@@ -73,6 +75,12 @@ TEST_P(CudaEmuSynthModel, MatchesTheCpuBackendWholeAndSplit) {
   o.shape.n_expert_used = c.n_used;
   o.recipe = c.type;
   o.seed = 3;
+  if (c.n_layer > 0) o.shape.n_layer = c.n_layer;
+  if (c.arch == "mistral3") {  // YaRN, and the temperature's steps of 4 inside the prompt
+    o.rope_scaling = "yarn";
+    o.rope_factor = 4.0f;
+    o.shape.rope_orig_ctx = 4;
+  }
   if (c.arch == "gemma2") {  // caps that bend these logits; windows shorter than the prompt
     o.weight_std = 0.1f;
     o.attn_softcap = 1.5f;
@@ -157,7 +165,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"qwen3moe", "q8_0", 8, 2}, Case{"qwen3moe", "q5_0", 6, 3},
                       Case{"qwen2moe", "q4_0", 6, 2}, Case{"olmoe", "q8_0", 4, 2},
                       Case{"granitemoe", "q4_0", 4, 2}, Case{"llama", "q4_0", 4, 2},
-                      Case{"gemma2", "q8_0", 0, 0}),
+                      Case{"gemma2", "q8_0", 0, 0}, Case{"smollm3", "q4_0", 0, 0, 4},
+                      Case{"mistral3", "q8_0", 0, 0}),
     [](const auto& p) { return p.param.arch + "_" + p.param.type; });
 
 }  // namespace

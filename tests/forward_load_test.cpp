@@ -217,10 +217,10 @@ TEST(ModelLoad, UnknownArchitectureListsSupportedOnes) {
   EXPECT_NE(e.message.find("tiny.gguf"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("'gpt5'"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("llama"), std::string::npos) << e.message;
-  EXPECT_EQ(
-      models::architecture_names(),
-      (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe",
-                                     "granite", "granitemoe", "gemma2", "gemma3", "phi3"}));
+  EXPECT_EQ(models::architecture_names(),
+            (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe",
+                                           "olmoe", "granite", "granitemoe", "gemma2", "gemma3",
+                                           "phi3", "smollm3", "mistral3", "ernie4_5"}));
 }
 
 TEST(ModelLoad, MissingTensorIsAFormatError) {
