@@ -114,10 +114,11 @@ TEST(PreTokenizer, AliasesAndUnknownNames) {
                            "exaone",
                            "minerva-7b",
                            "codeshell",
-                           "gigachat"}) {
+                           "gigachat",
+                           "tekken"}) {
     EXPECT_NE(tokenizer::find_pre_tokenizer(name), nullptr) << name;
   }
-  EXPECT_EQ(tokenizer::find_pre_tokenizer("tekken"), nullptr);
+  EXPECT_TRUE(tokenizer::find_pre_tokenizer("tekken")->ignore_merges);
   EXPECT_EQ(tokenizer::find_pre_tokenizer("no-such-thing"), nullptr);
   EXPECT_TRUE(tokenizer::find_pre_tokenizer("llama-bpe")->ignore_merges);
 }
@@ -149,6 +150,11 @@ TEST(SplitPattern, BacktrackingLookaheadAndAnchors) {
   EXPECT_EQ(split_lengths("\\p{N}+", "x\u00BD2y"), (std::vector<size_t>{1, 2, 1}));
   EXPECT_EQ(split_lengths("[\\p{L}\\p{M}]+", "e\u0301\u00E9!"), (std::vector<size_t>{3, 1}));
   EXPECT_EQ(split_lengths("\\p{S}", "\u20AC~"), (std::vector<size_t>{1, 1}));
+  // [A&&[B]]: in both classes. A letter outside a-z: A-Z, and any letter beyond ASCII.
+  EXPECT_EQ(split_lengths("[\\p{L}&&[^a-z]]+", "ABcD\u00E9f1\u00C9"),
+            (std::vector<size_t>{2, 1, 2, 2, 1}));  // AB c Dé f1 É
+  EXPECT_EQ(split_lengths("[\\p{L}&&[^a-z]&&[^\u00C9]]+", "A\u00C9B"),
+            (std::vector<size_t>{1, 1, 1}));
 }
 
 TEST(SplitPattern, LongRunsDoNotRecurseDeeply) {

@@ -12,6 +12,7 @@
 
 #include "core/tokenizer/tokenizer.h"
 #include "core/unicode/unicode.h"
+#include "tests/support/gguf_edit.h"
 #include "tests/support/test_data.h"
 
 namespace qrun::test {
@@ -168,6 +169,40 @@ INSTANTIATE_TEST_SUITE_P(Llama, VocabFile,
                              c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
+
+// Mistral's tekken pre-tokenizer (Mistral Nemo, Mistral Small 3, Ministral 3). No tekken
+// vocabulary is in shared/, so GPT-2's with tokenizer.ggml.pre set to "tekken", against the
+// ids llama.cpp's llama-tokenize gives for that file (tests/data/tekken_llamacpp.json, see
+// its README): CamelCase split at each capital, letters beyond ASCII in both cases, digits
+// one by one, punctuation runs with their newlines or slashes.
+TEST(VocabTekken, MatchesLlamaCppOnGpt2sVocabulary) {
+  Result<gguf::File> gpt2 = gguf::File::open(data_path("vocab/ggml-vocab-gpt-2.gguf").string());
+  ASSERT_TRUE(gpt2.ok());
+  Result<gguf::File> file =
+      with_key(*gpt2, "tokenizer.ggml.pre", gguf::Value{std::string("tekken")});
+  ASSERT_TRUE(file.ok());
+  Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_gguf(*file);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  EXPECT_TRUE((*tok)->warnings().empty()) << (*tok)->warnings().front();
+  EXPECT_TRUE((*tok)->add_bos());  // tekken's default, as llama.cpp's
+  const nlohmann::json cases = nlohmann::json::parse(
+      read_text(std::string(QRUN_SOURCE_DIR) + "/tests/data/tekken_llamacpp.json"));
+  ASSERT_GE(cases.size(), 19u);
+  // (GPT-2's own pre-tokenizer, on the same vocabulary, gives other ids for some of them.)
+  std::unique_ptr<Tokenizer> plain = load(data_path("vocab/ggml-vocab-gpt-2.gguf"));
+  ASSERT_TRUE(plain);
+  int differ = 0;
+  for (const nlohmann::json& c : cases) {
+    const std::string text = c["text"].get<std::string>();
+    const std::vector<int32_t> ids = (*tok)->encode(text, false, false);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>())
+        << "input '" << text << "'\n  got      " << ids_string(ids);
+    differ += plain->encode(text, false, false) != ids;
+  }
+  std::printf("[ vocab    ] tekken: %zu inputs, %d tokenized otherwise by gpt-2's pre-tokenizer\n",
+              cases.size(), differ);
+  EXPECT_GT(differ, 0);  // 5 of the 19
+}
 
 TEST(VocabFiles, EveryVocabularyLoads) {
   size_t n = 0;

@@ -20,6 +20,13 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Mistral's tekken (Mistral Nemo, Mistral Small 3, Ministral 3), as llama.cpp runs it:
+// its "upper" and "lower" runs are letters outside a-z and outside A-Z (so any letter beyond
+// ASCII is both), which llama.cpp writes (?=[\p{L}])([^a-z]).
+constexpr const char* kTekken =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{L}&&[^a-z]]*[\\p{L}&&[^A-Z]]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{L}&&[^a-z]]+[\\p{L}&&[^A-Z]]*|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char* kCjk = "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+";
 constexpr const char* kDeepseekLetters =
     "\\s?[A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293"
@@ -74,6 +81,8 @@ const std::vector<NamedPreTokenizer>& pre_tokenizers() {
       {{"poro-chat"}, {.patterns = {kBloom}, .clean_spaces = false}},
       {{"bloom", "gpt3-finnish"}, {{kBloom}}},
       {{"viking"}, {.patterns = {kBloom, "\\p{N}"}, .clean_spaces = false}},
+      {{"tekken"},
+       {.patterns = {kTekken}, .clean_spaces = false, .ignore_merges = true, .add_bos = true}},
   };
   return table;
 }

@@ -30,6 +30,10 @@ struct CharClass {
   uint8_t categories = 0;  // \p{X} bits
   bool space = false;      // \s
   bool non_space = false;  // \S
+  // [A&&[B]]: classes a character must also match (Java's intersection), so that Mistral's
+  // tekken pattern can say "a letter, not a-z" as [\p{L}&&[^a-z]] where llama.cpp's says
+  // (?=[\p{L}])([^a-z]).
+  std::vector<CharClass> also;
 
   bool matches(uint32_t value, uint8_t category) const {
     bool in = (categories & category) != 0 || (space && is_space_value(value)) ||
@@ -37,7 +41,11 @@ struct CharClass {
     for (size_t i = 0; !in && i < ranges.size(); ++i) {
       in = ranges[i].first <= value && value <= ranges[i].second;
     }
-    return in != negated;
+    if (in == negated) return false;
+    for (const CharClass& c : also) {
+      if (!c.matches(value, category)) return false;
+    }
+    return true;
   }
 };
 
@@ -180,6 +188,11 @@ class Parser {
     }
     while (peek() != ']') {
       check(!at_end(), "unterminated class");
+      if (peek() == '&' && peek(1) == '&' && peek(2) == '[') {
+        pos_ += 3;
+        cls.also.push_back(parse_class());
+        continue;
+      }
       uint32_t lo = next();
       if (lo == '\\') {
         if (!parse_escape(cls)) continue;  // a class escape such as \s or \p{L}

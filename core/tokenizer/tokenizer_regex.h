@@ -1,7 +1,8 @@
 // The regular expressions of byte-level BPE pre-tokenizers, and the splitting they drive.
 // A small backtracking matcher with ECMAScript semantics (leftmost match, alternatives in
 // order, greedy quantifiers) over code points, for the subset these patterns use: | (?:)
-// (?!) [...] [^...] ranges \s \S \p{L} \p{N} \p{P} \p{S} \p{M} $ ? * + {m,n}; quantifiers
+// (?!) [...] [^...] [A&&[B]] (intersection) ranges \s \S \p{L} \p{N} \p{P} \p{S} \p{M} $ ? * +
+// {m,n}; quantifiers
 // apply to single characters or classes only. Matching mirrors llama.cpp's: \s is ASCII
 // white space, and every other Unicode White_Space code point is treated as U+000B.
 #pragma once
