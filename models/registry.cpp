@@ -6,6 +6,7 @@
 
 #include "models/gemma3.h"
 #include "models/llama.h"
+#include "models/olmo2.h"
 #include "models/phi3.h"
 
 namespace qrun::models {
@@ -19,6 +20,7 @@ constexpr std::array kArchitectures = {
     Architecture{"gemma2", load_gemma2},     Architecture{"gemma3", load_gemma3},
     Architecture{"phi3", load_phi3},         Architecture{"smollm3", load_smollm3},
     Architecture{"mistral3", load_mistral3}, Architecture{"ernie4_5", load_ernie4_5},
+    Architecture{"olmo2", load_olmo2},
 };
 
 }  // namespace

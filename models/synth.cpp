@@ -101,8 +101,8 @@ std::vector<std::string> synth_preset_names() {
 }
 
 std::vector<std::string> synth_arch_names() {
-  return {"llama",      "qwen2",  "qwen3",  "qwen3moe", "qwen2moe", "olmoe",    "granite",
-          "granitemoe", "gemma2", "gemma3", "phi3",     "smollm3",  "mistral3", "ernie4_5"};
+  return {"llama",  "qwen2",  "qwen3", "qwen3moe", "qwen2moe", "olmoe",    "granite", "granitemoe",
+          "gemma2", "gemma3", "phi3",  "smollm3",  "mistral3", "ernie4_5", "olmo2"};
 }
 
 std::vector<std::string> synth_recipe_names() {
@@ -118,6 +118,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   const bool qwen2 = o.arch == "qwen2" || qwen2moe;
   const bool qwen3moe = o.arch == "qwen3moe";
   const bool olmoe = o.arch == "olmoe";
+  const bool olmo2 = o.arch == "olmo2";  // no pre-norms: post-norms and whole-row Q/K norms
   const bool granitemoe = o.arch == "granitemoe";
   const bool granite = o.arch == "granite" || granitemoe;
   const bool qwen3 = o.arch == "qwen3" || qwen3moe;
@@ -128,11 +129,12 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   // are the loader's; the file is llama's).
   const bool llama_like =
       o.arch == "llama" || o.arch == "smollm3" || o.arch == "mistral3" || o.arch == "ernie4_5";
-  if (!llama_like && !qwen2 && !qwen3 && !olmoe && !granite && !gemma && !phi3) {
+  if (!llama_like && !qwen2 && !qwen3 && !olmoe && !olmo2 && !granite && !gemma && !phi3) {
     return make_error(
         ErrorCode::kUsage,
         format("synth: unknown architecture '%s' (llama, qwen2, qwen3, qwen3moe, qwen2moe, "
-               "olmoe, granite, granitemoe, gemma2, gemma3, phi3, smollm3, mistral3, ernie4_5)",
+               "olmoe, olmo2, granite, granitemoe, gemma2, gemma3, phi3, smollm3, mistral3, "
+               "ernie4_5)",
                o.arch.c_str()));
   }
   const int64_t n_expert =
@@ -157,11 +159,10 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
                "qwen2moe, olmoe, granite or granitemoe, and 1 .. the experts used",
                static_cast<long long>(n_expert), static_cast<long long>(n_expert_used)));
   }
-  if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma && !phi3)) {
-    return make_error(
-        ErrorCode::kUsage,
-        format("synth: a sliding window (%lld) needs --arch gemma2, gemma3 or phi3 and must be > 0",
-               static_cast<long long>(s.sliding_window)));
+  if (s.sliding_window < 0 || (s.sliding_window > 0 && !gemma && !phi3 && !olmo2)) {
+    return make_error(ErrorCode::kUsage, format("synth: a sliding window (%lld) needs --arch "
+                                                "gemma2, gemma3, phi3 or olmo2 and must be > 0",
+                                                static_cast<long long>(s.sliding_window)));
   }
   if (o.attn_softcap < 0.0f || o.final_softcap < 0.0f ||
       (o.attn_softcap > 0.0f && o.arch != "gemma2") || (o.final_softcap > 0.0f && !gemma)) {
@@ -229,6 +230,8 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(n_vocab));
+  if (olmo2 && s.sliding_window > 0)  // OLMo 3: local layers 3 of every 4
+    w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
   if (gemma) {
     w.set_u32(a + ".attention.sliding_window",
               static_cast<uint32_t>(s.sliding_window > 0 ? s.sliding_window : 512));
@@ -337,7 +340,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   }
   for (int64_t i = 0; i < s.n_layer; ++i) {
     const std::string b = format("blk.%lld.", static_cast<long long>(i));
-    add_ones(b + "attn_norm.weight", s.n_embd);
+    if (!olmo2) add_ones(b + "attn_norm.weight", s.n_embd);
     if (phi3) {
       add_matrix(b + "attn_qkv.weight", s.n_embd, n_embd_q + 2 * n_embd_kv);
     } else {
@@ -354,13 +357,13 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       add_random(b + "attn_q_norm.weight", {head_dim}, 1.0f, 0.5f);
       add_random(b + "attn_k_norm.weight", {head_dim}, 1.0f, 0.5f);
     }
-    if (olmoe) {  // over each token's whole rows
+    if (olmoe || olmo2) {  // over each token's whole rows
       add_random(b + "attn_q_norm.weight", {n_embd_q}, 1.0f, 0.5f);
       add_random(b + "attn_k_norm.weight", {n_embd_kv}, 1.0f, 0.5f);
     }
     add_matrix(b + "attn_output.weight", n_embd_q, s.n_embd);
-    if (gemma) add_random(b + "post_attention_norm.weight", {s.n_embd}, 1.0f, 0.5f);
-    add_ones(b + "ffn_norm.weight", s.n_embd);
+    if (gemma || olmo2) add_random(b + "post_attention_norm.weight", {s.n_embd}, 1.0f, 0.5f);
+    if (!olmo2) add_ones(b + "ffn_norm.weight", s.n_embd);
     if (n_expert > 0) {
       // The router's rows spread wider than the weights' so that the choice of experts
       // differs between tokens and is clear of near-ties.
@@ -383,7 +386,7 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
       add_matrix(b + "ffn_up.weight", s.n_embd, s.n_ff);
     }
     if (n_expert == 0) add_matrix(b + "ffn_down.weight", s.n_ff, s.n_embd);
-    if (gemma) add_random(b + "post_ffw_norm.weight", {s.n_embd}, 1.0f, 0.5f);
+    if (gemma || olmo2) add_random(b + "post_ffw_norm.weight", {s.n_embd}, 1.0f, 0.5f);
   }
   add_ones("output_norm.weight", s.n_embd);
   if (!s.tied_output && !gemma) add_matrix("output.weight", s.n_embd, n_vocab);

@@ -261,7 +261,7 @@ TEST(CliSynth, BadArgumentsAreUsageErrors) {
   CommandResult window_on_llama =
       run_command(qrun() + " synth -o '" + out + "' --sliding-window 8");
   EXPECT_EQ(window_on_llama.exit_code, 2);
-  EXPECT_NE(window_on_llama.err.find("--arch gemma2, gemma3 or phi3"), std::string::npos)
+  EXPECT_NE(window_on_llama.err.find("--arch gemma2, gemma3, phi3 or olmo2"), std::string::npos)
       << window_on_llama.err;
   CommandResult cap_on_gemma3 =  // Gemma 3 has no attention soft-cap
       run_command(qrun() + " synth -o '" + out + "' --arch gemma3 --attn-softcap 20");

@@ -220,7 +220,7 @@ TEST(ModelLoad, UnknownArchitectureListsSupportedOnes) {
   EXPECT_EQ(models::architecture_names(),
             (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe",
                                            "olmoe", "granite", "granitemoe", "gemma2", "gemma3",
-                                           "phi3", "smollm3", "mistral3", "ernie4_5"}));
+                                           "phi3", "smollm3", "mistral3", "ernie4_5", "olmo2"}));
 }
 
 TEST(ModelLoad, MissingTensorIsAFormatError) {
