@@ -76,10 +76,9 @@ Result<void> run_template(const TemplateOptions& o, bool bos_given, bool eos_giv
   }
   Result<nlohmann::ordered_json> messages = read_messages(o.messages);
   if (!messages) return messages.error();
-  if (!tmpl->supports_system_role() && !messages->empty() && messages->front().is_object() &&
-      messages->front().value("role", "") == "system") {
-    const bool alone = messages->size() == 1;
-    fold_system_message(*messages);  // what qrun chat and qrun serve feed the model
+  // What qrun chat and qrun serve feed the model.
+  const bool alone = messages->size() == 1;
+  if (!tmpl->supports_system_role() && fold_system_message(*messages)) {
     std::fprintf(stderr, "qrun: template: the template takes no system message; it was %s\n",
                  alone ? "dropped (no message follows it)"
                        : "merged into the next message, as qrun chat and qrun serve do");

@@ -134,8 +134,13 @@ TEST(ChatTemplateCases, SystemMessagesFoldIntoTheNextWhereTheTemplateTakesNone) 
   auto parts = nlohmann::ordered_json::parse(
       R"([{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text"}]}])");
   const nlohmann::ordered_json before = parts;
-  fold_system_message(parts);
+  EXPECT_FALSE(fold_system_message(parts));
   EXPECT_EQ(parts, before);
+  // Any JSON may stand in a message: a role that is no string is left alone, not thrown on.
+  auto odd = nlohmann::ordered_json::parse(R"([{"role":5,"content":"x"},{"role":"user"}])");
+  EXPECT_FALSE(fold_system_message(odd));
+  auto no_content = nlohmann::ordered_json::parse(R"([{"role":"system"},{"role":"user"}])");
+  EXPECT_FALSE(fold_system_message(no_content));
 }
 
 // Every shared template names at least one end-of-turn marker, except the ones whose turns

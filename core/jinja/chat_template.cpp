@@ -167,26 +167,28 @@ bool ChatTemplate::supports_system_role() const {
   return impl_->system_role;
 }
 
-void fold_system_message(std::vector<ChatMessage>& messages) {
-  if (messages.empty() || messages.front().role != "system") return;
+bool fold_system_message(std::vector<ChatMessage>& messages) {
+  if (messages.empty() || messages.front().role != "system") return false;
   if (messages.size() > 1) messages[1].content = messages[0].content + "\n" + messages[1].content;
   messages.erase(messages.begin());
+  return true;
 }
 
-void fold_system_message(nlohmann::ordered_json& messages) {
-  if (!messages.is_array() || messages.empty()) return;
-  const nlohmann::ordered_json& first = messages.front();
-  if (!first.is_object() || first.value("role", "") != "system") return;
-  const auto text = [](const nlohmann::ordered_json& m) {
-    return m.is_object() && m.contains("content") && m["content"].is_string();
+bool fold_system_message(nlohmann::ordered_json& messages) {
+  const auto string_field = [](const nlohmann::ordered_json& m, const char* key) {
+    return m.is_object() && m.contains(key) && m[key].is_string();
   };
-  if (!text(first)) return;
+  if (!messages.is_array() || messages.empty()) return false;
+  const nlohmann::ordered_json& first = messages.front();
+  if (!string_field(first, "role") || first["role"] != "system") return false;
+  if (!string_field(first, "content")) return false;
   if (messages.size() > 1) {
-    if (!text(messages[1])) return;
+    if (!string_field(messages[1], "content")) return false;
     messages[1]["content"] =
         first["content"].get<std::string>() + "\n" + messages[1]["content"].get<std::string>();
   }
   messages.erase(messages.begin());
+  return true;
 }
 
 std::vector<std::string> ChatTemplate::end_of_turn_markers() const {

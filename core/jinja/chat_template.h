@@ -78,8 +78,9 @@ class ChatTemplate {
 // For a template that does not support the system role: a leading system message is
 // merged into the message after it (its text, a newline, then that message's text), as
 // llama.cpp's chat does, or dropped when no message follows. Left as they are when the
-// first message is no system one, or either text is not a plain string (JSON form).
-void fold_system_message(std::vector<ChatMessage>& messages);
-void fold_system_message(nlohmann::ordered_json& messages);
+// first message is no system one, or either text is not a plain string (JSON form, where
+// any value may stand in a message). Returns whether the messages changed.
+bool fold_system_message(std::vector<ChatMessage>& messages);
+bool fold_system_message(nlohmann::ordered_json& messages);
 
 }  // namespace qrun
