@@ -236,7 +236,7 @@ bool tools_field(const Json& body, ToolSet* out, ApiError* error) {
   for (size_t i = 0; i < it->size(); ++i) {
     const Json& t = (*it)[i];
     const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function") {
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function") {
       *error = field_error(where,
                            "must be an object with \"type\": \"function\" (the one "
                            "kind of tool qrun serve supports)");

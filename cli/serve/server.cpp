@@ -56,8 +56,8 @@ std::optional<nlohmann::ordered_json> flatten_messages(const nlohmann::ordered_j
     if (!m["content"].is_array()) continue;
     std::string text;
     for (const auto& part : m["content"]) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string()) {
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+          !part.contains("text") || !part["text"].is_string()) {
         error->message = "only text content parts are supported";
         error->param = "messages[" + std::to_string(i) + "].content";
         return std::nullopt;
