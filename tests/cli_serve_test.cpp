@@ -159,6 +159,14 @@ TEST(CliServe, ChatRendersThroughTheTemplate) {
   EXPECT_FALSE(e.chunks[0].contains("usage"));  // no include_usage
   EXPECT_EQ(streamed_text(st->body), chat["choices"][0]["message"]["content"]);
   EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "length");
+
+  // A content part that is not text, or whose "type" is not even a string, is refused by name.
+  for (const Json& type : {Json("image_url"), Json{{"name", "text"}}}) {
+    Json bad = chat_body;
+    bad["messages"][1]["content"][0]["type"] = type;
+    expect_error(c.Post("/v1/chat/completions", bad.dump(), "application/json"), 400,
+                 "messages[1].content", "text content parts");
+  }
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 

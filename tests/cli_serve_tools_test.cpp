@@ -153,6 +153,8 @@ TEST(CliServeTools, MalformedFieldsAreRefusedByName) {
   };
   expect_error(with("tools", "get_weather"), 400, "tools", "array");
   expect_error(with("tools", {{{"type", "retrieval"}}}), 400, "tools[0]", "\"function\"");
+  // A "type" that is not a string is a wrong type like any other (it threw before).
+  expect_error(with("tools", {{{"type", {{"name", "noop"}}}}}), 400, "tools[0]", "\"function\"");
   expect_error(with("tools", {{{"type", "function"}, {"function", {{"description", "x"}}}}}), 400,
                "tools[0].function", "'name'");
   expect_error(with("tools", {kTools[0], kTools[0]}), 400, "tools[1].function.name", "named twice");
