@@ -18,8 +18,8 @@ constexpr TypeTraits row(DType t, const char* name, int64_t be, size_t bb, bool 
 
 // A row with reference kernels (quants.h): dequantize, quantize, and the dot product
 // against `dot_type`, the activation type (the type itself for F32/F16/BF16, Q8_0 for the
-// 32-wide quants, Q8_K for the k-quants; llama.cpp's CPU choices). Activation-only types
-// (Q8_K) have no dot product of their own.
+// 32-wide quants, Q8_1 for the offset ones Q4_1 and Q5_1, Q8_K for the k-quants; llama.cpp's
+// CPU choices). Activation-only types (Q8_1, Q8_K) have no dot product of their own.
 constexpr TypeTraits kernel_row(TypeTraits geometry, DType dot_type, ToFloatFn to, FromFloatFn from,
                                 VecDotFn dot) {
   geometry.vec_dot_type = dot_type;
@@ -45,14 +45,18 @@ constexpr std::array kGeometry = {
                vec_dot_f16_f16),
     kernel_row(row(DType::kQ4_0, "q4_0", 32, 18, true), DType::kQ8_0, dequantize_q4_0,
                quantize_q4_0, vec_dot_q4_0_q8_0),
-    row(DType::kQ4_1, "q4_1", 32, 20, true),
+    kernel_row(row(DType::kQ4_1, "q4_1", 32, 20, true), DType::kQ8_1, dequantize_q4_1,
+               quantize_q4_1, vec_dot_q4_1_q8_1),
     kernel_row(row(DType::kQ5_0, "q5_0", 32, 22, true), DType::kQ8_0, dequantize_q5_0,
                quantize_q5_0, vec_dot_q5_0_q8_0),
-    row(DType::kQ5_1, "q5_1", 32, 24, true),
+    kernel_row(row(DType::kQ5_1, "q5_1", 32, 24, true), DType::kQ8_1, dequantize_q5_1,
+               quantize_q5_1, vec_dot_q5_1_q8_1),
     with_activation_quantizer(kernel_row(row(DType::kQ8_0, "q8_0", 32, 34, true), DType::kQ8_0,
                                          dequantize_q8_0, quantize_q8_0, vec_dot_q8_0_q8_0),
                               quantize_q8_0_act),
-    row(DType::kQ8_1, "q8_1", 32, 36, true),
+    with_activation_quantizer(kernel_row(row(DType::kQ8_1, "q8_1", 32, 36, true), DType::kQ8_1,
+                                         dequantize_q8_1, quantize_q8_1, nullptr),
+                              quantize_q8_1_act),
     row(DType::kQ2_K, "q2_k", 256, 84, true),
     row(DType::kQ3_K, "q3_k", 256, 110, true),
     kernel_row(row(DType::kQ4_K, "q4_k", 256, 144, true), DType::kQ8_K, dequantize_q4_k,

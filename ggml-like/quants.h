@@ -37,6 +37,25 @@ struct BlockQ5_0 {
 };
 static_assert(sizeof(BlockQ5_0) == 22, "q5_0 block must be 22 bytes");
 
+// Q4_1: x[i] = d * q[i] + m, q in [0, 15] (an offset block: m is the block's minimum).
+// bytes 0-1: d (fp16); 2-3: m (fp16); 4-19: qs, nibbles packed as in Q4_0.
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20, "q4_1 block must be 20 bytes");
+
+// Q5_1: x[i] = d * q[i] + m, q in [0, 31]. bytes 0-1: d; 2-3: m; 4-7: qh; 8-23: qs, the
+// high bits and nibbles packed as in Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24, "q5_1 block must be 24 bytes");
+
 // Q8_0 (a weight type, and the activation type of Q4_0, Q5_0 and Q8_0): x[i] = d * q[i].
 // bytes 0-1: d (fp16); bytes 2-33: q[i] as int8 in [-127, 127].
 struct BlockQ8_0 {
@@ -44,6 +63,16 @@ struct BlockQ8_0 {
   int8_t qs[kQK];
 };
 static_assert(sizeof(BlockQ8_0) == 34, "q8_0 block must be 34 bytes");
+
+// Q8_1 (activation type of Q4_1 and Q5_1 only): x[i] = d * q[i], with s = d * sum(q) so
+// that an offset block's m * sum(x) costs one product. bytes 0-1: d (fp16); 2-3: s (fp16);
+// 4-35: q[i] int8.
+struct BlockQ8_1 {
+  uint16_t d;
+  uint16_t s;
+  int8_t qs[kQK];
+};
+static_assert(sizeof(BlockQ8_1) == 36, "q8_1 block must be 36 bytes");
 
 // ---- 256-element super-blocks (k-quants) ------------------------------------------------
 
@@ -119,6 +148,18 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
 void dequantize_q5_0(const void* src, float* dst, int64_t n);
 void quantize_q5_0(const float* src, void* dst, int64_t n);
 float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
+void dequantize_q4_1(const void* src, float* dst, int64_t n);
+void quantize_q4_1(const float* src, void* dst, int64_t n);
+float vec_dot_q4_1_q8_1(int64_t n, const void* x, const void* y);
+void dequantize_q5_1(const void* src, float* dst, int64_t n);
+void quantize_q5_1(const float* src, void* dst, int64_t n);
+float vec_dot_q5_1_q8_1(int64_t n, const void* x, const void* y);
+void dequantize_q8_1(const void* src, float* dst, int64_t n);
+// llama.cpp's reference Q8_1 quantizer (levels rounded half away from zero), and its x86
+// activation quantizer (as quantize_q8_0_act: multiplier 127 / amax, half to even); both
+// store s = d * sum(q) with d the unrounded float scale.
+void quantize_q8_1(const float* src, void* dst, int64_t n);
+void quantize_q8_1_act(const float* src, void* dst, int64_t n);
 void dequantize_q8_0(const void* src, float* dst, int64_t n);
 void quantize_q8_0(const float* src, void* dst, int64_t n);
 // Q8_0 as llama.cpp's x86 CPU backend quantizes activations before a matmul (its AVX/AVX2

@@ -63,7 +63,7 @@ Weight make_weight(DType type, int64_t n_in, int64_t n_out, uint32_t seed) {
 // Largest error the conversion of activations to `dot_type` can put on element i of a row.
 std::vector<double> activation_error(DType dot_type, const float* x, int64_t n) {
   std::vector<double> err(static_cast<size_t>(n), 0.0);
-  const int64_t block = dot_type == DType::kQ8_0 ? 32 : (dot_type == DType::kQ8_K ? 256 : 1);
+  const int64_t block = type_traits(dot_type).block_elems;
   for (int64_t b = 0; b < n; b += block) {
     double amax = 0.0;
     for (int64_t i = b; i < b + block; ++i) amax = std::max(amax, std::fabs(double{x[i]}));
@@ -81,6 +81,7 @@ std::vector<double> activation_error(DType dot_type, const float* x, int64_t n) 
           break;
         // Half a step of amax/127, plus the F16 rounding of the Q8_0 scale.
         case DType::kQ8_0:
+        case DType::kQ8_1:
           err[static_cast<size_t>(i)] = amax * (0.5 / 127 + 0x1p-11) * 1.01;
           break;
         case DType::kQ8_K:
@@ -107,12 +108,13 @@ std::vector<float> through_type(DType type, const float* x, int64_t n) {
 TEST(BackendOps, SupportTable) {
   kernels::CpuBackend be(1);
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0,
-                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ4_1, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     EXPECT_TRUE(be.supports(Op::kMatMul, t)) << dtype_name(t);
     EXPECT_TRUE(be.supports(Op::kGetRows, t)) << dtype_name(t);
   }
-  EXPECT_FALSE(be.supports(Op::kMatMul, DType::kQ4_1));
-  EXPECT_FALSE(be.supports(Op::kMatMul, DType::kQ8_K));  // an activation type only
+  EXPECT_FALSE(be.supports(Op::kMatMul, DType::kQ2_K));
+  EXPECT_FALSE(be.supports(Op::kMatMul, DType::kQ8_1));  // activation types only
+  EXPECT_FALSE(be.supports(Op::kMatMul, DType::kQ8_K));
   EXPECT_FALSE(be.supports(Op::kGetRows, DType::kIQ2_XXS));
   EXPECT_TRUE(be.supports(Op::kAttention, DType::kF16));
   EXPECT_TRUE(be.supports(Op::kAttention, DType::kF32));
@@ -126,8 +128,9 @@ TEST(BackendOps, MatMulEveryWeightTypeWithinActivationRounding) {
   kernels::CpuBackend be(3);
   kernels::CpuBackend be1(1);
   uint32_t seed = 1;
-  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                     DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType type :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0,
+        DType::kQ4_1, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const TypeTraits& tt = type_traits(type);
     std::vector<int64_t> n_ins;
     if (tt.block_elems == 1) n_ins = {1, 7, 33, 255};
@@ -155,26 +158,40 @@ TEST(BackendOps, MatMulEveryWeightTypeWithinActivationRounding) {
               double ref_q = 0.0;  // activations through the reference quantizer
               double bound = 1e-6;
               double mag = 1e-6;
+              // Q8_1 blocks carry d * sum(q) as F16, which Q4_1 and Q5_1 multiply by their
+              // block minimum m (|m| <= the block's largest |w|): half an F16 ulp of it.
+              double carried_sum = 0.0;
+              double w_max = 0.0;
+              double xq_sum = 0.0;
               for (int64_t i = 0; i < n_in; ++i) {
                 const double wi = w.deq[static_cast<size_t>(o * n_in + i)];
                 ref += wi * xt[i];
                 ref_q += wi * xq[static_cast<size_t>(i)];
                 bound += std::fabs(wi) * err[static_cast<size_t>(i)] + 1e-5 * std::fabs(wi * xt[i]);
                 mag += std::fabs(wi * xq[static_cast<size_t>(i)]);
+                w_max = std::max(w_max, std::fabs(wi));
+                xq_sum += std::fabs(xq[static_cast<size_t>(i)]);
+                if (tt.vec_dot_type == DType::kQ8_1 && i % kQK == kQK - 1) {
+                  carried_sum += 0x1p-11 * 1.01 * w_max * xq_sum;
+                  w_max = xq_sum = 0.0;
+                }
               }
+              bound += carried_sum;
               const double got = y[static_cast<size_t>(t * n_out + o)];
               if (!(std::fabs(got - ref) <= bound) && ++bad <= 3) {
                 ADD_FAILURE() << "token " << t << " row " << o << ": " << got << " vs " << ref
                               << " (bound " << bound << ")";
               }
-              if (!(std::fabs(got - ref_q) <= 1e-5 * mag)) ++not_exact;
+              if (!(std::fabs(got - ref_q) <= 1e-5 * mag + carried_sum)) ++not_exact;
               mags[static_cast<size_t>(t * n_out + o)] = mag;
             }
           }
-          // The backend quantizes Q8_0 activations as llama.cpp's x86 code does, which
+          // The backend quantizes Q8_0 and Q8_1 activations as llama.cpp's x86 code does, which
           // differs from the reference quantizer only on rare rounding ties; every other
           // type converts activations exactly as the reference does.
-          const int64_t allowed = tt.vec_dot_type == DType::kQ8_0 ? n_out * n_tokens / 100 : 0;
+          const int64_t allowed = tt.vec_dot_type == DType::kQ8_0 || tt.vec_dot_type == DType::kQ8_1
+                                      ? n_out * n_tokens / 100
+                                      : 0;
           EXPECT_LE(not_exact, allowed) << "outputs off the reference-quantized dot product";
           // The thread count does not change a single bit.
           std::vector<float> y1(y.size(), kNaN);
@@ -233,8 +250,9 @@ TEST(BackendOps, MatMulOnARowRangeGivesThoseRowsOfTheWhole) {
 
 TEST(BackendOps, GetRowsDequantizesExactly) {
   kernels::CpuBackend be(2);
-  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                     DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType type :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0,
+        DType::kQ4_1, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     SCOPED_TRACE(dtype_name(type));
     const int64_t n = type_traits(type).block_elems == 256 ? 256 : 64;
     const Weight w = make_weight(type, n, 33, 7);

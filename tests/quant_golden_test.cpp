@@ -2,7 +2,9 @@
 // reference quantizers write them, dot products as its generic (non-SIMD) CPU kernels
 // compute them, and the error of its reference quantizers. The expectations were produced
 // once by a program built outside this repository against llama.cpp's ggml (commit
-// c392e5094, all SIMD off) on the deterministic input below; only its output is here.
+// c392e5094, all SIMD off; Q4_1, Q5_1 and Q8_1 at d8a24cce, its reference quantizers and its
+// generic dot products compiled without FMA) on the deterministic input below; only its
+// output is here.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -48,6 +50,9 @@ const GoldenBlock kGoldenBlocks[] = {
     {DType::kQ4_0, "972f67a6a8a787708876aa9a7998896a6886"},
     {DType::kQ5_0, "972b447f5e9bde4d413e0fd000ed4334d33001c3c10d"},
     {DType::kQ8_0, "a61fefe405edf881fce6192118000a1806e5e81e1c1a03eb03f01e16e916fee3e002"},
+    {DType::kQ4_1, "1a2d97bbaaf9fceacba0ccaafeefaeeccd9e9dc9"},
+    {DType::kQ5_1, "f02897bbdfffffff45e3eae597409854eddf4dd98a3d2a93"},
+    {DType::kQ8_1, "a61f93baefe405edf881fce6192118000a1806e5e81e1c1a03eb03f01e16e916fee3e002"},
     {DType::kQ4_K,
      "23159f23fff762d97f764f10050508ddeae9dcbacbd0dcd9febf0e9cbd9eecc9eabfafae8caaaceaff9eeace"
      "aca999fcf1ca29644873d1e5315286486502a25e7a4998b9b491316667fb34e8f490e0094264044747255602"
@@ -104,6 +109,8 @@ const GoldenDot kGoldenDots[] = {
     {DType::kQ4_0, 0x416cd0d2u},  // 14.8009815
     {DType::kQ5_0, 0x416adce2u},  // 14.6789265
     {DType::kQ8_0, 0x416b2a05u},  // 14.6977587
+    {DType::kQ4_1, 0x416bbf8eu},  // 14.7342663
+    {DType::kQ5_1, 0x416af709u},  // 14.6853113
     {DType::kQ4_K, 0x416932c1u},  // 14.5748911
     {DType::kQ5_K, 0x416af3d0u},  // 14.6845245
     {DType::kQ6_K, 0x416af074u},  // 14.6837044
@@ -136,6 +143,7 @@ const GoldenError kGoldenErrors[] = {
     {DType::kQ4_0, 0.112292},  {DType::kQ5_0, 0.055647},   {DType::kQ8_0, 0.00696214},
     {DType::kQ4_K, 0.0757729}, {DType::kQ5_K, 0.0388396},  {DType::kQ6_K, 0.0209468},
     {DType::kQ8_K, 0.0110856}, {DType::kF16, 0.000190513}, {DType::kBF16, 0.00149503},
+    {DType::kQ4_1, 0.0822363}, {DType::kQ5_1, 0.0401938},
 };
 
 TEST(QuantGolden, ErrorIsNoWorseThanLlamaCppReference) {

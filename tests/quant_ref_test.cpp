@@ -11,14 +11,16 @@
 #include <vector>
 
 #include "ggml-like/dtype.h"
+#include "ggml-like/fp16.h"
 #include "ggml-like/quants.h"
 
 namespace qrun {
 namespace {
 
-const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                              DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
-const DType kActivationTypes[] = {DType::kQ8_0, DType::kQ8_K};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                              DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1,
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kActivationTypes[] = {DType::kQ8_0, DType::kQ8_1, DType::kQ8_K};
 
 // A small deterministic generator (xorshift64*), uniform in [-1, 1) and roughly normal.
 class Rng {
@@ -101,6 +103,12 @@ double error_bound(DType type) {
       return 0.19;  // 0.083 / 0.066 / 0.158 / 0.080
     case DType::kQ5_0:
       return 0.095;  // 0.042 / 0.031 / 0.079 / 0.040
+    case DType::kQ4_1:
+      return 0.125;  // 0.077 / 0.061 / 0.101 / 0.063
+    case DType::kQ5_1:
+      return 0.062;  // 0.037 / 0.029 / 0.050 / 0.031
+    case DType::kQ8_1:
+      return 0.0125;  // 0.0052 / 0.0038 / 0.0102 / 0.0051
     case DType::kQ4_K:
       return 0.115;  // 0.070 / 0.054 / 0.096 / 0.058
     case DType::kQ5_K:
@@ -142,7 +150,7 @@ TEST(QuantTraits, RowsAreAllOrNothingAndListedHere) {
       continue;
     }
     EXPECT_TRUE(t.to_float && t.from_float && t.from_float_act) << t.name << " has a partial row";
-    if (t.type != DType::kQ8_0) {
+    if (t.type != DType::kQ8_0 && t.type != DType::kQ8_1) {
       EXPECT_EQ(t.from_float_act, t.from_float) << t.name << ": activations quantize as weights";
     }
     bool listed = false;
@@ -154,7 +162,8 @@ TEST(QuantTraits, RowsAreAllOrNothingAndListedHere) {
     }
   }
   EXPECT_FALSE(is_supported(DType::kQ8_K));  // activation only
-  EXPECT_FALSE(is_supported(DType::kQ4_1));
+  EXPECT_FALSE(is_supported(DType::kQ8_1));
+  EXPECT_FALSE(is_supported(DType::kIQ2_XXS));
 }
 
 TEST(QuantTraits, ActivationTypesAreLlamaCppChoices) {
@@ -163,6 +172,9 @@ TEST(QuantTraits, ActivationTypesAreLlamaCppChoices) {
   EXPECT_EQ(type_traits(DType::kBF16).vec_dot_type, DType::kBF16);
   for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0}) {
     EXPECT_EQ(type_traits(t).vec_dot_type, DType::kQ8_0) << dtype_name(t);
+  }
+  for (DType t : {DType::kQ4_1, DType::kQ5_1}) {
+    EXPECT_EQ(type_traits(t).vec_dot_type, DType::kQ8_1) << dtype_name(t);
   }
   for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     EXPECT_EQ(type_traits(t).vec_dot_type, DType::kQ8_K) << dtype_name(t);
@@ -190,15 +202,41 @@ TEST(QuantRef, Q8_0ActivationsRoundTiesToEven) {
   EXPECT_EQ(act.d, weight.d);
 }
 
+// Q8_1 activations round as Q8_0's, and carry s = d * sum(q) in F16 with the float d (not
+// its F16 rounding): with amax 127 both are exact here.
+TEST(QuantRef, Q8_1ActivationsRoundTiesToEvenAndCarryTheirSum) {
+  std::vector<float> x(kQK, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = -3.5f;
+  x[3] = -0.5f;
+  BlockQ8_1 act{}, weight{};
+  const TypeTraits& t = type_traits(DType::kQ8_1);
+  t.from_float_act(x.data(), &act, kQK);
+  t.from_float(x.data(), &weight, kQK);
+  EXPECT_EQ(act.qs[1], 2);
+  EXPECT_EQ(act.qs[2], -4);
+  EXPECT_EQ(act.qs[3], 0);
+  EXPECT_EQ(weight.qs[1], 3);
+  EXPECT_EQ(weight.qs[3], -1);
+  EXPECT_EQ(fp16_to_fp32(act.s), 127.0f + 2 - 4);
+  EXPECT_EQ(fp16_to_fp32(weight.s), 127.0f + 3 - 4 - 1);
+  EXPECT_EQ(act.d, weight.d);
+}
+
 TEST(QuantTraits, BlockStructsMatchTheTable) {
   EXPECT_EQ(type_traits(DType::kQ4_0).block_bytes, sizeof(BlockQ4_0));
   EXPECT_EQ(type_traits(DType::kQ5_0).block_bytes, sizeof(BlockQ5_0));
   EXPECT_EQ(type_traits(DType::kQ8_0).block_bytes, sizeof(BlockQ8_0));
+  EXPECT_EQ(type_traits(DType::kQ4_1).block_bytes, sizeof(BlockQ4_1));
+  EXPECT_EQ(type_traits(DType::kQ5_1).block_bytes, sizeof(BlockQ5_1));
+  EXPECT_EQ(type_traits(DType::kQ8_1).block_bytes, sizeof(BlockQ8_1));
   EXPECT_EQ(type_traits(DType::kQ4_K).block_bytes, sizeof(BlockQ4_K));
   EXPECT_EQ(type_traits(DType::kQ5_K).block_bytes, sizeof(BlockQ5_K));
   EXPECT_EQ(type_traits(DType::kQ6_K).block_bytes, sizeof(BlockQ6_K));
   EXPECT_EQ(type_traits(DType::kQ8_K).block_bytes, sizeof(BlockQ8_K));
-  for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0}) {
+  for (DType t :
+       {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_1, DType::kQ5_1, DType::kQ8_1}) {
     EXPECT_EQ(type_traits(t).block_elems, kQK);
   }
   for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
@@ -209,6 +247,7 @@ TEST(QuantTraits, BlockStructsMatchTheTable) {
 TEST(QuantRef, RoundTripErrorWithinBound) {
   constexpr int64_t kN = 4096;
   std::vector<DType> types(std::begin(kWeightTypes), std::end(kWeightTypes));
+  types.push_back(DType::kQ8_1);
   types.push_back(DType::kQ8_K);
   for (DType type : types) {
     for (Dist dist : {Dist::kNormal, Dist::kUniform, Dist::kOutliers, Dist::kShifted}) {
@@ -225,8 +264,8 @@ TEST(QuantRef, RoundTripErrorWithinBound) {
 TEST(QuantRef, ErrorDoesNotDependOnScale) {
   // Block scales are relative, so inputs 0.1x and 1000x the usual lose the same share
   // (much smaller inputs hit the fp16 subnormal range of the block scales).
-  for (DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
-                     DType::kQ6_K, DType::kQ8_K}) {
+  for (DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_1, DType::kQ5_1,
+                     DType::kQ8_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
     for (float scale : {2e-3f, 20.0f}) {
       const std::vector<float> x = make_input(Dist::kNormal, 1024, 99, scale);
       EXPECT_LE(rel_rmse(x, round_trip(type, x)), error_bound(type))
@@ -263,7 +302,10 @@ TEST(QuantRef, DotProductCloseToFloatDot) {
     // Element errors mostly cancel in a long dot: measured at most 6e-9 (f32), 3.6e-6 (f16),
     // 2.3e-5 (bf16), 1.6e-4 (q8_0), 1.4e-3 (q4_0), 1.6e-3 (q5_0), 1.1e-3 (q4_k),
     // 3.5e-4 (q5_k), 7e-4 (q6_k); the bounds are 3x or more above those.
-    const double bound = type == DType::kF32 ? 1e-7 : error_bound(type) / 20;
+    // Q4_1 and Q5_1 measured 1.5e-3 and 1.9e-3: their F16 activation sums (Q8_1's s, times
+    // the block minimum) add to the levels' error, so their bounds are error_bound / 10.
+    const bool offset = type == DType::kQ4_1 || type == DType::kQ5_1;
+    const double bound = type == DType::kF32 ? 1e-7 : error_bound(type) / (offset ? 10 : 20);
     for (uint64_t seed = 1; seed <= 3; ++seed) {
       const int64_t n = type_traits(type).block_elems == 1 ? 4097 : 16 * kQKK;
       EXPECT_LE(dot_error(type, n, seed), bound) << dtype_name(type) << " seed " << seed;
@@ -294,8 +336,21 @@ TEST(QuantRef, DotEqualsDotOfDequantizedRows) {
       want += static_cast<double>(dx[i]) * dy[i];
       mag += std::fabs(static_cast<double>(dx[i]) * dy[i]);
     }
+    // Q8_1 activations carry their block's d * sum(q) as F16 (llama.cpp's format), which the
+    // offset types' dot multiplies by the block minimum m: half an F16 ulp of it per block
+    // on top of the accumulation's rounding.
+    double carried_sum = 0;
+    if (act.type == DType::kQ8_1) {
+      const auto* a = reinterpret_cast<const BlockQ8_1*>(qy.data());
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        const uint16_t m = type == DType::kQ4_1
+                               ? reinterpret_cast<const BlockQ4_1*>(qx.data())[b].m
+                               : reinterpret_cast<const BlockQ5_1*>(qx.data())[b].m;
+        carried_sum += std::fabs(fp16_to_fp32(m) * fp16_to_fp32(a[b].s)) * 0x1p-11;
+      }
+    }
     const double got = t.vec_dot(n, qx.data(), qy.data());
-    EXPECT_NEAR(got, want, 2e-6 * mag) << t.name;
+    EXPECT_NEAR(got, want, 2e-6 * mag + carried_sum) << t.name;
   }
 }
 
@@ -332,6 +387,7 @@ TEST(QuantRef, AwkwardSizesStayInBoundsAndFinite) {
 
 TEST(QuantRef, DegenerateBlocks) {
   std::vector<DType> types(std::begin(kWeightTypes), std::end(kWeightTypes));
+  types.push_back(DType::kQ8_1);
   types.push_back(DType::kQ8_K);
   for (DType type : types) {
     const TypeTraits& t = type_traits(type);
@@ -422,7 +478,8 @@ TEST(QuantRowsDeathTest, RejectsPartialBlocksAndUnsupportedTypes) {
   std::vector<float> x(64, 1.0f);
   std::vector<uint8_t> q(256);
   EXPECT_DEATH(quantize_rows(DType::kQ4_0, x.data(), q.data(), 1, 33), "whole number of blocks");
-  EXPECT_DEATH(quantize_rows(DType::kQ4_1, x.data(), q.data(), 1, 32), "no reference quantizer");
+  EXPECT_DEATH(quantize_rows(DType::kIQ2_XXS, x.data(), q.data(), 1, 256),
+               "no reference quantizer");
   EXPECT_DEATH(dequantize_row(DType::kQ8_0, q.data(), x.data(), 31), "whole number of blocks");
 }
 
