@@ -31,8 +31,9 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kRelTol = 1e-5;
 constexpr double kExactLimit = 16777216.0;  // 2^24: integers below it are exact in float
 
-const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ5_0,
-                              DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
+                              DType::kQ5_0, DType::kQ8_0, DType::kQ4_1, DType::kQ5_1,
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 std::vector<int64_t> row_lengths(DType type) {
   const int64_t block = type_traits(type).block_elems;
@@ -120,7 +121,8 @@ TEST(KernelsDot, RandomRowsMatchReference) {
 
 // A weight row with unit block scales (d = dmin = 1) and random levels; the sub-block
 // scales of the k-quants are kept small so that the sum stays below 2^24. With `extreme`,
-// every level is at its largest (and Q8_0 at -128) and so are the scales the bound allows.
+// every level is at its largest (and Q8_0 at -128) and so are the scales the bound allows
+// (Q4_1/Q5_1: the minimum m is -3 there, 1 otherwise).
 std::vector<uint8_t> raw_weights(DType type, int64_t n, std::mt19937& rng, bool extreme) {
   std::vector<uint8_t> row(row_size(type, n));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -155,6 +157,18 @@ std::vector<uint8_t> raw_weights(DType type, int64_t n, std::mt19937& rng, bool 
       case DType::kQ5_0:
         reinterpret_cast<BlockQ5_0*>(row.data())[i].d = one;
         break;
+      case DType::kQ4_1: {
+        auto& blk = reinterpret_cast<BlockQ4_1*>(row.data())[i];
+        blk.d = one;
+        blk.m = extreme ? fp32_to_fp16(-3.0f) : one;
+        break;
+      }
+      case DType::kQ5_1: {
+        auto& blk = reinterpret_cast<BlockQ5_1*>(row.data())[i];
+        blk.d = one;
+        blk.m = extreme ? fp32_to_fp16(-3.0f) : one;
+        break;
+      }
       case DType::kQ8_0: {
         auto& blk = reinterpret_cast<BlockQ8_0*>(row.data())[i];
         blk.d = one;
@@ -212,6 +226,24 @@ std::vector<uint8_t> raw_acts(DType act_type, int64_t n, std::mt19937& rng, int 
       blk[b].d = fp32_to_fp16(1.0f);
       for (int i = 0; i < kQK; ++i) blk[b].qs[i] = static_cast<int8_t>(pick(i));
     }
+  } else if (act_type == DType::kQ8_1) {
+    // s = d * sum(q) is F16, which holds every even integer up to 4096 (|sum| <= 32 * 127):
+    // an odd sum is made even so that s is exact.
+    auto* blk = reinterpret_cast<BlockQ8_1*>(row.data());
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      blk[b].d = fp32_to_fp16(1.0f);
+      int sum = 0;
+      for (int i = 0; i < kQK; ++i) {
+        blk[b].qs[i] = static_cast<int8_t>(pick(i));
+        sum += blk[b].qs[i];
+      }
+      if (sum % 2 != 0) {
+        const int step = blk[b].qs[0] > 0 ? -1 : 1;
+        blk[b].qs[0] = static_cast<int8_t>(blk[b].qs[0] + step);
+        sum += step;
+      }
+      blk[b].s = fp32_to_fp16(static_cast<float>(sum));
+    }
   } else if (act_type == DType::kQ8_K) {
     auto* blk = reinterpret_cast<BlockQ8_K*>(row.data());
     for (int64_t b = 0; b < n / kQKK; ++b) {
@@ -254,6 +286,8 @@ TEST(KernelsDot, IntegerDotsAreExact) {
             // that plus sum m |a| <= 15 * 127 * n (the raw mins are below 16).
             double bound = mag;
             if (type == DType::kQ4_K || type == DType::kQ5_K) bound += 15.0 * 127.0 * n;
+            // Q4_1/Q5_1 sum d * q * a and m * s apart: bounded the same way with |m| <= 3.
+            if (type == DType::kQ4_1 || type == DType::kQ5_1) bound += 3.0 * 127.0 * n;
             if (bound >= kExactLimit) continue;
             ++checked;
             EXPECT_EQ(ref(n, w.data(), a.data()), exact) << "reference";
