@@ -13,6 +13,10 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
 void quantize_q8_0_act(const float* src, void* dst, int64_t n);
+// The offset types against Q8_1 activations, and llama.cpp's x86 Q8_1 activation quantizer.
+float vec_dot_q4_1_q8_1(int64_t n, const void* x, const void* y);
+float vec_dot_q5_1_q8_1(int64_t n, const void* x, const void* y);
+void quantize_q8_1_act(const float* src, void* dst, int64_t n);
 // Rows . one activation row, bit-identical to vec_dot (see GemvFn in kernel_table.h).
 void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, float* y);

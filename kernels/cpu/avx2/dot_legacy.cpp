@@ -1,9 +1,12 @@
 // AVX2 dot products of the 32-element block types (Q4_0, Q5_0, Q8_0) with Q8_0
-// activations, and llama.cpp's x86 Q8_0 activation quantizer (bit-identical to
-// quantize_q8_0_act). Integer block sums are exact (see dot_common.h for the ranges);
+// activations and of the offset types (Q4_1, Q5_1) with Q8_1 activations, and llama.cpp's
+// x86 Q8_0 and Q8_1 activation quantizers (bit-identical to quantize_q8_0_act and
+// quantize_q8_1_act). Integer block sums are exact (see dot_common.h for the ranges);
 // the float order is llama.cpp's AVX2 one, so that logits can match its golden outputs:
 //   Q5_0, Q8_0: 8 int32 lanes per block (lane k sums elements 4k .. 4k + 3), each lane
 //     accumulated as acc = fma(d_x * d_y, float(lane), acc), one horizontal sum at the end.
+//   Q4_1, Q5_1: the same, plus m_x * s_y summed block by block in a scalar chain that is
+//     added to the horizontal sum.
 //   Q4_0: llama.cpp repacks Q4_0 weights on AVX2 machines and multiplies them per output
 //     row as acc = fma(float(block sum), d_x * d_y, acc), one block after the other.
 // The gemv kernels run 4 rows at once with the same steps per row (bit-identical to
@@ -104,6 +107,46 @@ float vec_dot_q8_0_q8_0(int64_t n, const void* vx, const void* vy) {
   return hsum_f32x8(acc);
 }
 
+namespace {
+
+// Q4_1, Q5_1: the levels are unsigned (0 .. 31), so one vpmaddubsw forms the pair sums;
+// d_x * d_y * lanes accumulate as Q5_0's, and m_x * s_y in a scalar chain added after the
+// horizontal sum (llama.cpp's AVX2 order).
+template <class Block, __m256i (*kLevels)(const Block&)>
+float offset_dot(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const Block*>(vx);
+  const auto* y = static_cast<const BlockQ8_1*>(vy);
+  const int64_t nb = n / kQK;
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    summs += fp16_load(x[b].m) * fp16_load(y[b].s);
+    const __m256 d = _mm256_set1_ps(block_scale(x[b].d, y[b].d));
+    const __m256i lanes = dot_u8s8(kLevels(x[b]), load256(y[b].qs));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return hsum_f32x8(acc) + summs;
+}
+
+inline __m256i q4_1_levels(const BlockQ4_1& x) {
+  return unpack_nibbles32(x.qs);
+}
+
+inline __m256i q5_1_levels(const BlockQ5_1& x) {
+  const __m256i high = _mm256_and_si256(expand_bits32(load_u32(x.qh)), _mm256_set1_epi8(16));
+  return _mm256_or_si256(unpack_nibbles32(x.qs), high);
+}
+
+}  // namespace
+
+float vec_dot_q4_1_q8_1(int64_t n, const void* x, const void* y) {
+  return offset_dot<BlockQ4_1, q4_1_levels>(n, x, y);
+}
+
+float vec_dot_q5_1_q8_1(int64_t n, const void* x, const void* y) {
+  return offset_dot<BlockQ5_1, q5_1_levels>(n, x, y);
+}
+
 void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, float* y) {
   const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
@@ -165,34 +208,60 @@ void gemv_q8_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
   for (; r < n_rows; ++r) y[r] = vec_dot_q8_0_q8_0(n, w + static_cast<size_t>(r) * w_stride, act);
 }
 
-// amax over the block (NaNs ignored, as std::max in the reference), d = amax / 127 as F16,
-// levels round(x * (127 / amax)) half to even (the default MXCSR mode), saturated to int8.
+namespace {
+
+// One block of llama.cpp's x86 activation quantizer: amax over the block (NaNs ignored, as
+// std::max in the reference), levels round(x * (127 / amax)) half to even (the default MXCSR
+// mode), saturated to int8 and stored at qs; returns amax / 127, the unrounded scale. With
+// kSum, *sum is the levels' sum (Q8_1's s is d * sum).
+template <bool kSum>
+float quantize_block_act(const float* x, int8_t* qs, int32_t* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    // vmaxps returns its second operand when either is NaN.
+    amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), amax);
+  }
+  __m128 m = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float max = _mm_cvtss_f32(m);
+  const __m256 id = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+  // Saturating packs interleave the 128-bit halves; the permutation restores the order.
+  const __m256i q16a = _mm256_packs_epi32(q[0], q[1]);
+  const __m256i q16b = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b), order);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), q8);
+  if constexpr (kSum) {
+    // The sum of the saturated levels, as the reference sums what it stored.
+    *sum = hsum_i32x8(dot_u8s8(_mm256_set1_epi8(1), q8));
+  }
+  return max / 127.0f;
+}
+
+}  // namespace
+
 void quantize_q8_0_act(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ8_0*>(dst);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t b = 0; b < n / kQK; ++b) {
-    const float* x = src + b * kQK;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(x + 8 * i);
-      // vmaxps returns its second operand when either is NaN.
-      amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), amax);
-    }
-    __m128 m = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float max = _mm_cvtss_f32(m);
-    out[b].d = _cvtss_sh(max / 127.0f, _MM_FROUND_TO_NEAREST_INT);
-    const __m256 id = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
-    __m256i q[4];
-    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
-    // Saturating packs interleave the 128-bit halves; the permutation restores the order.
-    const __m256i q16a = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i q16b = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b), order);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), q8);
+    const float d = quantize_block_act<false>(src + b * kQK, out[b].qs, nullptr);
+    out[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+  }
+}
+
+// As quantize_q8_0_act, with s = F16(d * sum of the levels), d the unrounded scale.
+void quantize_q8_1_act(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_1*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    int32_t sum = 0;
+    const float d = quantize_block_act<true>(src + b * kQK, out[b].qs, &sum);
+    out[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    out[b].s = _cvtss_sh(d * static_cast<float>(sum), _MM_FROUND_TO_NEAREST_INT);
   }
 }
 
