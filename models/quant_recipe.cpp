@@ -32,6 +32,8 @@ std::optional<QuantRecipe> find_quant_recipe(std::string_view name) {
       Row{"q8_0", DType::kQ8_0, QuantMix::kNone, 7},
       Row{"q4_0", DType::kQ4_0, QuantMix::kNone, 2},
       Row{"q5_0", DType::kQ5_0, QuantMix::kNone, 8},
+      Row{"q4_1", DType::kQ4_1, QuantMix::kNone, 3},
+      Row{"q5_1", DType::kQ5_1, QuantMix::kNone, 9},
       Row{"q4_k", DType::kQ4_K, QuantMix::kNone, 14},
       Row{"q5_k", DType::kQ5_K, QuantMix::kNone, 16},
       Row{"q6_k", DType::kQ6_K, QuantMix::kNone, 18},
@@ -47,8 +49,8 @@ std::optional<QuantRecipe> find_quant_recipe(std::string_view name) {
 }
 
 std::vector<std::string> quant_recipe_names() {
-  return {"f32",  "f16",  "bf16",   "q8_0",   "q4_0",   "q5_0",  "q4_k",
-          "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m"};
+  return {"f32",  "f16",  "bf16", "q8_0",   "q4_0",   "q5_0",   "q4_1",  "q5_1",
+          "q4_k", "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m"};
 }
 
 std::string quant_recipe_list() {
@@ -78,7 +80,9 @@ DType fit_type(DType want, int64_t row_len) {
   const TypeTraits& t = type_traits(want);
   if (row_len % t.block_elems == 0) return want;
   if (t.block_elems == 256) {
-    const DType fallback = want == DType::kQ4_K ? DType::kQ5_0 : DType::kQ8_0;
+    const DType fallback = want == DType::kQ4_K   ? DType::kQ5_0
+                           : want == DType::kQ5_K ? DType::kQ5_1
+                                                  : DType::kQ8_0;
     if (row_len % type_traits(fallback).block_elems == 0) return fallback;
   }
   return DType::kF16;

@@ -40,8 +40,7 @@ Result<QuantRecipe> quant_recipe_or_error(std::string_view name, const char* com
 bool is_quantizable_weight(std::string_view name, int n_dims);
 
 // A type whose blocks tile rows of `row_len`, falling back as llama-quantize does
-// (Q4_K -> Q5_0, other k-quants -> Q8_0, then F16). qrun has no Q5_1, so where
-// llama-quantize would pick Q5_1 for Q5_K this picks Q8_0.
+// (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16).
 DType fit_type(DType want, int64_t row_len);
 
 class QuantPlanner {

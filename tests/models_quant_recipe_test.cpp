@@ -38,7 +38,9 @@ TEST(QuantRecipe, SmallMixAndPlainTypes) {
   EXPECT_EQ(q8.next("output.weight", 4096), DType::kQ8_0);
   QuantPlanner f16(*find_quant_recipe("f16"), 32, 32, true);
   EXPECT_EQ(f16.next("output.weight", 4096), DType::kF16);
-  EXPECT_FALSE(find_quant_recipe("q4_1"));
+  EXPECT_EQ(find_quant_recipe("q5_1")->file_type, 9);  // LLAMA_FTYPE_MOSTLY_Q5_1
+  EXPECT_EQ(find_quant_recipe("q4_1")->base, DType::kQ4_1);
+  EXPECT_FALSE(find_quant_recipe("q3_k"));
 }
 
 TEST(QuantRecipe, TiedEmbeddingIsTheOutput) {
@@ -49,7 +51,7 @@ TEST(QuantRecipe, TiedEmbeddingIsTheOutput) {
 TEST(QuantRecipe, FallbacksWhenBlocksDoNotTileTheRow) {
   EXPECT_EQ(fit_type(DType::kQ4_K, 64), DType::kQ5_0);
   EXPECT_EQ(fit_type(DType::kQ6_K, 64), DType::kQ8_0);
-  EXPECT_EQ(fit_type(DType::kQ5_K, 96), DType::kQ8_0);
+  EXPECT_EQ(fit_type(DType::kQ5_K, 96), DType::kQ5_1);
   EXPECT_EQ(fit_type(DType::kQ4_K, 172), DType::kF16);
   EXPECT_EQ(fit_type(DType::kQ4_0, 172), DType::kF16);
   QuantPlanner p(*find_quant_recipe("q4_0"), 1, 1, true);
