@@ -18,7 +18,8 @@ constexpr TypeTraits row(DType t, const char* name, int64_t be, size_t bb, bool 
 
 // A row with reference kernels (quants.h): dequantize, quantize, and the dot product
 // against `dot_type`, the activation type (the type itself for F32/F16/BF16, Q8_0 for the
-// 32-wide quants, Q8_1 for the offset ones Q4_1 and Q5_1, Q8_K for the k-quants; llama.cpp's
+// 32-wide quants, Q8_1 for the offset ones Q4_1 and Q5_1, Q8_K for the k-quants and IQ4_XS;
+// llama.cpp's
 // CPU choices). Activation-only types (Q8_1, Q8_K) have no dot product of their own.
 constexpr TypeTraits kernel_row(TypeTraits geometry, DType dot_type, ToFloatFn to, FromFloatFn from,
                                 VecDotFn dot) {
@@ -71,10 +72,12 @@ constexpr std::array kGeometry = {
     row(DType::kIQ2_XS, "iq2_xs", 256, 74, true),
     row(DType::kIQ3_XXS, "iq3_xxs", 256, 98, true),
     row(DType::kIQ1_S, "iq1_s", 256, 50, true),
-    row(DType::kIQ4_NL, "iq4_nl", 32, 18, true),
+    kernel_row(row(DType::kIQ4_NL, "iq4_nl", 32, 18, true), DType::kQ8_0, dequantize_iq4_nl,
+               quantize_iq4_nl, vec_dot_iq4_nl_q8_0),
     row(DType::kIQ3_S, "iq3_s", 256, 110, true),
     row(DType::kIQ2_S, "iq2_s", 256, 82, true),
-    row(DType::kIQ4_XS, "iq4_xs", 256, 136, true),
+    kernel_row(row(DType::kIQ4_XS, "iq4_xs", 256, 136, true), DType::kQ8_K, dequantize_iq4_xs,
+               quantize_iq4_xs, vec_dot_iq4_xs_q8_k),
     row(DType::kI8, "i8", 1, 1, false),
     row(DType::kI16, "i16", 1, 2, false),
     row(DType::kI32, "i32", 1, 4, false),

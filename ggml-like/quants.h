@@ -74,6 +74,18 @@ struct BlockQ8_1 {
 };
 static_assert(sizeof(BlockQ8_1) == 36, "q8_1 block must be 36 bytes");
 
+// IQ4_NL: x[i] = d * kIq4Values[q[i]], q in [0, 15] an index into a non-linear table.
+// bytes 0-1: d (fp16); 2-17: qs, nibbles packed as in Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18, "iq4_nl block must be 18 bytes");
+
+// The 16 levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl), denser near zero.
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+
 // ---- 256-element super-blocks (k-quants) ------------------------------------------------
 
 // The 12 scale bytes of Q4_K and Q5_K hold eight 6-bit scales sc[s] and eight 6-bit mins
@@ -118,6 +130,24 @@ struct BlockQ6_K {
   uint16_t d;
 };
 static_assert(sizeof(BlockQ6_K) == 210, "q6_k block must be 210 bytes");
+
+// IQ4_XS: IQ4_NL's levels in super-blocks of 256 with a 6-bit scale per 32 elements:
+// x = d * (ls[s] - 32) * kIq4Values[q], s = i / 32. bytes 0-1: d (fp16); 2-3: scales_h, bits
+// 2s, 2s + 1 the high two bits of ls[s]; 4-7: scales_l, nibble s (low first) the low four
+// bits of ls[s]; 8-135: qs, sub-block s's 16 bytes packed as an IQ4_NL block's.
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136, "iq4_xs block must be 136 bytes");
+
+// The 6-bit scale ls (0 .. 63; the block scale is d * (ls - 32)) of sub-block s of an IQ4_XS
+// super-block.
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int s) {
+  return ((b.scales_l[s / 2] >> (4 * (s % 2))) & 15) | (((b.scales_h >> (2 * s)) & 3) << 4);
+}
 
 // Q8_K (activation type of the k-quants only): x[i] = d * q[i].
 // bytes 0-3: d (fp32); 4-259: q[i] int8; 260-291: bsums[k] (int16) = sum of q[16k ..+16].
@@ -169,6 +199,17 @@ void quantize_q8_0(const float* src, void* dst, int64_t n);
 // per million, enough to move greedy picks at near-ties.
 void quantize_q8_0_act(const float* src, void* dst, int64_t n);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
+
+// IQ4_NL and IQ4_XS quantize as llama-quantize does without an importance matrix: each block
+// scale is the best of 15 tries by weighted (x^2) squared error, then IQ4_XS's block scales
+// are quantized to 6 bits of the super-block's. (llama.cpp's quantize_row_iq4_nl_ref skips
+// the search; the files llama-quantize writes use it, and so does qrun.)
+void dequantize_iq4_nl(const void* src, float* dst, int64_t n);
+void quantize_iq4_nl(const float* src, void* dst, int64_t n);
+float vec_dot_iq4_nl_q8_0(int64_t n, const void* x, const void* y);
+void dequantize_iq4_xs(const void* src, float* dst, int64_t n);
+void quantize_iq4_xs(const float* src, void* dst, int64_t n);
+float vec_dot_iq4_xs_q8_k(int64_t n, const void* x, const void* y);
 
 void dequantize_q4_k(const void* src, float* dst, int64_t n);
 void quantize_q4_k(const float* src, void* dst, int64_t n);

@@ -31,9 +31,10 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kRelTol = 1e-5;
 constexpr double kExactLimit = 16777216.0;  // 2^24: integers below it are exact in float
 
-const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
-                              DType::kQ5_0, DType::kQ8_0, DType::kQ4_1, DType::kQ5_1,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kWeightTypes[] = {DType::kF32,   DType::kF16,  DType::kBF16, DType::kQ4_0,
+                              DType::kQ5_0,  DType::kQ8_0, DType::kQ4_1, DType::kQ5_1,
+                              DType::kQ4_K,  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL,
+                              DType::kIQ4_XS};
 
 std::vector<int64_t> row_lengths(DType type) {
   const int64_t block = type_traits(type).block_elems;
@@ -167,6 +168,22 @@ std::vector<uint8_t> raw_weights(DType type, int64_t n, std::mt19937& rng, bool 
         auto& blk = reinterpret_cast<BlockQ5_1*>(row.data())[i];
         blk.d = one;
         blk.m = extreme ? fp32_to_fp16(-3.0f) : one;
+        break;
+      }
+      case DType::kIQ4_NL:
+        reinterpret_cast<BlockIQ4_NL*>(row.data())[i].d = one;
+        break;
+      case DType::kIQ4_XS: {  // block scales ls - 32 in [-3, 3]
+        auto& blk = reinterpret_cast<BlockIQ4_XS*>(row.data())[i];
+        blk.d = one;
+        blk.scales_h = 0;
+        std::uniform_int_distribution<int> ls(29, 35);
+        for (int s = 0; s < kQKK / kQK; ++s) {
+          const int l = extreme ? 29 : ls(rng);
+          blk.scales_l[s / 2] =
+              static_cast<uint8_t>(s % 2 == 0 ? (l & 15) : blk.scales_l[s / 2] | (l & 15) << 4);
+          blk.scales_h = static_cast<uint16_t>(blk.scales_h | (l >> 4) << (2 * s));
+        }
         break;
       }
       case DType::kQ8_0: {

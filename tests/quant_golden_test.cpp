@@ -2,9 +2,9 @@
 // reference quantizers write them, dot products as its generic (non-SIMD) CPU kernels
 // compute them, and the error of its reference quantizers. The expectations were produced
 // once by a program built outside this repository against llama.cpp's ggml (commit
-// c392e5094, all SIMD off; Q4_1, Q5_1 and Q8_1 at d8a24cce, its reference quantizers and its
-// generic dot products compiled without FMA) on the deterministic input below; only its
-// output is here.
+// c392e5094, all SIMD off; Q4_1, Q5_1, Q8_1, IQ4_NL and IQ4_XS at d8a24cce, its reference
+// quantizers (for IQ4_NL quantize_iq4_nl, what llama-quantize calls) and its generic dot
+// products compiled without FMA) on the deterministic input below; only its output is here.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -53,6 +53,12 @@ const GoldenBlock kGoldenBlocks[] = {
     {DType::kQ4_1, "1a2d97bbaaf9fceacba0ccaafeefaeeccd9e9dc9"},
     {DType::kQ5_1, "f02897bbdfffffff45e3eae597409854eddf4dd98a3d2a93"},
     {DType::kQ8_1, "a61f93baefe405edf881fce6192118000a1806e5e81e1c1a03eb03f01e16e916fee3e002"},
+    {DType::kIQ4_NL, "a51f66a6a8a687608866aaab6aa8895a5886"},
+    {DType::kIQ4_XS,
+     "a58b60df508da7f766a6a8a687608866aaab6aa8895a5886aa7a6967586979a9bb68a08678755ab93d43544995"
+     "cbdd786d2b965598dcdb407f3ea2c5c3a83e5f62f439f3f6a0fb057a98787484a66589b7066b596886444bb7a6"
+     "bba8977a865b75789967975b0977cb8ccab442d3f1d5e72dab8dc40c7615a669696067a77a5877756a6a668566"
+     "9a"},
     {DType::kQ4_K,
      "23159f23fff762d97f764f10050508ddeae9dcbacbd0dcd9febf0e9cbd9eecc9eabfafae8caaaceaff9eeace"
      "aca999fcf1ca29644873d1e5315286486502a25e7a4998b9b491316667fb34e8f490e0094264044747255602"
@@ -103,17 +109,19 @@ struct GoldenDot {
   uint32_t bits;
 };
 const GoldenDot kGoldenDots[] = {
-    {DType::kF32, 0x416b316bu},   // 14.6995649
-    {DType::kF16, 0x416b3052u},   // 14.699297
-    {DType::kBF16, 0x416b4e8bu},  // 14.7066755
-    {DType::kQ4_0, 0x416cd0d2u},  // 14.8009815
-    {DType::kQ5_0, 0x416adce2u},  // 14.6789265
-    {DType::kQ8_0, 0x416b2a05u},  // 14.6977587
-    {DType::kQ4_1, 0x416bbf8eu},  // 14.7342663
-    {DType::kQ5_1, 0x416af709u},  // 14.6853113
-    {DType::kQ4_K, 0x416932c1u},  // 14.5748911
-    {DType::kQ5_K, 0x416af3d0u},  // 14.6845245
-    {DType::kQ6_K, 0x416af074u},  // 14.6837044
+    {DType::kF32, 0x416b316bu},     // 14.6995649
+    {DType::kF16, 0x416b3052u},     // 14.699297
+    {DType::kBF16, 0x416b4e8bu},    // 14.7066755
+    {DType::kQ4_0, 0x416cd0d2u},    // 14.8009815
+    {DType::kQ5_0, 0x416adce2u},    // 14.6789265
+    {DType::kQ8_0, 0x416b2a05u},    // 14.6977587
+    {DType::kQ4_1, 0x416bbf8eu},    // 14.7342663
+    {DType::kQ5_1, 0x416af709u},    // 14.6853113
+    {DType::kIQ4_NL, 0x416c1064u},  // 14.7540016
+    {DType::kIQ4_XS, 0x416ccc62u},  // 14.7998981
+    {DType::kQ4_K, 0x416932c1u},    // 14.5748911
+    {DType::kQ5_K, 0x416af3d0u},    // 14.6845245
+    {DType::kQ6_K, 0x416af074u},    // 14.6837044
 };
 
 TEST(QuantGolden, DotProductsAreBitIdenticalToLlamaCppGeneric) {
@@ -140,10 +148,11 @@ struct GoldenError {
   double rel_rmse;
 };
 const GoldenError kGoldenErrors[] = {
-    {DType::kQ4_0, 0.112292},  {DType::kQ5_0, 0.055647},   {DType::kQ8_0, 0.00696214},
-    {DType::kQ4_K, 0.0757729}, {DType::kQ5_K, 0.0388396},  {DType::kQ6_K, 0.0209468},
-    {DType::kQ8_K, 0.0110856}, {DType::kF16, 0.000190513}, {DType::kBF16, 0.00149503},
-    {DType::kQ4_1, 0.0822363}, {DType::kQ5_1, 0.0401938},
+    {DType::kQ4_0, 0.112292},    {DType::kQ5_0, 0.055647},   {DType::kQ8_0, 0.00696214},
+    {DType::kQ4_K, 0.0757729},   {DType::kQ5_K, 0.0388396},  {DType::kQ6_K, 0.0209468},
+    {DType::kQ8_K, 0.0110856},   {DType::kF16, 0.000190513}, {DType::kBF16, 0.00149503},
+    {DType::kQ4_1, 0.0822363},   {DType::kQ5_1, 0.0401938},  {DType::kIQ4_NL, 0.0907801},
+    {DType::kIQ4_XS, 0.0916245},
 };
 
 TEST(QuantGolden, ErrorIsNoWorseThanLlamaCppReference) {
