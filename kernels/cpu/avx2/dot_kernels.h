@@ -8,10 +8,11 @@
 
 namespace qrun::kernels::avx2 {
 
-// dot_legacy.cpp: 32-element blocks against Q8_0 activations.
+// dot_legacy.cpp: 32-element blocks against Q8_0 activations (and Q4_1, Q5_1 against Q8_1).
 float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
+float vec_dot_iq4_nl_q8_0(int64_t n, const void* x, const void* y);
 void quantize_q8_0_act(const float* src, void* dst, int64_t n);
 // The offset types against Q8_1 activations, and llama.cpp's x86 Q8_1 activation quantizer.
 float vec_dot_q4_1_q8_1(int64_t n, const void* x, const void* y);
@@ -35,10 +36,11 @@ void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
 void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
 
-// dot_kquants.cpp: 256-element super-blocks against Q8_K activations.
+// dot_kquants.cpp: 256-element super-blocks (k-quants, IQ4_XS) against Q8_K activations.
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_iq4_xs_q8_k(int64_t n, const void* x, const void* y);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
 
 // dot_float.cpp: plain float rows.

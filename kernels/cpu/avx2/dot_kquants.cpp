@@ -1,4 +1,5 @@
-// AVX2 dot products of the k-quants (Q4_K, Q5_K, Q6_K) with Q8_K activations, and the Q8_K
+// AVX2 dot products of the k-quants (Q4_K, Q5_K, Q6_K) and of IQ4_XS with Q8_K activations,
+// and the Q8_K
 // activation quantizer (bit-identical to the reference quantize_q8_k for finite inputs).
 // Integer sums per super-block are exact (ranges on each kernel); the float order is
 // llama.cpp's AVX2 one, so that logits can match its golden outputs:
@@ -214,6 +215,31 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
     }
     blk.d = 1.0f / iscale;
   }
+}
+
+// IQ4_XS: each 32-element sub-block's levels looked up (vpshufb) and dotted with the sign
+// trick to int16 pairs (<= 2 * 127 * 127), then vpmaddwd by its scale ls - 32 (|.| <= 32):
+// int32 lanes well inside range. One FMA per super-block, as llama.cpp's AVX2 kernel.
+float vec_dot_iq4_xs_q8_k(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockIQ4_XS*>(vx);
+  const auto* y = static_cast<const BlockQ8_K*>(vy);
+  const __m128i table128 = load128(kIq4Values);
+  const __m256i table = _mm256_set_m128i(table128, table128);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    __m256i sums = _mm256_setzero_si256();
+    for (int s = 0; s < kQKK / kQK; ++s) {
+      const __m256i levels = _mm256_shuffle_epi8(table, unpack_nibbles32(x[b].qs + s * (kQK / 2)));
+      const __m256i a = load256(y[b].qs + s * kQK);
+      const __m256i pairs =
+          _mm256_maddubs_epi16(_mm256_sign_epi8(levels, levels), _mm256_sign_epi8(a, levels));
+      const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(iq4_xs_scale(x[b], s) - 32));
+      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, scale));
+    }
+    acc =
+        _mm256_fmadd_ps(_mm256_set1_ps(fp16_load(x[b].d) * y[b].d), _mm256_cvtepi32_ps(sums), acc);
+  }
+  return hsum_f32x8(acc);
 }
 
 }  // namespace qrun::kernels::avx2

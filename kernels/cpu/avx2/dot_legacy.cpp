@@ -1,4 +1,4 @@
-// AVX2 dot products of the 32-element block types (Q4_0, Q5_0, Q8_0) with Q8_0
+// AVX2 dot products of the 32-element block types (Q4_0, Q5_0, Q8_0, IQ4_NL) with Q8_0
 // activations and of the offset types (Q4_1, Q5_1) with Q8_1 activations, and llama.cpp's
 // x86 Q8_0 and Q8_1 activation quantizers (bit-identical to quantize_q8_0_act and
 // quantize_q8_1_act). Integer block sums are exact (see dot_common.h for the ranges);
@@ -7,8 +7,8 @@
 //     accumulated as acc = fma(d_x * d_y, float(lane), acc), one horizontal sum at the end.
 //   Q4_1, Q5_1: the same, plus m_x * s_y summed block by block in a scalar chain that is
 //     added to the horizontal sum.
-//   Q4_0: llama.cpp repacks Q4_0 weights on AVX2 machines and multiplies them per output
-//     row as acc = fma(float(block sum), d_x * d_y, acc), one block after the other.
+//   Q4_0, IQ4_NL: llama.cpp repacks these weights on AVX2 machines and multiplies them per
+//     output row as acc = fma(float(block sum), d_x * d_y, acc), one block after the other.
 // The gemv kernels run 4 rows at once with the same steps per row (bit-identical to
 // vec_dot): the activation block, its scale and offset products are shared, and the
 // rows' float chains run in the lanes of one vector. Each row's block b is prefetched
@@ -51,18 +51,32 @@ inline __m256 broadcast_lane(__m128 v, int i) {
 
 }  // namespace
 
-float vec_dot_q4_0_q8_0(int64_t n, const void* vx, const void* vy) {
-  const auto* x = static_cast<const BlockQ4_0*>(vx);
+namespace {
+
+// The IQ4_NL levels, as a byte table in both 128-bit lanes for vpshufb.
+inline __m256i iq4_table() {
+  const __m128i t = load128(kIq4Values);
+  return _mm256_set_m128i(t, t);
+}
+
+inline __m256i iq4_nl_block_lanes(const BlockIQ4_NL& x, const BlockQ8_0& y) {
+  const __m256i levels = _mm256_shuffle_epi8(iq4_table(), unpack_nibbles32(x.qs));
+  return dot_s8s8(levels, load256(y.qs));
+}
+
+// Q4_0 and IQ4_NL: one chain of scalar FMAs over the blocks (the order of llama.cpp's
+// repacked kernels); the integer sums of four blocks are formed together and fed to it one
+// lane at a time.
+template <class Block, __m256i (*kLanes)(const Block&, const BlockQ8_0&)>
+float chained_dot(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const Block*>(vx);
   const auto* y = static_cast<const BlockQ8_0*>(vy);
   const int64_t nb = n / kQK;
-  // The chain of scalar FMAs is the order; the integer sums of four blocks are formed
-  // together and fed to it one lane at a time.
   __m128 acc = _mm_setzero_ps();
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
-    const __m128i sums =
-        hsum4_i32x8(q4_0_block_lanes(x[b], y[b]), q4_0_block_lanes(x[b + 1], y[b + 1]),
-                    q4_0_block_lanes(x[b + 2], y[b + 2]), q4_0_block_lanes(x[b + 3], y[b + 3]));
+    const __m128i sums = hsum4_i32x8(kLanes(x[b], y[b]), kLanes(x[b + 1], y[b + 1]),
+                                     kLanes(x[b + 2], y[b + 2]), kLanes(x[b + 3], y[b + 3]));
     const __m128 f = _mm_cvtepi32_ps(sums);
     acc = _mm_fmadd_ss(f, _mm_set_ss(block_scale(x[b].d, y[b].d)), acc);
     acc = _mm_fmadd_ss(_mm_movehdup_ps(f), _mm_set_ss(block_scale(x[b + 1].d, y[b + 1].d)), acc);
@@ -71,10 +85,20 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* vx, const void* vy) {
         _mm_fmadd_ss(_mm_shuffle_ps(f, f, 3), _mm_set_ss(block_scale(x[b + 3].d, y[b + 3].d)), acc);
   }
   for (; b < nb; ++b) {
-    const __m128 f = _mm_set_ss(static_cast<float>(hsum_i32x8(q4_0_block_lanes(x[b], y[b]))));
+    const __m128 f = _mm_set_ss(static_cast<float>(hsum_i32x8(kLanes(x[b], y[b]))));
     acc = _mm_fmadd_ss(f, _mm_set_ss(block_scale(x[b].d, y[b].d)), acc);
   }
   return _mm_cvtss_f32(acc);
+}
+
+}  // namespace
+
+float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y) {
+  return chained_dot<BlockQ4_0, q4_0_block_lanes>(n, x, y);
+}
+
+float vec_dot_iq4_nl_q8_0(int64_t n, const void* x, const void* y) {
+  return chained_dot<BlockIQ4_NL, iq4_nl_block_lanes>(n, x, y);
 }
 
 float vec_dot_q5_0_q8_0(int64_t n, const void* vx, const void* vy) {

@@ -25,6 +25,8 @@ void fill_dot_kernels(CpuKernels& k) {
   set_dot(k, DType::kQ4_K, vec_dot_q4_k_q8_k, quantize_q8_k);
   set_dot(k, DType::kQ5_K, vec_dot_q5_k_q8_k, quantize_q8_k);
   set_dot(k, DType::kQ6_K, vec_dot_q6_k_q8_k, quantize_q8_k);
+  set_dot(k, DType::kIQ4_NL, vec_dot_iq4_nl_q8_0, quantize_q8_0_act);
+  set_dot(k, DType::kIQ4_XS, vec_dot_iq4_xs_q8_k, quantize_q8_k);
   set_dot(k, DType::kF32, vec_dot_f32_f32, nullptr);
   set_dot(k, DType::kF16, vec_dot_f16_f16, from_float_f16);
   set_dot(k, DType::kBF16, vec_dot_bf16_bf16, from_float_bf16);
@@ -38,6 +40,8 @@ void fill_dot_kernels(CpuKernels& k) {
   k.for_type(DType::kQ5_0).gemv = gemv_prefetched<vec_dot_q5_0_q8_0>;
   k.for_type(DType::kQ4_1).gemv = gemv_prefetched<vec_dot_q4_1_q8_1>;
   k.for_type(DType::kQ5_1).gemv = gemv_prefetched<vec_dot_q5_1_q8_1>;
+  k.for_type(DType::kIQ4_NL).gemv = gemv_prefetched<vec_dot_iq4_nl_q8_0>;
+  k.for_type(DType::kIQ4_XS).gemv = gemv_prefetched<vec_dot_iq4_xs_q8_k>;
   k.for_type(DType::kQ4_K).gemv = gemv_prefetched<vec_dot_q4_k_q8_k>;
   k.for_type(DType::kQ5_K).gemv = gemv_prefetched<vec_dot_q5_k_q8_k>;
   k.for_type(DType::kQ6_K).gemv = gemv_prefetched<vec_dot_q6_k_q8_k>;
