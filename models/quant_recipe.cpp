@@ -34,6 +34,8 @@ std::optional<QuantRecipe> find_quant_recipe(std::string_view name) {
       Row{"q5_0", DType::kQ5_0, QuantMix::kNone, 8},
       Row{"q4_1", DType::kQ4_1, QuantMix::kNone, 3},
       Row{"q5_1", DType::kQ5_1, QuantMix::kNone, 9},
+      Row{"iq4_nl", DType::kIQ4_NL, QuantMix::kNone, 25},
+      Row{"iq4_xs", DType::kIQ4_XS, QuantMix::kNone, 30},
       Row{"q4_k", DType::kQ4_K, QuantMix::kNone, 14},
       Row{"q5_k", DType::kQ5_K, QuantMix::kNone, 16},
       Row{"q6_k", DType::kQ6_K, QuantMix::kNone, 18},
@@ -80,22 +82,29 @@ DType fit_type(DType want, int64_t row_len) {
   const TypeTraits& t = type_traits(want);
   if (row_len % t.block_elems == 0) return want;
   if (t.block_elems == 256) {
-    const DType fallback = want == DType::kQ4_K   ? DType::kQ5_0
-                           : want == DType::kQ5_K ? DType::kQ5_1
-                                                  : DType::kQ8_0;
+    const DType fallback = want == DType::kQ4_K     ? DType::kQ5_0
+                           : want == DType::kQ5_K   ? DType::kQ5_1
+                           : want == DType::kIQ4_XS ? DType::kIQ4_NL
+                                                    : DType::kQ8_0;
     if (row_len % type_traits(fallback).block_elems == 0) return fallback;
   }
   return DType::kF16;
 }
 
-QuantPlanner::QuantPlanner(QuantRecipe recipe, int64_t n_attn_v, int64_t n_layer, bool has_output)
-    : recipe_(std::move(recipe)), n_attn_v_(n_attn_v), n_layer_(n_layer), has_output_(has_output) {}
+QuantPlanner::QuantPlanner(QuantRecipe recipe, int64_t n_attn_v, int64_t n_layer, bool has_output,
+                           int64_t n_gqa)
+    : recipe_(std::move(recipe)),
+      n_attn_v_(n_attn_v),
+      n_layer_(n_layer),
+      has_output_(has_output),
+      n_gqa_(n_gqa) {}
 
 DType QuantPlanner::next(std::string_view name, int64_t row_len) {
   const DType base = recipe_.base;
   // Float recipes keep every weight in their type; only quantized ones mix.
   if (!type_traits(base).is_quantized) return base;
   const QuantMix mix = recipe_.mix;
+  const bool iq4 = base == DType::kIQ4_NL || base == DType::kIQ4_XS;
   DType type = base;
   if (name == "output.weight" || (!has_output_ && name == "token_embd.weight")) {
     // At least Q6_K, or Q8_0 where the base type's blocks do not tile the row.
@@ -106,12 +115,14 @@ DType QuantPlanner::next(std::string_view name, int64_t row_len) {
     }
   } else if (contains(name, "attn_v.weight")) {
     const int64_t i = i_attn_v_++;
+    if (iq4 && n_gqa_ >= 4) type = DType::kQ5_K;
     if (mix == QuantMix::kMedium && use_more_bits(i, n_attn_v_)) type = DType::kQ6_K;
     if (mix == QuantMix::kSmall && base == DType::kQ4_K && i < 4) type = DType::kQ5_K;
   } else if (contains(name, "ffn_down")) {
     const int64_t i = i_ffn_down_++;
     if (mix == QuantMix::kMedium && use_more_bits(i, n_layer_)) type = DType::kQ6_K;
     if (mix == QuantMix::kSmall && base == DType::kQ4_K && i < n_layer_ / 8) type = DType::kQ5_K;
+    if (iq4 && i < n_layer_ / 8) type = DType::kQ5_K;  // (without an importance matrix)
   } else if (contains(name, "attn_qkv.weight") && mix == QuantMix::kMedium) {
     type = base == DType::kQ4_K ? DType::kQ5_K : DType::kQ6_K;
   }

@@ -26,8 +26,9 @@ struct QuantRecipe {
   int64_t file_type = -1;  // general.file_type (llama.cpp's llama_ftype), -1: none
 };
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k", "q4_k_s", "q4_k_m",
-// "q5_k_s", "q5_k_m" (q4_k and q5_k: every weight of that type, the output at least Q6_K).
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "iq4_nl", "iq4_xs", "q4_k",
+// "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m" (q4_k and q5_k: every weight of that
+// type, the output at least Q6_K).
 std::optional<QuantRecipe> find_quant_recipe(std::string_view name);
 std::vector<std::string> quant_recipe_names();
 // The names above, comma-separated, for help texts and errors.
@@ -40,14 +41,16 @@ Result<QuantRecipe> quant_recipe_or_error(std::string_view name, const char* com
 bool is_quantizable_weight(std::string_view name, int n_dims);
 
 // A type whose blocks tile rows of `row_len`, falling back as llama-quantize does
-// (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16).
+// (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then F16).
 DType fit_type(DType want, int64_t row_len);
 
 class QuantPlanner {
  public:
   // n_attn_v: how many attn_v weights the model has; n_layer: its block count;
-  // has_output: whether it has output.weight (if not, token_embd is the output too).
-  QuantPlanner(QuantRecipe recipe, int64_t n_attn_v, int64_t n_layer, bool has_output);
+  // has_output: whether it has output.weight (if not, token_embd is the output too);
+  // n_gqa: query heads per KV head (the IQ4 recipes give attn_v more bits from 4 on).
+  QuantPlanner(QuantRecipe recipe, int64_t n_attn_v, int64_t n_layer, bool has_output,
+               int64_t n_gqa = 1);
 
   // The type of the next weight in file order (call only for quantizable weights).
   DType next(std::string_view name, int64_t row_len);
@@ -56,6 +59,7 @@ class QuantPlanner {
   QuantRecipe recipe_;
   int64_t n_attn_v_, n_layer_;
   bool has_output_;
+  int64_t n_gqa_;
   int64_t i_attn_v_ = 0, i_ffn_down_ = 0;
 };
 

@@ -1,6 +1,7 @@
 // quantize_model: plan every tensor's type, then stream the converted rows into the writer.
 #include "models/quantize.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -61,7 +62,14 @@ Result<QuantizeStats> quantize_model(const gguf::File& in, const std::string& ou
   if (!arch.ok()) return arch.error();
   Result<int64_t> n_layer = in.get_int_or(*arch + ".block_count", n_ffn_down);
   if (!n_layer.ok()) return n_layer.error();
-  QuantPlanner planner(*recipe, n_attn_v, *n_layer, has_output);
+  // Query heads per KV head; 1 where the counts are not single integers (per-layer arrays).
+  Result<int64_t> n_head = in.get_int_or(*arch + ".attention.head_count", 1);
+  Result<int64_t> n_head_kv =
+      in.get_int_or(*arch + ".attention.head_count_kv", n_head.ok() ? *n_head : 1);
+  const int64_t n_gqa = n_head.ok() && n_head_kv.ok() && *n_head_kv > 0
+                            ? std::max<int64_t>(1, *n_head / *n_head_kv)
+                            : 1;
+  QuantPlanner planner(*recipe, n_attn_v, *n_layer, has_output, n_gqa);
 
   // Plan: the new type of every tensor, in file order.
   std::vector<DType> types;

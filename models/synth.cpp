@@ -293,7 +293,8 @@ Result<void> write_synthetic_model(const SynthOptions& o, const gguf::File& voca
   std::map<std::pair<DType, int64_t>, std::unique_ptr<RowPool>> pools;  // outlives w.write()
   uint64_t tensor_seed = o.seed * 1000003u;
   // Types in write order, as llama-quantize would choose them for this recipe.
-  QuantPlanner planner(*recipe, s.n_layer, s.n_layer, !s.tied_output && !gemma);
+  QuantPlanner planner(*recipe, s.n_layer, s.n_layer, !s.tied_output && !gemma,
+                       s.n_head / s.n_head_kv);
   auto add_matrix = [&](const std::string& name, int64_t cols, int64_t rows,
                         int64_t n_matrices = 1) {
     const DType type = planner.next(name, cols);

@@ -48,10 +48,34 @@ TEST(QuantRecipe, TiedEmbeddingIsTheOutput) {
   EXPECT_EQ(p.next("token_embd.weight", 2048), DType::kQ6_K);
 }
 
+// The IQ4 recipes (without an importance matrix): attn_v gets Q5_K where 4 or more query
+// heads share a KV head, and the first eighth of the ffn_down weights Q5_K.
+TEST(QuantRecipe, Iq4RecipesGiveAttnVAndEarlyFfnDownMoreBits) {
+  for (const char* name : {"iq4_nl", "iq4_xs"}) {
+    SCOPED_TRACE(name);
+    const DType base = *dtype_from_name(name);
+    QuantPlanner gqa4(*find_quant_recipe(name), 16, 16, true, /*n_gqa=*/4);
+    QuantPlanner gqa2(*find_quant_recipe(name), 16, 16, true, /*n_gqa=*/2);
+    EXPECT_EQ(gqa4.next("blk.0.attn_v.weight", 4096), DType::kQ5_K);
+    EXPECT_EQ(gqa2.next("blk.0.attn_v.weight", 4096), base);
+    EXPECT_EQ(gqa2.next("blk.0.attn_q.weight", 4096), base);
+    EXPECT_EQ(gqa2.next("blk.0.ffn_down.weight", 4096), DType::kQ5_K);
+    EXPECT_EQ(gqa2.next("blk.1.ffn_down.weight", 4096), DType::kQ5_K);
+    EXPECT_EQ(gqa2.next("blk.2.ffn_down.weight", 4096), base);
+    EXPECT_EQ(gqa2.next("output.weight", 4096), DType::kQ6_K);
+  }
+  EXPECT_EQ(find_quant_recipe("iq4_nl")->file_type, 25);  // LLAMA_FTYPE_MOSTLY_IQ4_NL
+  EXPECT_EQ(find_quant_recipe("iq4_xs")->file_type, 30);  // LLAMA_FTYPE_MOSTLY_IQ4_XS
+  // Other recipes keep attn_v at any grouping.
+  QuantPlanner q4(*find_quant_recipe("q4_0"), 16, 16, true, 8);
+  EXPECT_EQ(q4.next("blk.0.attn_v.weight", 4096), DType::kQ4_0);
+}
+
 TEST(QuantRecipe, FallbacksWhenBlocksDoNotTileTheRow) {
   EXPECT_EQ(fit_type(DType::kQ4_K, 64), DType::kQ5_0);
   EXPECT_EQ(fit_type(DType::kQ6_K, 64), DType::kQ8_0);
   EXPECT_EQ(fit_type(DType::kQ5_K, 96), DType::kQ5_1);
+  EXPECT_EQ(fit_type(DType::kIQ4_XS, 96), DType::kIQ4_NL);
   EXPECT_EQ(fit_type(DType::kQ4_K, 172), DType::kF16);
   EXPECT_EQ(fit_type(DType::kQ4_0, 172), DType::kF16);
   QuantPlanner p(*find_quant_recipe("q4_0"), 1, 1, true);

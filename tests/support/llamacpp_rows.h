@@ -30,9 +30,19 @@ double nmse_strided(const float* logits, const LlamaCppRow& ref);
 // one pass, then 8 greedy steps one token at a time, feeding back llama.cpp's argmax as
 // llama.cpp did), on the CPU backend with an F16 KV cache (llama.cpp ran with flash
 // attention, which rounds K and V to F16). Each row's NMSE must be below max_nmse and its
-// argmax llama.cpp's (gtest failures). Returns the largest NMSE seen.
+// argmax llama.cpp's (gtest failures), except that up to `tie_rows` rows may reach
+// kActivationTieNmse: with quantized activations, an element that lies at a rounding tie of
+// its level (to within the ulps by which two implementations' floats differ) can take the
+// next level in one and not the other, which moves that one row alone. Returns the largest
+// NMSE seen.
 double expect_synth_matches_llamacpp(const std::string& synth_args, uint64_t fnv,
-                                     const std::string& ref_name, double max_nmse);
+                                     const std::string& ref_name, double max_nmse,
+                                     int tie_rows = 0);
+
+// The NMSE one activation level flipped at a tie can put on a row: measured 1.2e-4 to
+// 1.7e-4 on 256-wide Q8_K models (IQ4_XS, seeds 7, 8, 10), with 6x to spare. A wrong kernel
+// moves every row, far above the bounds the tests use.
+inline constexpr double kActivationTieNmse = 1e-3;
 
 // FNV-1a 64 of a byte string: a test checks that `qrun synth` still writes the model the
 // reference was computed on.
