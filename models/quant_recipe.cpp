@@ -16,43 +16,46 @@ bool contains(std::string_view s, std::string_view part) {
   return s.find(part) != std::string_view::npos;
 }
 
+// The recipes, in the order qrun lists them.
+struct RecipeRow {
+  const char* name;
+  DType base;
+  QuantMix mix;
+  int64_t file_type;
+};
+constexpr std::array kRecipes = {
+    RecipeRow{"f32", DType::kF32, QuantMix::kNone, 0},
+    RecipeRow{"f16", DType::kF16, QuantMix::kNone, 1},
+    RecipeRow{"bf16", DType::kBF16, QuantMix::kNone, 32},
+    RecipeRow{"q8_0", DType::kQ8_0, QuantMix::kNone, 7},
+    RecipeRow{"q4_0", DType::kQ4_0, QuantMix::kNone, 2},
+    RecipeRow{"q5_0", DType::kQ5_0, QuantMix::kNone, 8},
+    RecipeRow{"q4_1", DType::kQ4_1, QuantMix::kNone, 3},
+    RecipeRow{"q5_1", DType::kQ5_1, QuantMix::kNone, 9},
+    RecipeRow{"iq4_nl", DType::kIQ4_NL, QuantMix::kNone, 25},
+    RecipeRow{"iq4_xs", DType::kIQ4_XS, QuantMix::kNone, 30},
+    RecipeRow{"q4_k", DType::kQ4_K, QuantMix::kNone, 14},
+    RecipeRow{"q5_k", DType::kQ5_K, QuantMix::kNone, 16},
+    RecipeRow{"q6_k", DType::kQ6_K, QuantMix::kNone, 18},
+    RecipeRow{"q4_k_s", DType::kQ4_K, QuantMix::kSmall, 14},
+    RecipeRow{"q4_k_m", DType::kQ4_K, QuantMix::kMedium, 15},
+    RecipeRow{"q5_k_s", DType::kQ5_K, QuantMix::kSmall, 16},
+    RecipeRow{"q5_k_m", DType::kQ5_K, QuantMix::kMedium, 17},
+};
+
 }  // namespace
 
 std::optional<QuantRecipe> find_quant_recipe(std::string_view name) {
-  struct Row {
-    const char* name;
-    DType base;
-    QuantMix mix;
-    int64_t file_type;
-  };
-  static constexpr std::array kRecipes = {
-      Row{"f32", DType::kF32, QuantMix::kNone, 0},
-      Row{"f16", DType::kF16, QuantMix::kNone, 1},
-      Row{"bf16", DType::kBF16, QuantMix::kNone, 32},
-      Row{"q8_0", DType::kQ8_0, QuantMix::kNone, 7},
-      Row{"q4_0", DType::kQ4_0, QuantMix::kNone, 2},
-      Row{"q5_0", DType::kQ5_0, QuantMix::kNone, 8},
-      Row{"q4_1", DType::kQ4_1, QuantMix::kNone, 3},
-      Row{"q5_1", DType::kQ5_1, QuantMix::kNone, 9},
-      Row{"iq4_nl", DType::kIQ4_NL, QuantMix::kNone, 25},
-      Row{"iq4_xs", DType::kIQ4_XS, QuantMix::kNone, 30},
-      Row{"q4_k", DType::kQ4_K, QuantMix::kNone, 14},
-      Row{"q5_k", DType::kQ5_K, QuantMix::kNone, 16},
-      Row{"q6_k", DType::kQ6_K, QuantMix::kNone, 18},
-      Row{"q4_k_s", DType::kQ4_K, QuantMix::kSmall, 14},
-      Row{"q4_k_m", DType::kQ4_K, QuantMix::kMedium, 15},
-      Row{"q5_k_s", DType::kQ5_K, QuantMix::kSmall, 16},
-      Row{"q5_k_m", DType::kQ5_K, QuantMix::kMedium, 17},
-  };
-  for (const Row& r : kRecipes) {
+  for (const RecipeRow& r : kRecipes) {
     if (name == r.name) return QuantRecipe{r.name, r.base, r.mix, r.file_type};
   }
   return std::nullopt;
 }
 
 std::vector<std::string> quant_recipe_names() {
-  return {"f32",  "f16",  "bf16", "q8_0",   "q4_0",   "q5_0",   "q4_1",  "q5_1",
-          "q4_k", "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m"};
+  std::vector<std::string> names;
+  for (const RecipeRow& r : kRecipes) names.emplace_back(r.name);
+  return names;
 }
 
 std::string quant_recipe_list() {

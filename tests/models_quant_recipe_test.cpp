@@ -2,6 +2,10 @@
 // (where every k-quant fits) and for narrow rows (where the fallbacks apply).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <string>
 
 #include "models/quant_recipe.h"
@@ -64,6 +68,9 @@ TEST(QuantRecipe, Iq4RecipesGiveAttnVAndEarlyFfnDownMoreBits) {
     EXPECT_EQ(gqa2.next("blk.2.ffn_down.weight", 4096), base);
     EXPECT_EQ(gqa2.next("output.weight", 4096), DType::kQ6_K);
   }
+  const std::vector<std::string> names = quant_recipe_names();  // what help texts list
+  EXPECT_NE(std::find(names.begin(), names.end(), "iq4_xs"), names.end());
+  for (const std::string& n : names) EXPECT_TRUE(find_quant_recipe(n)) << n;
   EXPECT_EQ(find_quant_recipe("iq4_nl")->file_type, 25);  // LLAMA_FTYPE_MOSTLY_IQ4_NL
   EXPECT_EQ(find_quant_recipe("iq4_xs")->file_type, 30);  // LLAMA_FTYPE_MOSTLY_IQ4_XS
   // Other recipes keep attn_v at any grouping.
