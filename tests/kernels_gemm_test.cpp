@@ -35,8 +35,10 @@ const int64_t kRows[] = {1, 3, 5, 8, 9, 67};
 const int64_t kTokens[] = {1, 2, 3, 5, 16, 17, 33, 65};
 
 // Weight types that have a gemm kernel in some table.
-const DType kWeightTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
-                              DType::kQ6_K, DType::kF16,  DType::kBF16, DType::kF32};
+const DType kWeightTypes[] = {DType::kQ4_0, DType::kQ5_0,   DType::kQ8_0,   DType::kQ4_1,
+                              DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ4_K,
+                              DType::kQ5_K, DType::kQ6_K,   DType::kF16,    DType::kBF16,
+                              DType::kF32};
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> out = host_isas();
@@ -265,6 +267,25 @@ void fill_raw_weights(DType type, uint8_t* row, int64_t n, std::mt19937& rng, bo
       case DType::kQ5_0:
         std::memcpy(&reinterpret_cast<BlockQ5_0*>(row)[b].d, &one, 2);
         break;
+      case DType::kQ4_1: {
+        auto& blk = reinterpret_cast<BlockQ4_1*>(row)[b];
+        std::memcpy(&blk.d, &one, 2);
+        std::memcpy(&blk.m, &neg, 2);
+        break;
+      }
+      case DType::kQ5_1: {
+        auto& blk = reinterpret_cast<BlockQ5_1*>(row)[b];
+        std::memcpy(&blk.d, &one, 2);
+        std::memcpy(&blk.m, &neg, 2);
+        break;
+      }
+      case DType::kIQ4_NL:
+        std::memcpy(&reinterpret_cast<BlockIQ4_NL*>(row)[b].d, &one, 2);
+        break;
+      case DType::kIQ4_XS: {  // bytes 255: every block scale ls = 63, the largest
+        std::memcpy(&reinterpret_cast<BlockIQ4_XS*>(row)[b].d, &one, 2);
+        break;
+      }
       case DType::kQ8_0: {
         auto& blk = reinterpret_cast<BlockQ8_0*>(row)[b];
         std::memcpy(&blk.d, &one, 2);
@@ -314,6 +335,17 @@ void fill_raw_acts(DType act_type, uint8_t* row, int64_t n, std::mt19937& rng, i
     for (int64_t b = 0; b < n / 32; ++b) {
       blk[b].d = fp32_to_fp16(0.25f);
       for (int i = 0; i < 32; ++i) blk[b].qs[i] = static_cast<int8_t>(pick(i));
+    }
+  } else if (act_type == DType::kQ8_1) {
+    auto* blk = reinterpret_cast<BlockQ8_1*>(row);
+    for (int64_t b = 0; b < n / 32; ++b) {
+      blk[b].d = fp32_to_fp16(0.25f);
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        blk[b].qs[i] = static_cast<int8_t>(pick(i));
+        sum += blk[b].qs[i];
+      }
+      blk[b].s = fp32_to_fp16(0.25f * static_cast<float>(sum));
     }
   } else {
     ASSERT_EQ(act_type, DType::kQ8_K);
