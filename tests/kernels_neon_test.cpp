@@ -5,13 +5,14 @@
 // (tolerance |y - ref| <= 1e-5 * sum |x_i y_i|; the SDOT variants, where the CPU has
 // them, bit-identical to the baseline ones), activation quantizers and conversions bit for
 // bit, row ops on awkward lengths with NaN-prefilled outputs (add and to_f16 exact,
-// rms_norm within 2.5e-7 relative, swiglu 4e-7), the Q4_0/Q5_0/Q8_0 gemv variants bit for
-// bit against the baseline vec_dot (random and extreme rows), the three gemm variants of every
-// quantized type against vec_dot (the SDOT and SMMLA ones bit for bit against the baseline
-// one), ISA selection, the level the host runs (QRUN_EXPECT_ISA, set by scripts/test-neon.sh
-// for each emulated CPU) and the kernels of every table entry at each level. (Attention, the
-// k-quant gemv and the repacked gemv are tested through the table with every ISA in
-// kernels_ops_test.cpp, kernels_dot_test.cpp and kernels_repack_test.cpp.)
+// rms_norm within 2.5e-7 relative, swiglu 4e-7), the Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 gemv variants
+// bit for bit against the baseline vec_dot (random and extreme rows), Q5_0's and Q5_1's
+// vec_dot and gemv bit for bit against dot_impl.h's float chain, the three gemm variants of
+// every type with gemm tiles against vec_dot (the SDOT and SMMLA ones bit for bit against
+// the baseline one), ISA selection, the level the host runs (QRUN_EXPECT_ISA, set by
+// scripts/test-neon.sh for each emulated CPU) and the kernels of every table entry at each
+// level. (Attention, the k-quant gemv and the repacked gemv are tested through the table
+// with every ISA in kernels_ops_test.cpp, kernels_dot_test.cpp and kernels_repack_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <limits>
 #include <random>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ggml-like/dtype.h"
@@ -50,6 +52,8 @@ const DotVariant kDots[] = {
     {DType::kQ4_0, neon::vec_dot_q4_0_q8_0, neon::vec_dot_q4_0_q8_0_dotprod},
     {DType::kQ5_0, neon::vec_dot_q5_0_q8_0, neon::vec_dot_q5_0_q8_0_dotprod},
     {DType::kQ8_0, neon::vec_dot_q8_0_q8_0, neon::vec_dot_q8_0_q8_0_dotprod},
+    {DType::kQ4_1, neon::vec_dot_q4_1_q8_1, neon::vec_dot_q4_1_q8_1_dotprod},
+    {DType::kQ5_1, neon::vec_dot_q5_1_q8_1, neon::vec_dot_q5_1_q8_1_dotprod},
     {DType::kQ4_K, neon::vec_dot_q4_k_q8_k, neon::vec_dot_q4_k_q8_k_dotprod},
     {DType::kQ5_K, neon::vec_dot_q5_k_q8_k, neon::vec_dot_q5_k_q8_k_dotprod},
     {DType::kQ6_K, neon::vec_dot_q6_k_q8_k, neon::vec_dot_q6_k_q8_k_dotprod},
@@ -69,6 +73,8 @@ const GemvVariant kGemvs[] = {
     {DType::kQ4_0, neon::gemv_q4_0_q8_0, neon::gemv_q4_0_q8_0_dotprod, neon::vec_dot_q4_0_q8_0},
     {DType::kQ5_0, neon::gemv_q5_0_q8_0, neon::gemv_q5_0_q8_0_dotprod, neon::vec_dot_q5_0_q8_0},
     {DType::kQ8_0, neon::gemv_q8_0_q8_0, neon::gemv_q8_0_q8_0_dotprod, neon::vec_dot_q8_0_q8_0},
+    {DType::kQ4_1, neon::gemv_q4_1_q8_1, neon::gemv_q4_1_q8_1_dotprod, neon::vec_dot_q4_1_q8_1},
+    {DType::kQ5_1, neon::gemv_q5_1_q8_1, neon::gemv_q5_1_q8_1_dotprod, neon::vec_dot_q5_1_q8_1},
 };
 
 struct GemmVariant {
@@ -286,6 +292,18 @@ TEST(KernelsNeon, DotsOfExtremeLevels) {
           case DType::kQ5_0:
             std::memcpy(&reinterpret_cast<BlockQ5_0*>(w.data())[b].d, &one, 2);
             break;
+          case DType::kQ4_1: {  // m = -1: the offset term of the same size as the dot's
+            auto& blk = reinterpret_cast<BlockQ4_1*>(w.data())[b];
+            blk.d = one;
+            blk.m = fp32_to_fp16(-1.0f);
+            break;
+          }
+          case DType::kQ5_1: {
+            auto& blk = reinterpret_cast<BlockQ5_1*>(w.data())[b];
+            blk.d = one;
+            blk.m = fp32_to_fp16(-1.0f);
+            break;
+          }
           case DType::kQ5_K: {
             auto& blk = reinterpret_cast<BlockQ5_K*>(w.data())[b];
             std::memcpy(&blk.d, &one, 2);
@@ -320,6 +338,17 @@ TEST(KernelsNeon, DotsOfExtremeLevels) {
           blk[b].d = fp32_to_fp16(0.25f);
           for (int i = 0; i < kQK; ++i) blk[b].qs[i] = pattern < 2 ? level : byte(rng) % 255 - 127;
         }
+      } else if (act == DType::kQ8_1) {
+        auto* blk = reinterpret_cast<BlockQ8_1*>(a.data());
+        for (int64_t b = 0; b < n / kQK; ++b) {
+          blk[b].d = fp32_to_fp16(0.25f);
+          int sum = 0;
+          for (int i = 0; i < kQK; ++i) {
+            blk[b].qs[i] = static_cast<int8_t>(pattern < 2 ? level : byte(rng) % 255 - 127);
+            sum += blk[b].qs[i];
+          }
+          blk[b].s = fp32_to_fp16(0.25f * static_cast<float>(sum));
+        }
       } else {
         auto* blk = reinterpret_cast<BlockQ8_K*>(a.data());
         for (int64_t b = 0; b < n / kQKK; ++b) {
@@ -337,40 +366,59 @@ TEST(KernelsNeon, DotsOfExtremeLevels) {
   }
 }
 
-// Q5_0 levels come from nibbles and scattered high bits (block_levels.h's q5_0_levels), so
-// the NEON vec_dot and gemv are checked bit for bit against the float chain that dot_impl.h
-// documents, computed here in scalar code from the levels as quants.h defines them:
-// acc[b % 4] = fma(float(exact block sum), d_x * d_y, acc[b % 4]), then (acc0 + acc1) +
-// (acc2 + acc3). Awkward block counts, random rows and rows whose high bits alternate.
-float q5_0_chain(int64_t n, const BlockQ5_0* x, const BlockQ8_0* y) {
+// Q5_0 and Q5_1 levels come from nibbles and scattered high bits (block_levels.h's
+// q5_high_masks), so the NEON vec_dot and gemv are checked bit for bit against the float
+// chain that dot_impl.h documents, computed here in scalar code from the levels as quants.h
+// defines them: acc[b % 4] = fma(float(exact block sum), d_x * d_y, acc[b % 4]), then
+// (acc0 + acc1) + (acc2 + acc3); Q5_1 adds (mins0 + mins1) + (mins2 + mins3) with
+// mins[b % 4] = fma(m_x, s_y, mins[b % 4]). Awkward block counts, random rows and rows
+// whose high bits alternate.
+template <class Block, class Act>
+float q5_chain(int64_t n, const Block* x, const Act* y) {
+  constexpr bool kOffset = std::is_same_v<Block, BlockQ5_1>;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t b = 0; b < n / kQK; ++b) {
     uint32_t qh;
     std::memcpy(&qh, x[b].qh, sizeof qh);
     int32_t sum = 0;
     for (int i = 0; i < kQK; ++i) {
       const int nibble = i < 16 ? x[b].qs[i] & 15 : x[b].qs[i - 16] >> 4;
-      sum += (nibble + 16 * static_cast<int>((qh >> i) & 1) - 16) * y[b].qs[i];
+      sum += (nibble + 16 * static_cast<int>((qh >> i) & 1) - (kOffset ? 0 : 16)) * y[b].qs[i];
     }
     const float d = fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d);
     acc[b % 4] = std::fma(static_cast<float>(sum), d, acc[b % 4]);
+    if constexpr (kOffset) {
+      mins[b % 4] = std::fma(fp16_to_fp32(x[b].m), fp16_to_fp32(y[b].s), mins[b % 4]);
+    }
   }
-  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  const float dots = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  return kOffset ? dots + ((mins[0] + mins[1]) + (mins[2] + mins[3])) : dots;
 }
 
-TEST(KernelsNeon, Q5_0IsTheExactChain) {
+template <class Variant, size_t kN>
+const Variant& variant_of(const Variant (&table)[kN], DType type) {
+  return *std::find_if(table, table + kN, [type](const Variant& v) { return v.type == type; });
+}
+
+template <class Block, class Act>
+void expect_q5_chain(DType type) {
+  const DotVariant& dots = variant_of(kDots, type);
+  const GemvVariant& gemvs = variant_of(kGemvs, type);
+  const DType act = cpu_kernels(Isa::kGeneric).for_type(type).act_type;
   uint32_t seed = 70;
   for (int64_t blocks : {1, 2, 3, 5, 7, 33}) {
     const int64_t n = blocks * kQK;
-    const size_t w_row = row_size(DType::kQ5_0, n);
+    const size_t w_row = row_size(type, n);
     for (int pattern = 0; pattern < 3; ++pattern) {
-      SCOPED_TRACE(testing::Message() << "blocks " << blocks << " pattern " << pattern);
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(type) << " blocks " << blocks << " pattern " << pattern);
       constexpr int64_t kRows = 5;
       std::vector<uint8_t> w;
       for (int64_t r = 0; r < kRows; ++r) {
         std::vector<uint8_t> row =
-            to_row(DType::kQ5_0, random_floats(static_cast<size_t>(n), ++seed, 0.7f), false);
-        auto* blk = reinterpret_cast<BlockQ5_0*>(row.data());
+            to_row(type, random_floats(static_cast<size_t>(n), ++seed, 0.7f), false);
+        auto* blk = reinterpret_cast<Block*>(row.data());
         for (int64_t b = 0; pattern > 0 && b < blocks; ++b) {
           const uint32_t bits = pattern == 1 ? 0x5555AAAAu : 0xF00F0FF0u;
           std::memcpy(blk[b].qh, &bits, sizeof bits);
@@ -378,20 +426,19 @@ TEST(KernelsNeon, Q5_0IsTheExactChain) {
         w.insert(w.end(), row.begin(), row.end());
       }
       const std::vector<uint8_t> a =
-          to_row(DType::kQ8_0, random_floats(static_cast<size_t>(n), ++seed, 1.5f), true);
-      const auto* y = reinterpret_cast<const BlockQ8_0*>(a.data());
+          to_row(act, random_floats(static_cast<size_t>(n), ++seed, 1.5f), true);
+      const auto* y = reinterpret_cast<const Act*>(a.data());
       std::vector<float> want(kRows);
       for (int64_t r = 0; r < kRows; ++r) {
-        want[static_cast<size_t>(r)] = q5_0_chain(
-            n, reinterpret_cast<const BlockQ5_0*>(w.data() + w_row * static_cast<size_t>(r)), y);
+        want[static_cast<size_t>(r)] = q5_chain(
+            n, reinterpret_cast<const Block*>(w.data() + w_row * static_cast<size_t>(r)), y);
       }
       for (bool dotprod : {false, true}) {
         if (dotprod && !host_has_dotprod()) continue;
         SCOPED_TRACE(dotprod ? "dotprod" : "baseline");
-        const VecDotFn dot = dotprod ? neon::vec_dot_q5_0_q8_0_dotprod : neon::vec_dot_q5_0_q8_0;
+        const VecDotFn dot = dotprod ? dots.dotprod : dots.baseline;
         std::vector<float> got(kRows + 1, kNaN);
-        (dotprod ? neon::gemv_q5_0_q8_0_dotprod : neon::gemv_q5_0_q8_0)(n, w.data(), w_row, kRows,
-                                                                        a.data(), got.data());
+        (dotprod ? gemvs.dotprod : gemvs.baseline)(n, w.data(), w_row, kRows, a.data(), got.data());
         for (int64_t r = 0; r < kRows; ++r) {
           const size_t i = static_cast<size_t>(r);
           const float d = dot(n, w.data() + w_row * i, a.data());
@@ -406,15 +453,24 @@ TEST(KernelsNeon, Q5_0IsTheExactChain) {
   }
 }
 
+TEST(KernelsNeon, Q5_0IsTheExactChain) {
+  expect_q5_chain<BlockQ5_0, BlockQ8_0>(DType::kQ5_0);
+}
+
+TEST(KernelsNeon, Q5_1IsTheExactChain) {
+  expect_q5_chain<BlockQ5_1, BlockQ8_1>(DType::kQ5_1);
+}
+
 // The multi-row gemv of the 32-element block types, baseline and (where the CPU has it)
 // SDOT, against the baseline vec_dot of each row bit for bit: random rows at two scales
-// and rows of extreme levels (every byte 0xff, Q8_0 at -128) against activations at
-// +-127, on row counts around the 4-row pass and block counts around the 4-block group,
-// into NaN-prefilled outputs with guard lanes.
+// and rows of extreme levels (every byte 0xff, Q8_0 at -128; d = 0.5, and the offset types'
+// m = -0.25) against activations at +-127, on row counts around the 4-row pass and block counts
+// around the 4-block group, into NaN-prefilled outputs with guard lanes.
 TEST(KernelsNeon, GemvVariantsMatchVecDotBitForBit) {
   uint32_t seed = 40;
   std::mt19937 rng(41);
   for (const GemvVariant& v : kGemvs) {
+    const DType act = cpu_kernels(Isa::kGeneric).for_type(v.type).act_type;
     for (int64_t n : {32, 3 * 32, 4 * 32, 9 * 32, 33 * 32}) {
       const size_t w_row = row_size(v.type, n);
       for (int64_t n_rows : {1, 3, 4, 5, 8, 13}) {
@@ -428,10 +484,12 @@ TEST(KernelsNeon, GemvVariantsMatchVecDotBitForBit) {
             if (extreme) {
               std::memset(row.data(), 0xff, row.size());
               const uint16_t half_one = fp32_to_fp16(0.5f);
+              const uint16_t min = fp32_to_fp16(-0.25f);
               for (int64_t b = 0; b < n / kQK; ++b) {  // d (the first 2 bytes) = 0.5
                 uint8_t* blk = row.data() + static_cast<size_t>(b) * row_size(v.type, kQK);
                 std::memcpy(blk, &half_one, 2);
                 if (v.type == DType::kQ8_0) std::memset(blk + 2, 0x80, kQK);
+                if (v.type == DType::kQ4_1 || v.type == DType::kQ5_1) std::memcpy(blk + 2, &min, 2);
               }
             }
             w.insert(w.end(), row.begin(), row.end());
@@ -440,7 +498,7 @@ TEST(KernelsNeon, GemvVariantsMatchVecDotBitForBit) {
           if (extreme) {
             for (size_t i = 0; i < x.size(); ++i) x[i] = rng() % 2 ? 1.0f : -1.0f;
           }
-          const std::vector<uint8_t> a = to_row(DType::kQ8_0, x, true);
+          const std::vector<uint8_t> a = to_row(act, x, true);
           for (GemvFn gemv : {v.baseline, v.dotprod}) {
             if (gemv == v.dotprod && !host_has_dotprod()) continue;
             SCOPED_TRACE(gemv == v.dotprod ? "dotprod" : "baseline");

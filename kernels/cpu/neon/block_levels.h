@@ -29,23 +29,53 @@ struct BlockLevels {
     hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight);
   }
 
-  // Q5_0 levels q - 16: the low 4 bits as Q4_0's; bit 4 of element i is bit i of the
-  // little-endian qh. One TBL per half spreads qh byte i / 8 (+ 2 for the high half) to
-  // lane i, CMTST against 1, 2, 4, ... 128 tests each lane's bit, and the level is
-  // (q & 15) - (bit ? 0 : 16): a BIC of 16 by that mask, then one subtraction.
-  static void q5_0_levels(const BlockQ5_0& x, int8x16_t& lo, int8x16_t& hi) {
+  // Q4_1 levels q in [0, 15] (unsigned: the block's minimum m carries the offset) of
+  // elements 0-15 (lo) and 16-31 (hi).
+  static void q4_1_levels(const BlockQ4_1& x, int8x16_t& lo, int8x16_t& hi) {
     const uint8x16_t q = vld1q_u8(x.qs);
+    lo = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15)));
+    hi = vreinterpretq_s8_u8(vshrq_n_u8(q, 4));
+  }
+
+  // The high bits of a Q5_0 or Q5_1 block: lane i of lo (hi) is all ones where bit i
+  // (16 + i) of the little-endian qh is set, else 0. One TBL per half spreads qh byte i / 8
+  // (+ 2 for the high half) to lane i, and CMTST against 1, 2, 4, ... 128 tests each lane's
+  // bit.
+  static void q5_high_masks(const uint8_t* qh_bytes, uint8x16_t& lo, uint8x16_t& hi) {
     uint32_t qh;
-    std::memcpy(&qh, x.qh, sizeof qh);
+    std::memcpy(&qh, qh_bytes, sizeof qh);
     const uint8x16_t h = vreinterpretq_u8_u32(vdupq_n_u32(qh));
     const uint8x16_t bits = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
     const uint8x16_t spread_lo = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1));
     const uint8x16_t spread_hi = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
+    lo = vtstq_u8(vqtbl1q_u8(h, spread_lo), bits);
+    hi = vtstq_u8(vqtbl1q_u8(h, spread_hi), bits);
+  }
+
+  // Q5_0 levels q - 16: the low 4 bits as Q4_0's, bit 4 from q5_high_masks; the level is
+  // (q & 15) - (bit ? 0 : 16): a BIC of 16 by the mask, then one subtraction.
+  static void q5_0_levels(const BlockQ5_0& x, int8x16_t& lo, int8x16_t& hi) {
+    const uint8x16_t q = vld1q_u8(x.qs);
+    uint8x16_t h_lo;
+    uint8x16_t h_hi;
+    q5_high_masks(x.qh, h_lo, h_hi);
     const uint8x16_t sixteen = vdupq_n_u8(16);
-    const uint8x16_t off_lo = vbicq_u8(sixteen, vtstq_u8(vqtbl1q_u8(h, spread_lo), bits));
-    const uint8x16_t off_hi = vbicq_u8(sixteen, vtstq_u8(vqtbl1q_u8(h, spread_hi), bits));
+    const uint8x16_t off_lo = vbicq_u8(sixteen, h_lo);
+    const uint8x16_t off_hi = vbicq_u8(sixteen, h_hi);
     lo = vreinterpretq_s8_u8(vsubq_u8(vandq_u8(q, vdupq_n_u8(15)), off_lo));
     hi = vreinterpretq_s8_u8(vsubq_u8(vshrq_n_u8(q, 4), off_hi));
+  }
+
+  // Q5_1 levels q in [0, 31] (unsigned, as Q4_1's): (q & 15) | (16 & mask), the mask from
+  // q5_high_masks.
+  static void q5_1_levels(const BlockQ5_1& x, int8x16_t& lo, int8x16_t& hi) {
+    const uint8x16_t q = vld1q_u8(x.qs);
+    uint8x16_t h_lo;
+    uint8x16_t h_hi;
+    q5_high_masks(x.qh, h_lo, h_hi);
+    const uint8x16_t sixteen = vdupq_n_u8(16);
+    lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, vdupq_n_u8(15)), vandq_u8(h_lo, sixteen)));
+    hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q, 4), vandq_u8(h_hi, sixteen)));
   }
 
   static void q8_0_levels(const BlockQ8_0& x, int8x16_t& lo, int8x16_t& hi) {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "ggml-like/quants.h"
 #include "kernels/cpu/neon/block_levels.h"
@@ -45,7 +46,8 @@ struct QuantDots : BlockLevels<Dot> {
   }
 
   // The levels of a 32-element block (block_levels.h) against the 32 activation levels
-  // a_lo, a_hi of one Q8_0 block.
+  // a_lo, a_hi of one Q8_0 or Q8_1 block (Q4_1's and Q5_1's levels are unsigned, at most
+  // 31, so the products fit the policies' int16 pairs as Q5_0's do).
   template <class Block, void (*kLevels)(const Block&, int8x16_t&, int8x16_t&)>
   static int32x4_t lanes(const Block& x, int8x16_t a_lo, int8x16_t a_hi) {
     int8x16_t lo;
@@ -62,110 +64,155 @@ struct QuantDots : BlockLevels<Dot> {
   static int32x4_t q8_0_lanes(const BlockQ8_0& x, int8x16_t a_lo, int8x16_t a_hi) {
     return lanes<BlockQ8_0, Levels::q8_0_levels>(x, a_lo, a_hi);
   }
+  static int32x4_t q4_1_lanes(const BlockQ4_1& x, int8x16_t a_lo, int8x16_t a_hi) {
+    return lanes<BlockQ4_1, Levels::q4_1_levels>(x, a_lo, a_hi);
+  }
+  static int32x4_t q5_1_lanes(const BlockQ5_1& x, int8x16_t a_lo, int8x16_t a_hi) {
+    return lanes<BlockQ5_1, Levels::q5_1_levels>(x, a_lo, a_hi);
+  }
 
   template <class Block>
   using LanesFn = int32x4_t (*)(const Block&, int8x16_t, int8x16_t);
 
   // The 32-element block types, for kRows weight rows x[0 .. kRows) against one activation
-  // row y: per row, exact integer sums of 4 blocks at a time, converted and accumulated as
-  // acc[j] = fma(float(sum of block 4i + j), d_x * d_y, acc[j]); the 4 lanes are added at
-  // the end ((l0 + l1) + (l2 + l3)). A missing block counts as 0. The rows share each
-  // activation load and scale; each row's float steps are those of kRows = 1 (vec_dot),
-  // so a row's result does not depend on kRows. With kPrefetch, each block of a row is
-  // prefetched `ahead` bytes on (the rows of the next pass; prefetches never fault).
-  template <class Block, LanesFn<Block> kLanes, int kRows, bool kPrefetch>
-  static void legacy_group(const Block* const* x, const BlockQ8_0* y, int64_t b, int count,
-                           size_t ahead, float32x4_t* acc) {
+  // row y (Act: BlockQ8_0, or BlockQ8_1 for the offset types Q4_1 and Q5_1): per row, exact
+  // integer sums of 4 blocks at a time (|sum| <= 32 * 128 * 128 < 2^24, so exact in float
+  // too), converted and accumulated as acc[j] = fma(float(sum of block 4i + j), d_x * d_y,
+  // acc[j]). The offset types also keep mins[j] = fma(m_x, s_y, mins[j]) of the same
+  // blocks: llama.cpp's ARM kernels add m_x * s_y of each block into a float `summs` apart
+  // from the scaled dots and add it at the end; here summs has 4 lanes as acc does, and
+  // the fma is explicit so that the steps do not depend on compiler contraction. The result
+  // is (acc0 + acc1) + (acc2 + acc3), plus (mins0 + mins1) + (mins2 + mins3) for the
+  // offset types. A missing block counts as 0. The rows share each activation load and
+  // scale; each row's float steps are those of kRows = 1 (vec_dot), so a row's result does
+  // not depend on kRows. With kPrefetch, each block of a row is prefetched `ahead` bytes on
+  // (the rows of the next pass; prefetches never fault).
+  template <class Block, class Act, LanesFn<Block> kLanes, int kRows, bool kPrefetch>
+  static void legacy_group(const Block* const* x, const Act* y, int64_t b, int count, size_t ahead,
+                           float32x4_t* acc, float32x4_t* mins) {
+    constexpr bool kOffset = std::is_same_v<Act, BlockQ8_1>;
     int8x16_t a_lo[4];
     int8x16_t a_hi[4];
     uint16x4_t h_y = vdup_n_u16(0);  // fp16 scales; a missing block's is +0
+    uint16x4_t h_s = vdup_n_u16(0);  // Q8_1's d * sum(q), fp16
     for (int j = 0; j < 4; ++j) {
       a_lo[j] = j < count ? vld1q_s8(y[b + j].qs) : vdupq_n_s8(0);
       a_hi[j] = j < count ? vld1q_s8(y[b + j].qs + 16) : vdupq_n_s8(0);
       if (j < count) h_y = lane_u16(h_y, &y[b + j].d, j);
+      if constexpr (kOffset) {
+        if (j < count) h_s = lane_u16(h_s, &y[b + j].s, j);
+      }
     }
     const float32x4_t d_y = vcvt_f32_f16(vreinterpret_f16_u16(h_y));
+    const float32x4_t s_y = vcvt_f32_f16(vreinterpret_f16_u16(h_s));
     for (int r = 0; r < kRows; ++r) {
       int32x4_t lanes[4];
       uint16x4_t h_x = vdup_n_u16(0);
+      uint16x4_t h_m = vdup_n_u16(0);
       for (int j = 0; j < 4; ++j) {
         if constexpr (kPrefetch) {
           if (j < count) __builtin_prefetch(reinterpret_cast<const char*>(x[r] + b + j) + ahead);
         }
         lanes[j] = j < count ? kLanes(x[r][b + j], a_lo[j], a_hi[j]) : vdupq_n_s32(0);
         if (j < count) h_x = lane_u16(h_x, &x[r][b + j].d, j);
+        if constexpr (kOffset) {
+          if (j < count) h_m = lane_u16(h_m, &x[r][b + j].m, j);
+        }
       }
       // Lane j: d_x * d_y of block b + j, the float product vec_dot forms (+0 if missing).
       const float32x4_t d = vmulq_f32(vcvt_f32_f16(vreinterpret_f16_u16(h_x)), d_y);
       const int32x4_t s = sums4(lanes[0], lanes[1], lanes[2], lanes[3]);
       acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s), d);
+      if constexpr (kOffset) {
+        mins[r] = vfmaq_f32(mins[r], vcvt_f32_f16(vreinterpret_f16_u16(h_m)), s_y);
+      }
     }
   }
 
-  template <class Block, LanesFn<Block> kLanes, int kRows, bool kPrefetch>
-  static void legacy_rows(int64_t n, const Block* const* x, const BlockQ8_0* y, size_t ahead,
+  template <class Block, class Act, LanesFn<Block> kLanes, int kRows, bool kPrefetch>
+  static void legacy_rows(int64_t n, const Block* const* x, const Act* y, size_t ahead,
                           float* out) {
+    constexpr bool kOffset = std::is_same_v<Act, BlockQ8_1>;
     const int64_t nb = n / kQK;
     float32x4_t acc[kRows];
-    for (int r = 0; r < kRows; ++r) acc[r] = vdupq_n_f32(0.0f);
+    float32x4_t mins[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = mins[r] = vdupq_n_f32(0.0f);
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4)
-      legacy_group<Block, kLanes, kRows, kPrefetch>(x, y, b, 4, ahead, acc);
+      legacy_group<Block, Act, kLanes, kRows, kPrefetch>(x, y, b, 4, ahead, acc, mins);
     if (b < nb) {
-      legacy_group<Block, kLanes, kRows, kPrefetch>(x, y, b, static_cast<int>(nb - b), ahead, acc);
+      legacy_group<Block, Act, kLanes, kRows, kPrefetch>(x, y, b, static_cast<int>(nb - b), ahead,
+                                                         acc, mins);
     }
-    for (int r = 0; r < kRows; ++r) out[r] = vaddvq_f32(acc[r]);
+    for (int r = 0; r < kRows; ++r) {
+      out[r] = vaddvq_f32(acc[r]);
+      if constexpr (kOffset) out[r] += vaddvq_f32(mins[r]);
+    }
   }
 
-  template <class Block, LanesFn<Block> kLanes>
+  template <class Block, class Act, LanesFn<Block> kLanes>
   static float legacy(int64_t n, const void* vx, const void* vy) {
     const Block* x = static_cast<const Block*>(vx);
     float out;
-    legacy_rows<Block, kLanes, 1, false>(n, &x, static_cast<const BlockQ8_0*>(vy), 0, &out);
+    legacy_rows<Block, Act, kLanes, 1, false>(n, &x, static_cast<const Act*>(vy), 0, &out);
     return out;
   }
 
   // gemv (kernel_table.h) of a 32-element block type: 4 rows per pass through legacy_rows,
   // the rows of the next pass prefetched; the last n_rows % 4 rows one at a time.
-  template <class Block, LanesFn<Block> kLanes>
+  template <class Block, class Act, LanesFn<Block> kLanes>
   static void legacy_gemv(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                           const uint8_t* act, float* y) {
     constexpr int kRows = 4;
-    const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
+    const auto* a = reinterpret_cast<const Act*>(act);
     int64_t r = 0;
     for (; r + kRows <= n_rows; r += kRows) {
       const Block* x[kRows];
       for (int i = 0; i < kRows; ++i) {
         x[i] = reinterpret_cast<const Block*>(w + static_cast<size_t>(r + i) * w_stride);
       }
-      legacy_rows<Block, kLanes, kRows, true>(n, x, a, kRows * w_stride, y + r);
+      legacy_rows<Block, Act, kLanes, kRows, true>(n, x, a, kRows * w_stride, y + r);
     }
     for (; r < n_rows; ++r) {
       const Block* x = reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * w_stride);
-      legacy_rows<Block, kLanes, 1, false>(n, &x, a, 0, y + r);
+      legacy_rows<Block, Act, kLanes, 1, false>(n, &x, a, 0, y + r);
     }
   }
 
   static float q4_0_q8_0(int64_t n, const void* x, const void* y) {
-    return legacy<BlockQ4_0, q4_0_lanes>(n, x, y);
+    return legacy<BlockQ4_0, BlockQ8_0, q4_0_lanes>(n, x, y);
   }
   static float q5_0_q8_0(int64_t n, const void* x, const void* y) {
-    return legacy<BlockQ5_0, q5_0_lanes>(n, x, y);
+    return legacy<BlockQ5_0, BlockQ8_0, q5_0_lanes>(n, x, y);
   }
   static float q8_0_q8_0(int64_t n, const void* x, const void* y) {
-    return legacy<BlockQ8_0, q8_0_lanes>(n, x, y);
+    return legacy<BlockQ8_0, BlockQ8_0, q8_0_lanes>(n, x, y);
+  }
+  static float q4_1_q8_1(int64_t n, const void* x, const void* y) {
+    return legacy<BlockQ4_1, BlockQ8_1, q4_1_lanes>(n, x, y);
+  }
+  static float q5_1_q8_1(int64_t n, const void* x, const void* y) {
+    return legacy<BlockQ5_1, BlockQ8_1, q5_1_lanes>(n, x, y);
   }
   static void gemv_q4_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                         const uint8_t* act, float* y) {
-    legacy_gemv<BlockQ4_0, q4_0_lanes>(n, w, w_stride, n_rows, act, y);
+    legacy_gemv<BlockQ4_0, BlockQ8_0, q4_0_lanes>(n, w, w_stride, n_rows, act, y);
   }
   static void gemv_q5_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                         const uint8_t* act, float* y) {
-    legacy_gemv<BlockQ5_0, q5_0_lanes>(n, w, w_stride, n_rows, act, y);
+    legacy_gemv<BlockQ5_0, BlockQ8_0, q5_0_lanes>(n, w, w_stride, n_rows, act, y);
   }
   static void gemv_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                         const uint8_t* act, float* y) {
-    legacy_gemv<BlockQ8_0, q8_0_lanes>(n, w, w_stride, n_rows, act, y);
+    legacy_gemv<BlockQ8_0, BlockQ8_0, q8_0_lanes>(n, w, w_stride, n_rows, act, y);
+  }
+  static void gemv_q4_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                        const uint8_t* act, float* y) {
+    legacy_gemv<BlockQ4_1, BlockQ8_1, q4_1_lanes>(n, w, w_stride, n_rows, act, y);
+  }
+  static void gemv_q5_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                        const uint8_t* act, float* y) {
+    legacy_gemv<BlockQ5_1, BlockQ8_1, q5_1_lanes>(n, w, w_stride, n_rows, act, y);
   }
 
   // Q4_K and Q5_K: per super-block, sumi = sum_s sc[s] * (levels of s . activations of s)
