@@ -617,6 +617,7 @@ TEST(KernelsNeon, ActivationQuantizersAreBitIdentical) {
     FromFloatFn ref;
   };
   const Q quantizers[] = {{DType::kQ8_0, neon::quantize_q8_0_act, quantize_q8_0_act},
+                          {DType::kQ8_1, neon::quantize_q8_1_act, quantize_q8_1_act},
                           {DType::kQ8_K, neon::quantize_q8_k, quantize_q8_k}};
   uint32_t seed = 50;
   for (const Q& q : quantizers) {

@@ -86,27 +86,50 @@ void gemv_q5_1_q8_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
   Dots::gemv_q5_1(n, w, w_stride, n_rows, act, y);
 }
 
-// amax ignores NaNs (FMAXNM, as std::max in the reference), d = amax / 127 as F16, levels
-// round(x * (127 / amax)) with FCVTNS (ties to even, as lrint), saturated to int8.
+namespace {
+
+// One block of 32 activations as quantize_q8_0_act and quantize_q8_1_act (ggml-like) quantize
+// it: amax ignores NaNs (FMAXNM, as std::max in the reference), levels round(x * (127 /
+// amax)) with FCVTNS (ties to even, as lrint), saturated to int8 and stored at qs. Returns
+// amax.
+float quantize_act_block(const float* x, int8_t* qs) {
+  float32x4_t v[8];
+  float32x4_t amax = vdupq_n_f32(0.0f);
+  for (int i = 0; i < 8; ++i) {
+    v[i] = vld1q_f32(x + 4 * i);
+    amax = vmaxnmq_f32(amax, vabsq_f32(v[i]));
+  }
+  const float max = vmaxnmvq_f32(amax);
+  const float32x4_t id = vdupq_n_f32(max != 0.0f ? 127.0f / max : 0.0f);
+  for (int i = 0; i < 8; i += 2) {
+    const int32x4_t q0 = vcvtnq_s32_f32(vmulq_f32(v[i], id));
+    const int32x4_t q1 = vcvtnq_s32_f32(vmulq_f32(v[i + 1], id));
+    const int16x8_t q16 = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
+    vst1_s8(qs + 4 * i, vqmovn_s16(q16));
+  }
+  return max;
+}
+
+}  // namespace
+
+// d = amax / 127 as F16.
 void quantize_q8_0_act(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ8_0*>(dst);
   for (int64_t b = 0; b < n / kQK; ++b) {
-    const float* x = src + b * kQK;
-    float32x4_t v[8];
-    float32x4_t amax = vdupq_n_f32(0.0f);
-    for (int i = 0; i < 8; ++i) {
-      v[i] = vld1q_f32(x + 4 * i);
-      amax = vmaxnmq_f32(amax, vabsq_f32(v[i]));
-    }
-    const float max = vmaxnmvq_f32(amax);
+    const float max = quantize_act_block(src + b * kQK, out[b].qs);
     out[b].d = fp32_to_fp16(max / 127.0f);
-    const float32x4_t id = vdupq_n_f32(max != 0.0f ? 127.0f / max : 0.0f);
-    for (int i = 0; i < 8; i += 2) {
-      const int32x4_t q0 = vcvtnq_s32_f32(vmulq_f32(v[i], id));
-      const int32x4_t q1 = vcvtnq_s32_f32(vmulq_f32(v[i + 1], id));
-      const int16x8_t q16 = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
-      vst1_s8(out[b].qs + 4 * i, vqmovn_s16(q16));
-    }
+  }
+}
+
+// As Q8_0's, with s = F16(d * sum of the levels), d the float amax / 127 (not its F16).
+void quantize_q8_1_act(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_1*>(dst);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float max = quantize_act_block(src + b * kQK, out[b].qs);
+    const float d = max / 127.0f;
+    const int sum = vaddlvq_s8(vld1q_s8(out[b].qs)) + vaddlvq_s8(vld1q_s8(out[b].qs + 16));
+    out[b].d = fp32_to_fp16(d);
+    out[b].s = fp32_to_fp16(d * static_cast<float>(sum));
   }
 }
 

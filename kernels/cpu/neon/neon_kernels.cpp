@@ -77,6 +77,9 @@ void fill_kernels(CpuKernels& k, Isa level) {
       case DType::kQ8_0:
         m.quantize_act = quantize_q8_0_act;
         break;
+      case DType::kQ8_1:
+        m.quantize_act = quantize_q8_1_act;
+        break;
       case DType::kQ8_K:
         m.quantize_act = quantize_q8_k;
         break;

@@ -20,7 +20,7 @@ namespace qrun::kernels::neon {
 // dot_quants.cpp: quantized weights (Q4_0, Q5_0, Q8_0 against Q8_0 activations; Q4_1, Q5_1
 // against Q8_1; Q4_K, Q5_K, Q6_K against Q8_K), the gemv of Q4_0, Q5_0, Q8_0, Q4_1, Q5_1 (4
 // rows per pass, each output the bits of the vec_dot above), and the activation quantizers
-// of Q8_0 and Q8_K (bit-identical to quantize_q8_0_act and quantize_q8_k).
+// (bit-identical to quantize_q8_0_act, quantize_q8_1_act and quantize_q8_k).
 float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
@@ -40,6 +40,7 @@ void gemv_q4_1_q8_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
 void gemv_q5_1_q8_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, float* y);
 void quantize_q8_0_act(const float* src, void* dst, int64_t n);
+void quantize_q8_1_act(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
 
 // dot_dotprod.cpp: the same dot products with SDOT. Callable only where dotprod exists.
