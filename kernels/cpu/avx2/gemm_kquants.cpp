@@ -1,4 +1,4 @@
-// AVX2 gemm micro-kernels of the k-quants against Q8_K activations (Q4_K, Q5_K, Q6_K), on
+// AVX2 gemm micro-kernels of the k-quants and IQ4_XS against Q8_K activations, on
 // the token-interleaved packing of gemm_common.h: R weight rows x 8 tokens per tile, one
 // 256-element super-block at a time, integer sums per super-block, one float step each.
 //   Q4_K, Q5_K: unsigned levels q meet the signed activations in vpmaddubsw; the int16
@@ -9,6 +9,8 @@
 //   Q6_K: the signed levels q - 32 are multiplied as |a| * (sign(a) * (q - 32)), so a lane
 //     sums 8 products of at most 127 * 32 and a whole 16-element sub-block fits before
 //     vpmaddwd applies its int8 scale; no offset correction is needed.
+//   IQ4_XS: its table's signed levels as Q6_K's, each vpmaddubsw widened at once by its
+//     sub-block scale (the levels reach 127).
 #include "kernels/cpu/avx2/avx2_kernels.h"
 #include "kernels/cpu/avx2/gemm_common.h"
 #include "kernels/cpu/avx2/kquant_levels.h"
@@ -220,6 +222,13 @@ struct alignas(32) ActQ8_KAbs {
   float d[kLanes];
 };
 
+void pack_q8_k_abs(const uint8_t* const* rows, int n_valid, int64_t block, ActQ8_KAbs* dst) {
+  pack_q8_k_levels(rows, n_valid, block, dst->q, dst->d);
+  for (int g = 0; g < 64; ++g) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst->qa[g]), _mm256_abs_epi8(load(dst->q[g])));
+  }
+}
+
 // An unpacked Q6_K super-block: q - 32 in element order, each 16-element sub-block scale
 // twice in an int32 (sign-extended int16 pair), and d.
 struct WtQ6_K {
@@ -237,10 +246,7 @@ struct Q6_K {
   using Wt = WtQ6_K;
 
   static void pack(const uint8_t* const* rows, int n_valid, int64_t block, Act* dst) {
-    pack_q8_k_levels(rows, n_valid, block, dst->q, dst->d);
-    for (int g = 0; g < 64; ++g) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(dst->qa[g]), _mm256_abs_epi8(load(dst->q[g])));
-    }
+    pack_q8_k_abs(rows, n_valid, block, dst);
   }
 
   static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
@@ -307,12 +313,87 @@ struct Q6_K {
   }
 };
 
+// ---- IQ4_XS -----------------------------------------------------------------------------
+
+// An unpacked IQ4_XS super-block: the signed levels (its table's) in element order, each
+// 32-element sub-block scale ls - 32 twice in an int32 (an int16 pair), and d.
+struct WtIQ4_XS {
+  int8_t q[256];
+  uint32_t sc[8];
+  float d;
+};
+
+// As Q6_K, |a| * (sign(a) * level), but a level reaches 127, so a vpmaddubsw pair (at most
+// 2 * 128 * 127) is widened by vpmaddwd with the sub-block scale (|ls - 32| <= 32) at once:
+// 64 groups of 2 * 32512 * 32 stay inside int32.
+struct IQ4_XS {
+  static constexpr int64_t kBlockElems = 256;
+  static constexpr int kChunk = 1;  // as Q6_K: large packed activations
+  static constexpr int kRows = 4;
+  static constexpr int kVecs = 1;
+  using Act = ActQ8_KAbs;
+  using Wt = WtIQ4_XS;
+
+  static void pack(const uint8_t* const* rows, int n_valid, int64_t block, Act* dst) {
+    pack_q8_k_abs(rows, n_valid, block, dst);
+  }
+
+  static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
+    const auto& b = reinterpret_cast<const BlockIQ4_XS*>(row)[block];
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
+    const __m128i m4 = _mm_set1_epi8(15);
+    for (int s = 0; s < 8; ++s) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * s));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst->q + 32 * s),
+                       _mm_shuffle_epi8(table, _mm_and_si128(q, m4)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst->q + 32 * s + 16),
+                       _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
+      dst->sc[s] = static_cast<uint16_t>(iq4_xs_scale(b, s) - 32) * 0x10001u;
+    }
+    dst->d = half_to_float(b.d);
+  }
+
+  template <int R, int V>
+  static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
+                   int64_t ld) {
+    static_assert(V == 1);
+    __m256 f[R];
+    for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
+    for (int b = 0; b < kb; ++b) {
+      __m256i sum[R];
+      for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {
+        __m256i sc[R];
+        for (int r = 0; r < R; ++r) sc[r] = bcast32(&w[r][b].sc[s]);
+        for (int g = 0; g < 8; ++g) {
+          const int i = 8 * s + g;
+          const __m256i as = load(a[b].q[i]);
+          const __m256i aa = load(a[b].qa[i]);
+          for (int r = 0; r < R; ++r) {
+            const __m256i p =
+                _mm256_maddubs_epi16(aa, _mm256_sign_epi8(bcast32(w[r][b].q + 4 * i), as));
+            sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(p, sc[r]));
+            pin(sum[r]);
+          }
+        }
+      }
+      const __m256 da = _mm256_load_ps(a[b].d);
+      for (int r = 0; r < R; ++r) {
+        f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]),
+                               _mm256_mul_ps(da, _mm256_set1_ps(w[r][b].d)), f[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+  }
+};
+
 }  // namespace
 
 void fill_gemm_kquants(CpuKernels& k) {
   k.for_type(DType::kQ4_K).gemm = gemm::Gemm<Q4_K>::kernels();
   k.for_type(DType::kQ5_K).gemm = gemm::Gemm<Q5_K>::kernels();
   k.for_type(DType::kQ6_K).gemm = gemm::Gemm<Q6_K>::kernels();
+  k.for_type(DType::kIQ4_XS).gemm = gemm::Gemm<IQ4_XS>::kernels();
 }
 
 }  // namespace qrun::kernels::avx2
