@@ -143,33 +143,65 @@ float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y) {
 
 // ---- Q8_0 ---------------------------------------------------------------------------------
 
-// d = absmax / 127 and q = round(x / d), ties away from zero (std::round, as roundf).
-void quantize_q8_0(const float* src, void* dst, int64_t n) {
+namespace {
+
+// The 8-bit levels of one block for Q8_0 and Q8_1, and their sum. kAct: llama.cpp's x86
+// activation quantizer (multiplier 127 / amax, not 1 / d: the two differ in the last bit for
+// some amax; levels rounded half to even, saturated); otherwise its reference quantizer
+// (multiplier 1 / d, half away from zero). Returns d = amax / 127 unrounded.
+template <bool kAct>
+float quantize_8bit_block(const float* x, int8_t* qs, int* sum) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  float id = 0.0f;
+  if constexpr (kAct) {
+    id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  } else {
+    id = d != 0.0f ? 1.0f / d : 0.0f;
+  }
+  *sum = 0;
+  for (int64_t j = 0; j < kQK; ++j) {
+    if constexpr (kAct) {
+      const long q = std::lrint(x[j] * id);  // the default rounding mode: half to even
+      qs[j] = static_cast<int8_t>(std::clamp<long>(q, -128, 127));
+    } else {
+      qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    }
+    *sum += qs[j];
+  }
+  return d;
+}
+
+template <bool kAct>
+void quantize_q8_0_rows(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ8_0*>(dst);
+  int sum = 0;
   for (int64_t b = 0; b < blocks_of(n); ++b) {
-    const float* x = src + b * kQK;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    out[b].d = fp32_to_fp16(d);
-    for (int64_t j = 0; j < kQK; ++j) out[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    out[b].d = fp32_to_fp16(quantize_8bit_block<kAct>(src + b * kQK, out[b].qs, &sum));
   }
 }
 
-void quantize_q8_0_act(const float* src, void* dst, int64_t n) {
-  auto* out = static_cast<BlockQ8_0*>(dst);
+// Q8_1 stores s = d * sum(levels) with the unrounded d, as llama.cpp's quantizers do.
+template <bool kAct>
+void quantize_q8_1_rows(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ8_1*>(dst);
+  int sum = 0;
   for (int64_t b = 0; b < blocks_of(n); ++b) {
-    const float* x = src + b * kQK;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    out[b].d = fp32_to_fp16(amax / 127.0f);
-    for (int64_t j = 0; j < kQK; ++j) {
-      const long q = std::lrint(x[j] * id);  // the default rounding mode: half to even
-      out[b].qs[j] = static_cast<int8_t>(std::clamp<long>(q, -128, 127));
-    }
+    const float d = quantize_8bit_block<kAct>(src + b * kQK, out[b].qs, &sum);
+    out[b].d = fp32_to_fp16(d);
+    out[b].s = fp32_to_fp16(d * static_cast<float>(sum));
   }
+}
+
+}  // namespace
+
+void quantize_q8_0(const float* src, void* dst, int64_t n) {
+  quantize_q8_0_rows<false>(src, dst, n);
+}
+
+void quantize_q8_0_act(const float* src, void* dst, int64_t n) {
+  quantize_q8_0_rows<true>(src, dst, n);
 }
 
 void dequantize_q8_0(const void* src, float* dst, int64_t n) {
@@ -309,40 +341,11 @@ float vec_dot_q5_1_q8_1(int64_t n, const void* x, const void* y) {
 }
 
 void quantize_q8_1(const float* src, void* dst, int64_t n) {
-  auto* out = static_cast<BlockQ8_1*>(dst);
-  for (int64_t b = 0; b < blocks_of(n); ++b) {
-    const float* x = src + b * kQK;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    out[b].d = fp32_to_fp16(d);
-    int sum = 0;
-    for (int64_t j = 0; j < kQK; ++j) {
-      out[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
-      sum += out[b].qs[j];
-    }
-    out[b].s = fp32_to_fp16(static_cast<float>(sum) * d);
-  }
+  quantize_q8_1_rows<false>(src, dst, n);
 }
 
 void quantize_q8_1_act(const float* src, void* dst, int64_t n) {
-  auto* out = static_cast<BlockQ8_1*>(dst);
-  for (int64_t b = 0; b < blocks_of(n); ++b) {
-    const float* x = src + b * kQK;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    out[b].d = fp32_to_fp16(d);
-    int sum = 0;
-    for (int64_t j = 0; j < kQK; ++j) {
-      const long q = std::lrint(x[j] * id);  // the default rounding mode: half to even
-      out[b].qs[j] = static_cast<int8_t>(std::clamp<long>(q, -128, 127));
-      sum += out[b].qs[j];
-    }
-    out[b].s = fp32_to_fp16(d * static_cast<float>(sum));
-  }
+  quantize_q8_1_rows<true>(src, dst, n);
 }
 
 void dequantize_q8_1(const void* src, float* dst, int64_t n) {
