@@ -3,17 +3,23 @@
 // weights at an address only 2-byte aligned, into NaN-filled outputs.
 // Oracles:
 //  - quantize_q8_1 gives the bits of the CPU reference's activation quantizer
-//    (quantize_q8_0_act), so the legacy types see the very activations the CPU backend
-//    multiplies with;
+//    (quantize_q8_0_act; quantize_q8_1_act's d and qs), so the legacy types see the very
+//    activations the CPU backend multiplies with;
 //  - mmvq equals, within float rounding, the double-precision dot of the reference
 //    dequantization of the weights with the dequantized activation blocks: each chunk's
 //    integer sum is exact, and the rest is about n_in / 32 float additions and a few float
 //    products per chunk, so |error| <= (n_chunks + 64) * eps * sum_j |w_j * a_j|. One wrong
 //    element out of n_in moves the result by about sum_j |w_j * a_j| / n_in, 10x the bound
-//    even at n_in = 4096;
+//    even at n_in = 4096. (Q4_1 and Q5_1 round d * q . a and m * sum(a) apart, each up to a
+//    few times sum_j |w_j * a_j| where the block minimum is large: measured 5.7 eps times
+//    it, against 0.9 for the other 32-element types, and 0.09 of the bound);
 //  - mmvq is within the activation quantization error of the exact float product w . x:
 //    |x_j - a_j| <= d / 2 plus d's rounding to F16 (127 * 2^-11 * d), under 0.6 * d;
-//  - for the legacy types, the reference vec_dot over the same Q8_0 activations.
+//  - for the 32-element types, the reference vec_dot over the same activations: Q8_0, and
+//    Q8_1 for Q4_1 and Q5_1, whose s = d * sum(q) is F16 where the CUDA blocks keep the
+//    integer sum, so that the reference adds m * (s - a.d * sum) more per block; the check
+//    takes that sum, computed from the blocks, off the reference (without it the Q4_1 and
+//    Q5_1 rows differed by up to 280x the bound; with it, 0.025x).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -89,6 +95,25 @@ TEST(CudaEmuMatmul, QuantizeQ8_1MatchesTheReferenceBits) {
   }
 }
 
+// For Q4_1 and Q5_1 against the reference's Q8_1 activations q8_1 (quantize_q8_1_act: the
+// same d and qs as act, and s = d * sum(q) rounded to F16): the sum over blocks of
+// m * (s - act.d * act.sum), by which the reference's m * s terms exceed the CUDA kernel's
+// m * (a.d * a.sum). 0 for the other types.
+double carried_sum_excess(DType type, const uint8_t* w_row, const uint8_t* q8_1,
+                          const BlockQ8_1* act, int64_t n_in) {
+  if (type != DType::kQ4_1 && type != DType::kQ5_1) return 0.0;
+  const size_t block_bytes = type_traits(type).block_bytes;
+  const auto* ref = reinterpret_cast<const ::qrun::BlockQ8_1*>(q8_1);
+  double excess = 0.0;
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    uint16_t m = 0;  // bytes 2-3 of both block types
+    std::memcpy(&m, w_row + static_cast<size_t>(b) * block_bytes + 2, 2);
+    const double s = fp16_to_fp32(ref[b].s);
+    excess += double{fp16_to_fp32(m)} * (s - static_cast<double>(act[b].d) * act[b].sum);
+  }
+  return excess;
+}
+
 class CudaEmuMmvq : public ::testing::TestWithParam<std::tuple<DType, int>> {};
 
 TEST_P(CudaEmuMmvq, MatchesReferences) {
@@ -134,10 +159,12 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
 
       const std::vector<BlockQ8_1> act = reference_q8_1(x);
       std::vector<float> wd(static_cast<size_t>(n_in));
-      std::vector<uint8_t> act_q8_0(row_size(DType::kQ8_0, n_in));
+      // The reference's activations (Q8_0, or Q8_1 for Q4_1 and Q5_1) for its vec_dot.
+      const DType act_type = k_quant ? DType::kQ8_0 : tt.vec_dot_type;
+      std::vector<uint8_t> act_ref(row_size(act_type, n_in));
       for (int64_t t = 0; t < n_tokens; ++t) {
         const BlockQ8_1* a = act.data() + t * (n_in / 32);
-        quantize_q8_0_act(x.data() + t * n_in, act_q8_0.data(), n_in);
+        type_traits(act_type).from_float_act(x.data() + t * n_in, act_ref.data(), n_in);
         for (int64_t o = 0; o < n_out; ++o) {
           tt.to_float(w.data() + o * row_bytes, wd.data(), n_in);
           double same_math = 0.0, magnitude = 0.0, exact = 0.0, quant_bound = 0.0;
@@ -156,8 +183,10 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
           EXPECT_NEAR(got, same_math, tol) << "row " << o << " token " << t;
           EXPECT_NEAR(got, exact, quant_bound + tol) << "row " << o << " token " << t;
           if (!k_quant) {
-            const float ref = tt.vec_dot(n_in, w.data() + o * row_bytes, act_q8_0.data());
-            EXPECT_NEAR(got, ref, 2.0 * tol) << "row " << o << " token " << t;
+            const uint8_t* w_row = w.data() + o * row_bytes;
+            const float ref = tt.vec_dot(n_in, w_row, act_ref.data());
+            const double excess = carried_sum_excess(type, w_row, act_ref.data(), a, n_in);
+            EXPECT_NEAR(got, ref - excess, 2.0 * tol) << "row " << o << " token " << t;
           }
         }
       }
@@ -165,15 +194,15 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypesAndVariants, CudaEmuMmvq,
-                         ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ5_0,
-                                                              DType::kQ8_0, DType::kQ4_K,
-                                                              DType::kQ5_K, DType::kQ6_K),
-                                            ::testing::Range(0, mmvq_variant_count())),
-                         [](const auto& p) {
-                           return std::string(dtype_name(std::get<0>(p.param))) + "_" +
-                                  mmvq_variant_name(std::get<1>(p.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllTypesAndVariants, CudaEmuMmvq,
+    ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1,
+                                         DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                       ::testing::Range(0, mmvq_variant_count())),
+    [](const auto& p) {
+      return std::string(dtype_name(std::get<0>(p.param))) + "_" +
+             mmvq_variant_name(std::get<1>(p.param));
+    });
 
 // mmvq itself runs the variant QRUN_CUDA_MMVQ names (v8 when unset), on weights in that
 // variant's layout: its output has the bits of that variant's, on Q4_K (the file's blocks)
@@ -211,7 +240,8 @@ TEST(CudaEmuMatmul, MmvqRunsTheSelectedVariant) {
 // of mmvq on that matrix alone: groups of 1 to kMaxGroup matrices of odd row counts (a
 // partial last block of rows at each seam of the grid), rows the tile kernel takes and
 // rows it does not (Q4_0 at n_in 96: 54-byte rows; Q5_0 at 640: 440-byte rows, as Gemma 3
-// 270M's; Q6_K below 2048), Q4_0 rows of 512 and 2048 in the layout of mmvq's variant
+// 270M's; Q4_1 and Q5_1 at 96: 60 and 72 bytes; Q6_K below 2048), Q4_0 rows of 512 and
+// 2048 in the layout of mmvq's variant
 // (grouped for v7 and v8), 1 to 5 tokens. Under the emulator, the group is one launch
 // where the variant has a group kernel (v5, v7, v8), tiled or not.
 TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
@@ -221,7 +251,7 @@ TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
   const bool one_launch = env == nullptr || *env == '\0' || std::strcmp(env, "v5") == 0 ||
                           std::strcmp(env, "v7") == 0 || std::strcmp(env, "v8") == 0;
 #endif
-  for (const DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ6_K}) {
+  for (const DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kQ6_K}) {
     for (const int64_t n_in : {int64_t{96}, int64_t{512}, int64_t{640}, int64_t{2048}}) {
       if (n_in % type_traits(type).block_elems != 0) continue;
       const TypeTraits& tt = type_traits(type);
@@ -369,8 +399,9 @@ TEST(CudaEmuMatmul, FloatWeightsMatchTheReference) {
 
 TEST(CudaEmuMatmul, SupportedTypes) {
   for (const TypeTraits& t : all_types()) {
-    const bool want = t.type == DType::kQ4_0 || t.type == DType::kQ5_0 || t.type == DType::kQ8_0 ||
-                      t.type == DType::kQ4_K || t.type == DType::kQ5_K || t.type == DType::kQ6_K;
+    const bool want = t.type == DType::kQ4_0 || t.type == DType::kQ5_0 || t.type == DType::kQ4_1 ||
+                      t.type == DType::kQ5_1 || t.type == DType::kQ8_0 || t.type == DType::kQ4_K ||
+                      t.type == DType::kQ5_K || t.type == DType::kQ6_K;
     EXPECT_EQ(mmvq_supports(t.type), want) << t.name;
   }
 }

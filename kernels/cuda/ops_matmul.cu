@@ -575,6 +575,8 @@ bool mmvq_supports(DType type) {
   switch (type) {
     case DType::kQ4_0:
     case DType::kQ5_0:
+    case DType::kQ4_1:
+    case DType::kQ5_1:
     case DType::kQ8_0:
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -604,6 +606,10 @@ void with_vecdot(DType type, F&& f) {
       return f(vecdot::Q4_0{});
     case DType::kQ5_0:
       return f(vecdot::Q5_0{});
+    case DType::kQ4_1:
+      return f(vecdot::Q4_1{});
+    case DType::kQ5_1:
+      return f(vecdot::Q5_1{});
     case DType::kQ8_0:
       return f(vecdot::Q8_0{});
     case DType::kQ4_K:

@@ -5,7 +5,12 @@
 // words are split among threads. The only rounding is in finish(), the scaling of the
 // chunk's integer total by the block scales (a few float operations).
 // The offset types (Q4_0, Q5_0, Q6_K) subtract offset * sum(activations) from the integer
-// sum; the min types (Q4_K, Q5_K) subtract dmin * m * sum.
+// sum; the min types (Q4_K, Q5_K) subtract dmin * m * sum; Q4_1 and Q5_1 add their float
+// minimum m times the activations' sum, as llama.cpp's CUDA vec_dot_q4_1_q8_1:
+// sumi * (d * a.d) + m * (a.d * a.sum), where d * a.d (two F16 values) and a.d * a.sum (an
+// F16 value and an integer of at most 13 bits) are exact in float, so the chunk rounds only
+// in its two products and their sum (nvcc may fuse the first product into the sum: one
+// rounding fewer, the same bound).
 // Each type has: load<N, kA16>(row, c, w0, f), the N words w0 ..+N of chunk c (w0 a
 // multiple of N; kA16: the row is 16-byte aligned, for the types whose words allow wider
 // loads); part(row, c, f, aq, w0), their integer dot with the activation words aq; and
@@ -23,7 +28,8 @@ QRUN_CUDA_NAMESPACE_BEGIN
 namespace vecdot {
 
 // The weight words one thread holds of a chunk: q the packed low bits, h the high bits
-// where the type keeps them apart (Q5_0: h[0] = qh of the block; Q5_K, Q6_K: per word).
+// where the type keeps them apart (Q5_0, Q5_1: h[0] = qh of the block; Q5_K, Q6_K: per
+// word).
 template <int N>
 struct Words {
   int q[N];
@@ -140,6 +146,56 @@ struct Q5_0 {
                                                  int sumi) {
     const float d = load_f16(row + c * kBlockBytes);
     return static_cast<float>(sumi - 16 * a.sum) * (d * a.d);
+  }
+};
+
+// The minimum types: x = d * q + m. Their nibbles (and Q5_1's high bits) are those of
+// Q4_0 and Q5_0 at other offsets, so part() is theirs.
+__device__ __forceinline__ float min_finish(const uint8_t* blk, const BlockQ8_1& a, int sumi) {
+  const float d = load_f16(blk);
+  const float m = load_f16(blk + 2);
+  return static_cast<float>(sumi) * (d * a.d) + m * (a.d * static_cast<float>(a.sum));
+}
+
+struct Q4_1 {
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 20;
+  static constexpr int kWords = 4;
+  // d at byte 0, m at 2, qs at 4, packed as Q4_0's.
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    load_words<N, false>(row + c * kBlockBytes + 4 + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t* row, int64_t c, const Words<N>& f,
+                                             const int* aq, int w0) {
+    return Q4_0::part(row, c, f, aq, w0);
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    return min_finish(row + c * kBlockBytes, a, sumi);
+  }
+};
+
+struct Q5_1 {
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 24;
+  static constexpr int kWords = 4;
+  // d at byte 0, m at 2, qh at 4, qs at 8, packed as Q5_0's.
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    const uint8_t* blk = row + c * kBlockBytes;
+    f.h[0] = load_i32_a2(blk + 4);
+    load_words<N, false>(blk + 8 + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t* row, int64_t c, const Words<N>& f,
+                                             const int* aq, int w0) {
+    return Q5_0::part(row, c, f, aq, w0);
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    return min_finish(row + c * kBlockBytes, a, sumi);
   }
 };
 
