@@ -60,6 +60,8 @@ Tensor matrix(DType type, int64_t n_in, int64_t n_out, const void* data) {
 TEST(CudaEmuBackend, SupportsWhatItHasKernelsFor) {
   CudaBackend b;
   EXPECT_TRUE(b.supports(Op::kMatMul, DType::kQ4_K));
+  EXPECT_TRUE(b.supports(Op::kMatMul, DType::kQ4_1));
+  EXPECT_TRUE(b.supports(Op::kMatMul, DType::kQ5_1));
   EXPECT_TRUE(b.supports(Op::kMatMul, DType::kF16));
   EXPECT_FALSE(b.supports(Op::kMatMul, DType::kBF16));
   EXPECT_TRUE(b.supports(Op::kAttention, DType::kF16));
@@ -203,7 +205,8 @@ TEST(CudaEmuBackend, MatmulAndGetRowsMatchCpu) {
   // CPU's 8-bit activations, so within the same bound).
   for (const auto& [type, n_tokens] :
        {std::pair{DType::kQ4_0, 2}, std::pair{DType::kQ8_0, 2}, std::pair{DType::kQ4_K, 2},
-        std::pair{DType::kQ6_K, 2}, std::pair{DType::kQ4_0, 7}, std::pair{DType::kQ4_K, 7}}) {
+        std::pair{DType::kQ6_K, 2}, std::pair{DType::kQ5_1, 2}, std::pair{DType::kQ4_0, 7},
+        std::pair{DType::kQ4_K, 7}, std::pair{DType::kQ4_1, 7}}) {
     SCOPED_TRACE(std::string(dtype_name(type)) + " x " + std::to_string(n_tokens));
     const int64_t n_in = 512, n_out = 9;
     const TypeTraits& tt = type_traits(type);
@@ -230,6 +233,18 @@ TEST(CudaEmuBackend, MatmulAndGetRowsMatchCpu) {
               wsum += std::fabs(wd[e]);
             }
             bound += 2.0 * 0.6 * amax / 127.0 * wsum;
+          }
+          // The CPU's Q8_1 blocks (Q4_1, Q5_1) carry s = d * sum(q) in F16, which multiplies
+          // the block minimum m (|m| <= the block's largest |w|): half an F16 ulp of it.
+          if (tt.vec_dot_type == DType::kQ8_1) {
+            for (int64_t j = 0; j < n_in; j += 32) {
+              float wmax = 0.0f, xsum = 0.0f;
+              for (int64_t e = j; e < j + 32; ++e) {
+                wmax = std::max(wmax, std::fabs(wd[e]));
+                xsum += std::fabs(x[t * n_in + e]);
+              }
+              bound += 0x1p-11 * 1.01 * wmax * xsum;
+            }
           }
           ASSERT_NEAR(g[t * n_out + o], c[t * n_out + o], bound) << "token " << t << " row " << o;
         }

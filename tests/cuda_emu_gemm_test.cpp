@@ -39,8 +39,8 @@ namespace {
 
 using test::random_activations;
 
-constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
-                            DType::kQ5_K, DType::kQ6_K, DType::kF16,  DType::kF32};
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kQ8_0,
+                            DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16,  DType::kF32};
 
 // Float summation error of the GEMM against ref16, in units of eps * sum |w16 x16|. A
 // recursive float sum of n terms is bounded by n * eps; random signs and blocked sums
@@ -56,8 +56,9 @@ std::vector<uint8_t> quantize(DType type, const std::vector<float>& src) {
   return out;
 }
 
-// n elements of `type` as random bytes, with finite F16 scales (d, dmin) of either sign
-// so that the reference's floats are finite: every other bit pattern is allowed.
+// n elements of `type` as random bytes, with finite F16 scales (d, dmin; Q4_1 and Q5_1's d
+// and m) of either sign so that the reference's floats are finite: every other bit pattern
+// is allowed.
 std::vector<uint8_t> random_blocks(DType type, int64_t n, uint32_t seed) {
   const TypeTraits& tt = type_traits(type);
   std::mt19937 rng(seed);
@@ -71,9 +72,11 @@ std::vector<uint8_t> random_blocks(DType type, int64_t n, uint32_t seed) {
   for (size_t b = 0; b < out.size() / tt.block_bytes; ++b) {
     const size_t at = b * tt.block_bytes;
     switch (type) {
+      case DType::kQ4_1:
+      case DType::kQ5_1:  // m
       case DType::kQ4_K:
-      case DType::kQ5_K:
-        set_f16(at + 2, scale(rng));  // dmin
+      case DType::kQ5_K:  // dmin
+        set_f16(at + 2, scale(rng));
         [[fallthrough]];
       case DType::kQ4_0:
       case DType::kQ5_0:

@@ -74,6 +74,31 @@ struct DqQ5_0 {
   }
 };
 
+// x = d * q + m: d bytes 0-1, m 2-3, qs 4-19 as Q4_0's. q * d is exact in float (4 + 11
+// significant bits), so only the sum rounds and an FMA contraction could not change it.
+struct DqQ4_1 {
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 20;
+  __device__ __forceinline__ static uint16_t f16(const uint8_t* blk, int j) {
+    const uint8_t* qs = blk + 4;
+    const int q = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+    return f32_to_f16(static_cast<float>(q) * load_f16(blk) + load_f16(blk + 2));
+  }
+};
+
+// As Q4_1 with q in [0, 31]: qh bytes 4-7, qs 8-23, as Q5_0's (q * d: 5 + 11 bits, exact).
+struct DqQ5_1 {
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 24;
+  __device__ __forceinline__ static uint16_t f16(const uint8_t* blk, int j) {
+    const uint32_t qh = static_cast<uint32_t>(load_i32_a2(blk + 4));
+    const uint8_t* qs = blk + 8;
+    const int low = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+    const int q = low | static_cast<int>((qh >> j) & 1) << 4;
+    return f32_to_f16(static_cast<float>(q) * load_f16(blk) + load_f16(blk + 2));
+  }
+};
+
 // x = d * q, q int8 (bytes 2-33).
 struct DqQ8_0 {
   static constexpr int kBlockElems = 32;
@@ -222,6 +247,8 @@ bool gemm_supports(DType type) {
     case DType::kF16:
     case DType::kQ4_0:
     case DType::kQ5_0:
+    case DType::kQ4_1:
+    case DType::kQ5_1:
     case DType::kQ8_0:
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -249,6 +276,10 @@ void dequantize_f16(DType type, WeightLayout layout, const void* src, int64_t n,
       return launch_dequantize<DqQ4_0>(src, n, dst, stream);
     case DType::kQ5_0:
       return launch_dequantize<DqQ5_0>(src, n, dst, stream);
+    case DType::kQ4_1:
+      return launch_dequantize<DqQ4_1>(src, n, dst, stream);
+    case DType::kQ5_1:
+      return launch_dequantize<DqQ5_1>(src, n, dst, stream);
     case DType::kQ8_0:
       return launch_dequantize<DqQ8_0>(src, n, dst, stream);
     case DType::kQ4_K:
