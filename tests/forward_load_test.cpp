@@ -33,7 +33,7 @@ struct Spec {
   bool output_copy = false;                  // output.weight = token_embd.weight
   std::string drop;                          // tensor to leave out
   std::string reshape;                       // tensor whose second dimension is halved
-  std::string retype;                        // tensor stored as q4_1
+  std::string retype;                        // tensor stored as q8_1 (no weight type)
   std::string drop_key;                      // metadata key to leave out
   std::vector<float> rope_freqs;             // written when not empty
   std::map<std::string, gguf::Value> extra;  // extra or replaced metadata
@@ -74,8 +74,8 @@ Result<gguf::File> build(const Spec& s) {
       for (float& x : data) x = 1.0f + x;
     }
     if (name == s.retype) {
-      w.add_tensor(name, DType::kQ4_1, shape,
-                   std::vector<uint8_t>(row_size(DType::kQ4_1, shape[0]) *
+      w.add_tensor(name, DType::kQ8_1, shape,
+                   std::vector<uint8_t>(row_size(DType::kQ8_1, shape[0]) *
                                         static_cast<size_t>(n / shape[0])));
       return;
     }
@@ -247,7 +247,7 @@ TEST(ModelLoad, UnsupportedWeightTypeNamesTensorAndType) {
   const Error e = load_error(s);
   EXPECT_EQ(e.code, ErrorCode::kUnsupported);
   EXPECT_NE(e.message.find("'blk.1.attn_q.weight'"), std::string::npos) << e.message;
-  EXPECT_NE(e.message.find("q4_1"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("q8_1"), std::string::npos) << e.message;
 }
 
 TEST(ModelLoad, BadHyperParameters) {
