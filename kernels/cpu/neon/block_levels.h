@@ -83,6 +83,43 @@ struct BlockLevels {
     hi = vld1q_s8(x.qs + 16);
   }
 
+  // kIq4Values as one vector, its bytes packed at compile time (so that no object of this
+  // header refers to the table's symbol).
+  static int8x16_t iq4_table() {
+    constexpr auto pack8 = [](int from) {
+      uint64_t v = 0;
+      for (int i = 7; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(kIq4Values[from + i]);
+      return v;
+    };
+    constexpr uint64_t kLow = pack8(0);
+    constexpr uint64_t kHigh = pack8(8);
+    return vreinterpretq_s8_u64(vcombine_u64(vcreate_u64(kLow), vcreate_u64(kHigh)));
+  }
+
+  // IQ4_NL levels kIq4Values[q] (signed, -127 .. 113) of the 32 elements packed in 16
+  // bytes as Q4_0's: one TBL each of the low nibbles (elements 0-15, lo) and the high ones
+  // (16-31, hi). IQ4_XS's sub-blocks are packed the same way.
+  static void iq4_levels(const uint8_t* qs, int8x16_t& lo, int8x16_t& hi) {
+    const int8x16_t table = iq4_table();
+    const uint8x16_t q = vld1q_u8(qs);
+    lo = vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(15)));
+    hi = vqtbl1q_s8(table, vshrq_n_u8(q, 4));
+  }
+
+  static void iq4_nl_levels(const BlockIQ4_NL& x, int8x16_t& lo, int8x16_t& hi) {
+    iq4_levels(x.qs, lo, hi);
+  }
+
+  // The block scales ls - 32 (-32 .. 31) of the 8 sub-blocks of an IQ4_XS super-block
+  // (layout in quants.h: low 4 bits from scales_l, high 2 from scales_h).
+  static void iq4_xs_scales(const BlockIQ4_XS& x, int32_t* ls) {
+    for (int s = 0; s < kQKK / kQK; ++s) {
+      const int low = (x.scales_l[s / 2] >> (4 * (s % 2))) & 15;
+      const int high = (x.scales_h >> (2 * s)) & 3;
+      ls[s] = (low | high << 4) - 32;
+    }
+  }
+
   // The 6-bit scales and mins of a Q4_K / Q5_K super-block (layout in quants.h).
   static void k_scales_mins(const uint8_t* b, uint8_t* sc, uint8_t* mn) {
     for (int s = 0; s < 4; ++s) {

@@ -38,6 +38,10 @@ float vec_dot_q5_1_q8_1_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::q5_1_q8_1(n, x, y);
 }
 
+float vec_dot_iq4_nl_q8_0_dotprod(int64_t n, const void* x, const void* y) {
+  return Dots::iq4_nl_q8_0(n, x, y);
+}
+
 float vec_dot_q4_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::q4_k_q8_k(n, x, y);
 }
@@ -48,6 +52,10 @@ float vec_dot_q5_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
 
 float vec_dot_q6_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::q6_k_q8_k(n, x, y);
+}
+
+float vec_dot_iq4_xs_q8_k_dotprod(int64_t n, const void* x, const void* y) {
+  return Dots::iq4_xs_q8_k(n, x, y);
 }
 
 void gemv_q4_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
@@ -73,6 +81,11 @@ void gemv_q4_1_q8_1_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_
 void gemv_q5_1_q8_1_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                             const uint8_t* act, float* y) {
   Dots::gemv_q5_1(n, w, w_stride, n_rows, act, y);
+}
+
+void gemv_iq4_nl_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                              const uint8_t* act, float* y) {
+  Dots::gemv_iq4_nl(n, w, w_stride, n_rows, act, y);
 }
 
 }  // namespace qrun::kernels::neon

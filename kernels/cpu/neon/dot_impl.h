@@ -47,7 +47,8 @@ struct QuantDots : BlockLevels<Dot> {
 
   // The levels of a 32-element block (block_levels.h) against the 32 activation levels
   // a_lo, a_hi of one Q8_0 or Q8_1 block (Q4_1's and Q5_1's levels are unsigned, at most
-  // 31, so the products fit the policies' int16 pairs as Q5_0's do).
+  // 31, so the products fit the policies' int16 pairs as Q5_0's do; IQ4_NL's, -127 .. 113,
+  // within Q8_0's).
   template <class Block, void (*kLevels)(const Block&, int8x16_t&, int8x16_t&)>
   static int32x4_t lanes(const Block& x, int8x16_t a_lo, int8x16_t a_hi) {
     int8x16_t lo;
@@ -70,6 +71,9 @@ struct QuantDots : BlockLevels<Dot> {
   static int32x4_t q5_1_lanes(const BlockQ5_1& x, int8x16_t a_lo, int8x16_t a_hi) {
     return lanes<BlockQ5_1, Levels::q5_1_levels>(x, a_lo, a_hi);
   }
+  static int32x4_t iq4_nl_lanes(const BlockIQ4_NL& x, int8x16_t a_lo, int8x16_t a_hi) {
+    return lanes<BlockIQ4_NL, Levels::iq4_nl_levels>(x, a_lo, a_hi);
+  }
 
   template <class Block>
   using LanesFn = int32x4_t (*)(const Block&, int8x16_t, int8x16_t);
@@ -85,7 +89,11 @@ struct QuantDots : BlockLevels<Dot> {
   // is (acc0 + acc1) + (acc2 + acc3), plus (mins0 + mins1) + (mins2 + mins3) for the
   // offset types. A missing block counts as 0. The rows share each activation load and
   // scale; each row's float steps are those of kRows = 1 (vec_dot), so a row's result does
-  // not depend on kRows. With kPrefetch, each block of a row is prefetched `ahead` bytes on
+  // not depend on kRows. IQ4_NL takes this path as Q4_0 does: its order is not llama.cpp's
+  // (which, with dotprod and a row count divisible by 4, repacks IQ4_NL rows in fours and
+  // chains acc += (d_y * d_x) * float(sum) block after block per row; its vec_dot adds the
+  // scaled sums of two blocks at a time to one float), but the same as this file's other
+  // 32-element types. With kPrefetch, each block of a row is prefetched `ahead` bytes on
   // (the rows of the next pass; prefetches never fault).
   template <class Block, class Act, LanesFn<Block> kLanes, int kRows, bool kPrefetch>
   static void legacy_group(const Block* const* x, const Act* y, int64_t b, int count, size_t ahead,
@@ -194,6 +202,9 @@ struct QuantDots : BlockLevels<Dot> {
   static float q5_1_q8_1(int64_t n, const void* x, const void* y) {
     return legacy<BlockQ5_1, BlockQ8_1, q5_1_lanes>(n, x, y);
   }
+  static float iq4_nl_q8_0(int64_t n, const void* x, const void* y) {
+    return legacy<BlockIQ4_NL, BlockQ8_0, iq4_nl_lanes>(n, x, y);
+  }
   static void gemv_q4_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                         const uint8_t* act, float* y) {
     legacy_gemv<BlockQ4_0, BlockQ8_0, q4_0_lanes>(n, w, w_stride, n_rows, act, y);
@@ -213,6 +224,10 @@ struct QuantDots : BlockLevels<Dot> {
   static void gemv_q5_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                         const uint8_t* act, float* y) {
     legacy_gemv<BlockQ5_1, BlockQ8_1, q5_1_lanes>(n, w, w_stride, n_rows, act, y);
+  }
+  static void gemv_iq4_nl(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                          const uint8_t* act, float* y) {
+    legacy_gemv<BlockIQ4_NL, BlockQ8_0, iq4_nl_lanes>(n, w, w_stride, n_rows, act, y);
   }
 
   // Q4_K and Q5_K: per super-block, sumi = sum_s sc[s] * (levels of s . activations of s)
@@ -277,6 +292,33 @@ struct QuantDots : BlockLevels<Dot> {
         for (int g = 0; g < 8; ++g) {
           acc = vmlaq_n_s32(acc, Dot::dot(zero, q[g], vld1q_s8(a + 16 * g)), sc[g]);
         }
+      }
+      sum = std::fma(half(x[b].d) * y[b].d, static_cast<float>(vaddvq_s32(acc)), sum);
+    }
+    return sum;
+  }
+
+  // IQ4_XS: per super-block sumi = sum over the 8 sub-blocks of 32 of (ls - 32) * (levels .
+  // acts), exact int32 (|sumi| <= 8 * 32 * 32 * 127 * 128 < 2^28); then sum = fma(d_x * d_y,
+  // float(sumi), sum), super-block after super-block: llama.cpp's ARM order (it adds
+  // d_x * d_y * sumi to one float per super-block, an fma where the compiler contracts it).
+  static float iq4_xs_q8_k(int64_t n, const void* vx, const void* vy) {
+    constexpr int kSubBlocks = kQKK / kQK;
+    const auto* x = static_cast<const BlockIQ4_XS*>(vx);
+    const auto* y = static_cast<const BlockQ8_K*>(vy);
+    const int32x4_t zero = vdupq_n_s32(0);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; ++b) {
+      int32_t ls[kSubBlocks];
+      Levels::iq4_xs_scales(x[b], ls);
+      int32x4_t acc = zero;
+      for (int s = 0; s < kSubBlocks; ++s) {
+        int8x16_t lo;
+        int8x16_t hi;
+        Levels::iq4_levels(x[b].qs + s * (kQK / 2), lo, hi);
+        const int8_t* a = y[b].qs + s * kQK;
+        const int32x4_t p = Dot::dot(Dot::dot(zero, lo, vld1q_s8(a)), hi, vld1q_s8(a + 16));
+        acc = vmlaq_n_s32(acc, p, ls[s]);
       }
       sum = std::fma(half(x[b].d) * y[b].d, static_cast<float>(vaddvq_s32(acc)), sum);
     }

@@ -1,5 +1,5 @@
-// armv8-a NEON dot products of Q4_0, Q5_0, Q8_0 (Q8_0 activations), Q4_1, Q5_1 (Q8_1
-// activations), Q4_K, Q5_K, Q6_K (Q8_K activations), through dot_impl.h with widening
+// armv8-a NEON dot products of Q4_0, Q5_0, Q8_0, IQ4_NL (Q8_0 activations), Q4_1, Q5_1 (Q8_1
+// activations), Q4_K, Q5_K, Q6_K, IQ4_XS (Q8_K activations), through dot_impl.h with widening
 // multiplies: SMULL/SMULL2 give 16 int16 products, SADALP adds them pairwise into the int32
 // lanes (exact: |product| <= 128 * 128, so a pair fits int16 and lanes stay far from int32
 // limits); the multi-row gemv of the 32-element block types (bit-identical to their
@@ -49,6 +49,10 @@ float vec_dot_q5_1_q8_1(int64_t n, const void* x, const void* y) {
   return Dots::q5_1_q8_1(n, x, y);
 }
 
+float vec_dot_iq4_nl_q8_0(int64_t n, const void* x, const void* y) {
+  return Dots::iq4_nl_q8_0(n, x, y);
+}
+
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y) {
   return Dots::q4_k_q8_k(n, x, y);
 }
@@ -59,6 +63,10 @@ float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y) {
 
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y) {
   return Dots::q6_k_q8_k(n, x, y);
+}
+
+float vec_dot_iq4_xs_q8_k(int64_t n, const void* x, const void* y) {
+  return Dots::iq4_xs_q8_k(n, x, y);
 }
 
 void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
@@ -84,6 +92,11 @@ void gemv_q4_1_q8_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
 void gemv_q5_1_q8_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, float* y) {
   Dots::gemv_q5_1(n, w, w_stride, n_rows, act, y);
+}
+
+void gemv_iq4_nl_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                      const uint8_t* act, float* y) {
+  Dots::gemv_iq4_nl(n, w, w_stride, n_rows, act, y);
 }
 
 namespace {

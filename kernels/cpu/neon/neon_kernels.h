@@ -17,18 +17,21 @@
 
 namespace qrun::kernels::neon {
 
-// dot_quants.cpp: quantized weights (Q4_0, Q5_0, Q8_0 against Q8_0 activations; Q4_1, Q5_1
-// against Q8_1; Q4_K, Q5_K, Q6_K against Q8_K), the gemv of Q4_0, Q5_0, Q8_0, Q4_1, Q5_1 (4
-// rows per pass, each output the bits of the vec_dot above), and the activation quantizers
+// dot_quants.cpp: quantized weights (Q4_0, Q5_0, Q8_0, IQ4_NL against Q8_0 activations; Q4_1,
+// Q5_1 against Q8_1; Q4_K, Q5_K, Q6_K, IQ4_XS against Q8_K), the gemv of Q4_0, Q5_0, Q8_0,
+// Q4_1, Q5_1, IQ4_NL (4 rows per pass, each output the bits of the vec_dot above), and the
+// activation quantizers
 // (bit-identical to quantize_q8_0_act, quantize_q8_1_act and quantize_q8_k).
 float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q5_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q4_1_q8_1(int64_t n, const void* x, const void* y);
 float vec_dot_q5_1_q8_1(int64_t n, const void* x, const void* y);
+float vec_dot_iq4_nl_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_iq4_xs_q8_k(int64_t n, const void* x, const void* y);
 void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, float* y);
 void gemv_q5_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
@@ -39,6 +42,8 @@ void gemv_q4_1_q8_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
                     const uint8_t* act, float* y);
 void gemv_q5_1_q8_1(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, float* y);
+void gemv_iq4_nl_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                      const uint8_t* act, float* y);
 void quantize_q8_0_act(const float* src, void* dst, int64_t n);
 void quantize_q8_1_act(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
@@ -49,9 +54,11 @@ float vec_dot_q5_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q4_1_q8_1_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q5_1_q8_1_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_iq4_nl_q8_0_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q5_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_iq4_xs_q8_k_dotprod(int64_t n, const void* x, const void* y);
 void gemv_q4_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                             const uint8_t* act, float* y);
 void gemv_q5_0_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
@@ -62,6 +69,8 @@ void gemv_q4_1_q8_1_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_
                             const uint8_t* act, float* y);
 void gemv_q5_1_q8_1_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                             const uint8_t* act, float* y);
+void gemv_iq4_nl_q8_0_dotprod(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                              const uint8_t* act, float* y);
 
 // gemm_quants.cpp: the gemm kernels (GemmKernels, kernel_table.h) of Q4_0, Q5_0, Q8_0 and
 // Q4_K, Q5_K, Q6_K, 4 rows x 8 tokens per micro-tile (gemm_impl.h); gemm_dotprod.cpp: the
