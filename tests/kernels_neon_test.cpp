@@ -5,14 +5,15 @@
 // (tolerance |y - ref| <= 1e-5 * sum |x_i y_i|; the SDOT variants, where the CPU has
 // them, bit-identical to the baseline ones), activation quantizers and conversions bit for
 // bit, row ops on awkward lengths with NaN-prefilled outputs (add and to_f16 exact,
-// rms_norm within 2.5e-7 relative, swiglu 4e-7), the Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 gemv variants
-// bit for bit against the baseline vec_dot (random and extreme rows), Q5_0's and Q5_1's
+// rms_norm within 2.5e-7 relative, swiglu 4e-7), the Q4_0/Q5_0/Q8_0/Q4_1/Q5_1/IQ4_NL gemv
+// variants bit for bit against the baseline vec_dot (random and extreme rows), Q5_0's and Q5_1's
 // vec_dot and gemv bit for bit against dot_impl.h's float chain, the three gemm variants of
 // every type with gemm tiles against vec_dot (the SDOT and SMMLA ones bit for bit against
 // the baseline one), ISA selection, the level the host runs (QRUN_EXPECT_ISA, set by
 // scripts/test-neon.sh for each emulated CPU) and the kernels of every table entry at each
-// level. (Attention, the k-quant gemv and the repacked gemv are tested through the table
-// with every ISA in kernels_ops_test.cpp, kernels_dot_test.cpp and kernels_repack_test.cpp.)
+// level. (Attention, the k-quant and IQ4_XS gemv and the repacked gemv are tested through the
+// table with every ISA in kernels_ops_test.cpp, kernels_dot_test.cpp and
+// kernels_repack_test.cpp; IQ4_NL's and IQ4_XS's float chains in kernels_neon_iq4_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,9 +55,11 @@ const DotVariant kDots[] = {
     {DType::kQ8_0, neon::vec_dot_q8_0_q8_0, neon::vec_dot_q8_0_q8_0_dotprod},
     {DType::kQ4_1, neon::vec_dot_q4_1_q8_1, neon::vec_dot_q4_1_q8_1_dotprod},
     {DType::kQ5_1, neon::vec_dot_q5_1_q8_1, neon::vec_dot_q5_1_q8_1_dotprod},
+    {DType::kIQ4_NL, neon::vec_dot_iq4_nl_q8_0, neon::vec_dot_iq4_nl_q8_0_dotprod},
     {DType::kQ4_K, neon::vec_dot_q4_k_q8_k, neon::vec_dot_q4_k_q8_k_dotprod},
     {DType::kQ5_K, neon::vec_dot_q5_k_q8_k, neon::vec_dot_q5_k_q8_k_dotprod},
     {DType::kQ6_K, neon::vec_dot_q6_k_q8_k, neon::vec_dot_q6_k_q8_k_dotprod},
+    {DType::kIQ4_XS, neon::vec_dot_iq4_xs_q8_k, neon::vec_dot_iq4_xs_q8_k_dotprod},
     {DType::kF32, neon::vec_dot_f32_f32, nullptr},
     {DType::kF16, neon::vec_dot_f16_f16, nullptr},
     {DType::kBF16, neon::vec_dot_bf16_bf16, nullptr},
@@ -75,6 +78,8 @@ const GemvVariant kGemvs[] = {
     {DType::kQ8_0, neon::gemv_q8_0_q8_0, neon::gemv_q8_0_q8_0_dotprod, neon::vec_dot_q8_0_q8_0},
     {DType::kQ4_1, neon::gemv_q4_1_q8_1, neon::gemv_q4_1_q8_1_dotprod, neon::vec_dot_q4_1_q8_1},
     {DType::kQ5_1, neon::gemv_q5_1_q8_1, neon::gemv_q5_1_q8_1_dotprod, neon::vec_dot_q5_1_q8_1},
+    {DType::kIQ4_NL, neon::gemv_iq4_nl_q8_0, neon::gemv_iq4_nl_q8_0_dotprod,
+     neon::vec_dot_iq4_nl_q8_0},
 };
 
 struct GemmVariant {
@@ -230,7 +235,7 @@ TEST(KernelsNeon, EachLevelTakesItsKernels) {
       SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " gemv");
       EXPECT_EQ(k.for_type(v.type).gemv, dotprod ? v.dotprod : v.baseline);
     }
-    for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
       EXPECT_NE(k.for_type(type).gemv, nullptr) << dtype_name(type);
     }
     for (const RepackedVariant& v : kRepacked) {
@@ -291,6 +296,12 @@ TEST(KernelsNeon, DotsOfExtremeLevels) {
             break;
           case DType::kQ5_0:
             std::memcpy(&reinterpret_cast<BlockQ5_0*>(w.data())[b].d, &one, 2);
+            break;
+          case DType::kIQ4_NL:
+            reinterpret_cast<BlockIQ4_NL*>(w.data())[b].d = one;
+            break;
+          case DType::kIQ4_XS:  // 0xff: every block scale ls - 32 = 31, the largest
+            reinterpret_cast<BlockIQ4_XS*>(w.data())[b].d = one;
             break;
           case DType::kQ4_1: {  // m = -1: the offset term of the same size as the dot's
             auto& blk = reinterpret_cast<BlockQ4_1*>(w.data())[b];
