@@ -1,6 +1,6 @@
 // The SIMT emulator (kernels/cuda/emu) that the CUDA kernels' tests run on: launch
-// geometry, __shared__ memory, __syncthreads(), warp shuffles and __dp4a behave as on a
-// GPU, and the waits a GPU would hang on (or leave undefined) abort with a message.
+// geometry, __shared__ memory, __syncthreads(), warp shuffles, __dp4a and __byte_perm behave
+// as on a GPU, and the waits a GPU would hang on (or leave undefined) abort with a message.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -113,6 +113,17 @@ TEST(CudaEmuSimt, Dp4aIsFourSignedByteProducts) {
   const int a = static_cast<int>(0x80FF7F01u);  // bytes 1, 127, -1, -128
   const int b = static_cast<int>(0x02FE8003u);  // bytes 3, -128, -2, 2
   EXPECT_EQ(__dp4a(a, b, 10), 10 + 1 * 3 + 127 * -128 + -1 * -2 + -128 * 2);
+}
+
+// prmt's default mode as CUDA documents __byte_perm: 3-bit byte selectors over (y:x), the
+// fourth bit of each and the high half of the selector ignored.
+TEST(CudaEmuSimt, BytePermPicksBytesByTheirLowThreeSelectorBits) {
+  const unsigned x = 0x33221100u, y = 0x77665544u;
+  EXPECT_EQ(__byte_perm(x, y, 0x3210u), x);
+  EXPECT_EQ(__byte_perm(x, y, 0x7654u), y);
+  EXPECT_EQ(__byte_perm(x, y, 0x0527u), 0x00552277u);
+  EXPECT_EQ(__byte_perm(x, y, 0xBA98u), x);
+  EXPECT_EQ(__byte_perm(x, y, 0xFFFF0527u), 0x00552277u);
 }
 
 __global__ void divergent_sync_kernel(int* out) {

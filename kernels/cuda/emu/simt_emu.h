@@ -134,6 +134,18 @@ inline int __dp4a(int a, int b, int c) {
   }
   return c;
 }
+// Bytes of the pair (y:x) picked by s, as the GPU's prmt in its default mode: byte n of the
+// result is byte (s >> 4n) & 7 of the 8 bytes x (0-3) then y (4-7); bit 3 of each
+// selector nibble and bits 16-31 of s are ignored.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t bytes = static_cast<uint64_t>(y) << 32 | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; ++n) {
+    const unsigned sel = (s >> (4 * n)) & 7u;
+    r |= static_cast<unsigned>((bytes >> (8 * sel)) & 0xFFu) << (8 * n);
+  }
+  return r;
+}
 // The GPU's float multiply and add rounded to nearest, which nvcc never fuses into an FMA:
 // plain operations, in a library compiled with -ffp-contract=off (emu/CMakeLists.txt).
 inline float __fmul_rn(float a, float b) {
