@@ -120,10 +120,10 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
   const auto [type, variant] = GetParam();
   ASSERT_TRUE(mmvq_supports(type));
   const TypeTraits& tt = type_traits(type);
-  const bool k_quant = tt.block_elems == 256;
+  const bool super_blocks = tt.block_elems == 256;  // the K types and IQ4_XS
   // 4608: rows of 3 tiles of the tile kernels (v9 puts 4 warps on them, one with none).
-  const std::vector<int64_t> n_ins = k_quant ? std::vector<int64_t>{256, 768, 2304, 4096, 4608}
-                                             : std::vector<int64_t>{32, 96, 1280, 4096, 4608};
+  const std::vector<int64_t> n_ins = super_blocks ? std::vector<int64_t>{256, 768, 2304, 4096, 4608}
+                                                  : std::vector<int64_t>{32, 96, 1280, 4096, 4608};
   for (int64_t n_in : n_ins) {
     for (int64_t n_out : {1, 7, 33}) {
       if (n_in >= 4096 && n_out == 33) continue;  // slow emulated; 33 rows at the other n_in
@@ -160,7 +160,7 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
       const std::vector<BlockQ8_1> act = reference_q8_1(x);
       std::vector<float> wd(static_cast<size_t>(n_in));
       // The reference's activations (Q8_0, or Q8_1 for Q4_1 and Q5_1) for its vec_dot.
-      const DType act_type = k_quant ? DType::kQ8_0 : tt.vec_dot_type;
+      const DType act_type = super_blocks ? DType::kQ8_0 : tt.vec_dot_type;
       std::vector<uint8_t> act_ref(row_size(act_type, n_in));
       for (int64_t t = 0; t < n_tokens; ++t) {
         const BlockQ8_1* a = act.data() + t * (n_in / 32);
@@ -182,7 +182,7 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
           ASSERT_FALSE(std::isnan(got)) << "row " << o << " token " << t << " not written";
           EXPECT_NEAR(got, same_math, tol) << "row " << o << " token " << t;
           EXPECT_NEAR(got, exact, quant_bound + tol) << "row " << o << " token " << t;
-          if (!k_quant) {
+          if (!super_blocks) {
             const uint8_t* w_row = w.data() + o * row_bytes;
             const float ref = tt.vec_dot(n_in, w_row, act_ref.data());
             const double excess = carried_sum_excess(type, w_row, act_ref.data(), a, n_in);
@@ -197,7 +197,8 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
 INSTANTIATE_TEST_SUITE_P(
     AllTypesAndVariants, CudaEmuMmvq,
     ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1,
-                                         DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                                         DType::kQ8_0, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ4_K,
+                                         DType::kQ5_K, DType::kQ6_K),
                        ::testing::Range(0, mmvq_variant_count())),
     [](const auto& p) {
       return std::string(dtype_name(std::get<0>(p.param))) + "_" +
@@ -239,11 +240,11 @@ TEST(CudaEmuMatmul, MmvqRunsTheSelectedVariant) {
 // mmvq_group (one launch for Q, K and V, or gate and up) writes each output with the bits
 // of mmvq on that matrix alone: groups of 1 to kMaxGroup matrices of odd row counts (a
 // partial last block of rows at each seam of the grid), rows the tile kernel takes and
-// rows it does not (Q4_0 at n_in 96: 54-byte rows; Q5_0 at 640: 440-byte rows, as Gemma 3
-// 270M's; Q4_1 and Q5_1 at 96: 60 and 72 bytes; Q6_K below 2048), Q4_0 rows of 512 and
-// 2048 in the layout of mmvq's variant
-// (grouped for v7 and v8), 1 to 5 tokens. Under the emulator, the group is one launch
-// where the variant has a group kernel (v5, v7, v8), tiled or not.
+// rows it does not (Q4_0 and IQ4_NL at n_in 96: 54-byte rows; Q5_0 at 640: 440-byte rows, as
+// Gemma 3 270M's; Q4_1 and Q5_1 at 96: 60 and 72 bytes; Q6_K below 2048; IQ4_XS only tiled,
+// at 512 and 2048), Q4_0 rows of 512 and 2048 in the layout of mmvq's variant (grouped for v7
+// and v8), 1 to 5 tokens. Under the emulator, the group is one launch where the variant has a
+// group kernel (v5, v7, v8), tiled or not.
 TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
   const int64_t rows[] = {13, 1, 6, 33};
 #if defined(QRUN_SIMT_EMU)
@@ -251,7 +252,8 @@ TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
   const bool one_launch = env == nullptr || *env == '\0' || std::strcmp(env, "v5") == 0 ||
                           std::strcmp(env, "v7") == 0 || std::strcmp(env, "v8") == 0;
 #endif
-  for (const DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kQ6_K}) {
+  for (const DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL,
+                           DType::kIQ4_XS, DType::kQ6_K}) {
     for (const int64_t n_in : {int64_t{96}, int64_t{512}, int64_t{640}, int64_t{2048}}) {
       if (n_in % type_traits(type).block_elems != 0) continue;
       const TypeTraits& tt = type_traits(type);
@@ -400,8 +402,9 @@ TEST(CudaEmuMatmul, FloatWeightsMatchTheReference) {
 TEST(CudaEmuMatmul, SupportedTypes) {
   for (const TypeTraits& t : all_types()) {
     const bool want = t.type == DType::kQ4_0 || t.type == DType::kQ5_0 || t.type == DType::kQ4_1 ||
-                      t.type == DType::kQ5_1 || t.type == DType::kQ8_0 || t.type == DType::kQ4_K ||
-                      t.type == DType::kQ5_K || t.type == DType::kQ6_K;
+                      t.type == DType::kQ5_1 || t.type == DType::kQ8_0 ||
+                      t.type == DType::kIQ4_NL || t.type == DType::kIQ4_XS ||
+                      t.type == DType::kQ4_K || t.type == DType::kQ5_K || t.type == DType::kQ6_K;
     EXPECT_EQ(mmvq_supports(t.type), want) << t.name;
   }
 }

@@ -578,6 +578,8 @@ bool mmvq_supports(DType type) {
     case DType::kQ4_1:
     case DType::kQ5_1:
     case DType::kQ8_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -612,6 +614,10 @@ void with_vecdot(DType type, F&& f) {
       return f(vecdot::Q5_1{});
     case DType::kQ8_0:
       return f(vecdot::Q8_0{});
+    case DType::kIQ4_NL:
+      return f(vecdot::IQ4_NL{});
+    case DType::kIQ4_XS:
+      return f(vecdot::IQ4_XS{});
     case DType::kQ4_K:
       return f(vecdot::Q4_K{});
     case DType::kQ5_K:

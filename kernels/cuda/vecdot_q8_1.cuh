@@ -11,6 +11,11 @@
 // F16 value and an integer of at most 13 bits) are exact in float, so the chunk rounds only
 // in its two products and their sum (nvcc may fuse the first product into the sum: one
 // rounding fewer, the same bound).
+// IQ4_NL and IQ4_XS index a table of 16 signed levels with their nibbles: part() looks up
+// four levels at a time (iq4_levels) and multiplies them with __dp4a as Q8_0's bytes; IQ4_NL
+// scales the chunk as Q8_0, IQ4_XS first multiplies the integer sum by the sub-block's
+// ls - 32 (exact in int and in its conversion to float: |sumi| <= 32 * 127 * 127, times 32
+// under 2^24), as llama.cpp's CUDA vec_dot_iq4_xs_q8_1.
 // Each type has: load<N, kA16>(row, c, w0, f), the N words w0 ..+N of chunk c (w0 a
 // multiple of N; kA16: the row is 16-byte aligned, for the types whose words allow wider
 // loads); part(row, c, f, aq, w0), their integer dot with the activation words aq; and
@@ -20,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ggml-like/quants.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/simt.h"
 
@@ -218,6 +224,97 @@ struct Q8_0 {
                                                  int sumi) {
     const float d = load_f16(row + c * kBlockBytes);
     return static_cast<float>(sumi) * (d * a.d);
+  }
+};
+
+// Levels 4k .. 4k + 3 of kIq4Values (quants.h) as the bytes of one word, low byte first:
+// the table in four words, constants of the kernels' code.
+constexpr uint32_t iq4_table_word(int k) {
+  uint32_t w = 0;
+  for (int i = 0; i < 4; ++i)
+    w |= static_cast<uint32_t>(static_cast<uint8_t>(kIq4Values[4 * k + i])) << (8 * i);
+  return w;
+}
+inline constexpr uint32_t kIq4Word0 = iq4_table_word(0);
+inline constexpr uint32_t kIq4Word1 = iq4_table_word(1);
+inline constexpr uint32_t kIq4Word2 = iq4_table_word(2);
+inline constexpr uint32_t kIq4Word3 = iq4_table_word(3);
+
+// The levels of four indices, one in the low nibble of each byte of q (the high nibbles
+// zero), as four int8 bytes in the same order. __byte_perm picks bytes by the low 3 bits of
+// each selector nibble: the indices, packed into one selector, pick among levels 0-7 and
+// among 8-15, then bit 3 of each index picks the byte of one or the other.
+__device__ __forceinline__ int iq4_levels(uint32_t q) {
+  const uint32_t t = q | q >> 4;  // indices 0, 1 in bits 0-7; 2, 3 in 16-23
+  const uint32_t sel = (t & 0xFFu) | ((t >> 8) & 0xFF00u);  // index n in nibble n
+  const uint32_t low = __byte_perm(kIq4Word0, kIq4Word1, sel);
+  const uint32_t high = __byte_perm(kIq4Word2, kIq4Word3, sel);
+  return static_cast<int>(__byte_perm(low, high, 0x3210u | ((sel & 0x8888u) >> 1)));
+}
+
+// The integer dot of an IQ4 chunk's words (qs bytes 4 w0 ..+4N, packed as Q4_0's) with the
+// activation words.
+template <int N>
+__device__ __forceinline__ int iq4_part(const Words<N>& f, const int* aq, int w0) {
+  int sumi = 0;
+  for (int j = 0; j < N; ++j) {
+    const uint32_t q = static_cast<uint32_t>(f.q[j]);
+    sumi = __dp4a(iq4_levels(q & 0x0F0F0F0Fu), aq[w0 + j], sumi);
+    sumi = __dp4a(iq4_levels((q >> 4) & 0x0F0F0F0Fu), aq[w0 + j + 4], sumi);
+  }
+  return sumi;
+}
+
+struct IQ4_NL {
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 18;
+  static constexpr int kWords = 4;
+  // x = d * level[q]; d at byte 0, qs at 2 as Q4_0's.
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    load_words<N, false>(row + c * kBlockBytes + 2 + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t*, int64_t, const Words<N>& f,
+                                             const int* aq, int w0) {
+    return iq4_part(f, aq, w0);
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    const float d = load_f16(row + c * kBlockBytes);
+    return static_cast<float>(sumi) * (d * a.d);
+  }
+};
+
+// The 6-bit scale ls (the sub-block scale is d * (ls - 32)) of sub-block s of the IQ4_XS
+// super-block at blk: low 4 bits in nibble s of scales_l (bytes 4-7), high 2 in bits 2s,
+// 2s + 1 of scales_h (bytes 2-3).
+__device__ __forceinline__ int iq4_xs_ls(const uint8_t* blk, int s) {
+  const uint32_t scales_h = *reinterpret_cast<const uint16_t*>(blk + 2);
+  return ((blk[4 + s / 2] >> (4 * (s % 2))) & 15) | static_cast<int>((scales_h >> (2 * s)) & 3)
+                                                        << 4;
+}
+
+// Chunk c is sub-block s = c % 8 of super-block c / 8: its 16 qs bytes at byte 8 + 16s, packed
+// as an IQ4_NL block's.
+struct IQ4_XS {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 136;
+  static constexpr int kWords = 4;
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    load_words<N, false>(row + (c / 8) * kBlockBytes + 8 + 16 * (c % 8) + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t*, int64_t, const Words<N>& f,
+                                             const int* aq, int w0) {
+    return iq4_part(f, aq, w0);
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int sumi) {
+    const uint8_t* blk = row + (c / 8) * kBlockBytes;
+    const int ls = iq4_xs_ls(blk, static_cast<int>(c % 8));
+    return static_cast<float>(sumi * (ls - 32)) * (load_f16(blk) * a.d);
   }
 };
 
