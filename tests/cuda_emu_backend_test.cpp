@@ -209,7 +209,7 @@ TEST(CudaEmuBackend, MatmulAndGetRowsMatchCpu) {
        {std::pair{DType::kQ4_0, 2}, std::pair{DType::kQ8_0, 2}, std::pair{DType::kQ4_K, 2},
         std::pair{DType::kQ6_K, 2}, std::pair{DType::kQ5_1, 2}, std::pair{DType::kQ4_0, 7},
         std::pair{DType::kQ4_K, 7}, std::pair{DType::kQ4_1, 7}, std::pair{DType::kIQ4_NL, 2},
-        std::pair{DType::kIQ4_XS, 2}}) {
+        std::pair{DType::kIQ4_XS, 2}, std::pair{DType::kIQ4_NL, 7}, std::pair{DType::kIQ4_XS, 7}}) {
     SCOPED_TRACE(std::string(dtype_name(type)) + " x " + std::to_string(n_tokens));
     const int64_t n_in = 512, n_out = 9;
     const TypeTraits& tt = type_traits(type);

@@ -109,6 +109,35 @@ struct DqQ8_0 {
   }
 };
 
+// x = d * level[q] (levels: kIq4Values, quants.h), qs at bytes 2-17 as Q4_0's. The
+// reference's float d * level is exact (11 + 7 significant bits), so its F16 is this one.
+struct DqIQ4_NL {
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 18;
+  __device__ __forceinline__ static uint16_t f16(const uint8_t* blk, int j) {
+    const uint8_t* qs = blk + 2;
+    const int q = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+    return f32_to_f16(load_f16(blk) * static_cast<float>(vecdot::iq4_level(q)));
+  }
+};
+
+// x = (d * (ls - 32)) * level[q] for sub-block s = j / 32 (ls: vecdot::iq4_xs_ls), its qs at
+// bytes 8 + 16s ..+16 as an IQ4_NL block's: the reference's order (dequantize_iq4_xs). Both
+// products are exact in float (d has 11 significant bits, ls - 32 in [-32, 31] at most 5, a
+// level at most 7: 23 in all), so the reference's float is the exact product d * (ls - 32) *
+// level, which this one is too in any order, and the two round to the same F16.
+struct DqIQ4_XS {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 136;
+  __device__ __forceinline__ static uint16_t f16(const uint8_t* blk, int j) {
+    const int s = j / 32, i = j % 32;
+    const uint8_t* qs = blk + 8 + 16 * s;
+    const int q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+    const float dl = load_f16(blk) * static_cast<float>(vecdot::iq4_xs_ls(blk, s) - 32);
+    return f32_to_f16(dl * static_cast<float>(vecdot::iq4_level(q)));
+  }
+};
+
 // The same two types in WeightLayout::kGroups8 (ops.h): a "block" here is a run of 8
 // blocks, their 8 quant arrays then their 8 scales.
 struct DqQ4_0x8 {
@@ -250,6 +279,8 @@ bool gemm_supports(DType type) {
     case DType::kQ4_1:
     case DType::kQ5_1:
     case DType::kQ8_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -282,6 +313,10 @@ void dequantize_f16(DType type, WeightLayout layout, const void* src, int64_t n,
       return launch_dequantize<DqQ5_1>(src, n, dst, stream);
     case DType::kQ8_0:
       return launch_dequantize<DqQ8_0>(src, n, dst, stream);
+    case DType::kIQ4_NL:
+      return launch_dequantize<DqIQ4_NL>(src, n, dst, stream);
+    case DType::kIQ4_XS:
+      return launch_dequantize<DqIQ4_XS>(src, n, dst, stream);
     case DType::kQ4_K:
       return launch_dequantize<DqQ4_K>(src, n, dst, stream);
     case DType::kQ5_K:

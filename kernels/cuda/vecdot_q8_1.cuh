@@ -252,6 +252,11 @@ __device__ __forceinline__ int iq4_levels(uint32_t q) {
   return static_cast<int>(__byte_perm(low, high, 0x3210u | ((sel & 0x8888u) >> 1)));
 }
 
+// The level of index q (0 .. 15).
+__device__ __forceinline__ int iq4_level(int q) {
+  return static_cast<int8_t>(iq4_levels(static_cast<uint32_t>(q)) & 0xFFu);
+}
+
 // The integer dot of an IQ4 chunk's words (qs bytes 4 w0 ..+4N, packed as Q4_0's) with the
 // activation words.
 template <int N>
