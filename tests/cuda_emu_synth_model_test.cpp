@@ -3,13 +3,14 @@
 // (multipliers) and Mixtral-style llama, and gemma2 (soft-capped attention and output, sliding
 // windows that end inside the prompt), smollm3 (a layer without RoPE), mistral3 (YaRN, the
 // attention temperature) and olmo2 (post-norms and local layers, as OLMo 3); and llama, olmoe
-// and qwen2moe in Q4_1 and Q5_1. The files (qrun synth's, with the demo model's 512-token
-// vocabulary, so that the output layer stays small for the emulator) run a batched prompt and
-// decode steps with an F16 KV cache on the whole GPU and with the last layer alone on it
-// (-ngl 1, SplitBackend), and their logits are held to the CPU backend's, which
-// forward_moe_test.cpp, forward_gemma_test.cpp and forward_llama_variants_test.cpp hold to
-// llama.cpp's. Built against the nvcc target (cuda_gpu_synth_model_test), the same runs on a
-// GPU.
+// and qwen2moe in Q4_1 and Q5_1, qwen2moe in IQ4_NL and llama in IQ4_XS (256 wide, so that its
+// rows are whole super-blocks: narrower ones fall back to IQ4_NL, as llama-quantize's). The
+// files (qrun synth's, with the demo model's 512-token vocabulary, so that the output layer
+// stays small for the emulator) run a batched prompt and decode steps with an F16 KV cache on
+// the whole GPU and with the last layer alone on it (-ngl 1, SplitBackend), and their logits
+// are held to the CPU backend's, which forward_moe_test.cpp, forward_gemma_test.cpp and
+// forward_llama_variants_test.cpp hold to llama.cpp's. Built against the nvcc target
+// (cuda_gpu_synth_model_test), the same runs on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,6 +64,8 @@ struct Case {
   int64_t n_expert;  // 0: a dense model
   int64_t n_used;
   int64_t n_layer = 0;  // 0: tiny's 2
+  int64_t n_embd = 0;   // 0: tiny's 64, and its n_ff of 128
+  int64_t n_ff = 0;
 };
 
 class CudaEmuSynthModel : public ::testing::TestWithParam<Case> {};
@@ -79,6 +82,10 @@ TEST_P(CudaEmuSynthModel, MatchesTheCpuBackendWholeAndSplit) {
   o.recipe = c.type;
   o.seed = 3;
   if (c.n_layer > 0) o.shape.n_layer = c.n_layer;
+  if (c.n_embd > 0) {
+    o.shape.n_embd = c.n_embd;
+    o.shape.n_ff = c.n_ff;
+  }
   if (c.arch == "mistral3") {  // YaRN, and the temperature's steps of 4 inside the prompt
     o.rope_scaling = "yarn";
     o.rope_factor = 4.0f;
@@ -153,7 +160,8 @@ TEST_P(CudaEmuSynthModel, MatchesTheCpuBackendWholeAndSplit) {
     // outputs up, which amplifies the backends' other roundings of quantized activations
     // (Q4_0: three rows at 1.4e-3); in F32 its rows agree within 2.2e-6. Q4_1 and Q5_1 (the
     // GPU keeps the activations' sums exact where the CPU rounds s = d * sum to F16):
-    // 8e-5 .. 1.3e-4.
+    // 8e-5 .. 1.3e-4. IQ4_NL: 9.6e-5 and 1.1e-4. IQ4_XS: 2.7e-4 and 1.5e-4, as Q4_0 (2.6e-4
+    // and 1.6e-4) and Q4_K (4.4e-4 and 2.0e-4) in the same 256-wide llama.
     double worst = 0.0;
     int flipped = 0;
     for (int64_t row = 0; row < n_prompt + kDecodeSteps; ++row) {
@@ -177,7 +185,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gemma2", "q8_0", 0, 0}, Case{"smollm3", "q4_0", 0, 0, 4},
                       Case{"mistral3", "q8_0", 0, 0}, Case{"olmo2", "f32", 0, 0, 4},
                       Case{"llama", "q5_1", 0, 0}, Case{"olmoe", "q4_1", 4, 2},
-                      Case{"qwen2moe", "q5_1", 6, 2}),
+                      Case{"qwen2moe", "q5_1", 6, 2}, Case{"qwen2moe", "iq4_nl", 4, 2},
+                      Case{"llama", "iq4_xs", 0, 0, 0, 256, 512}),
     [](const auto& p) { return p.param.arch + "_" + p.param.type; });
 
 }  // namespace
