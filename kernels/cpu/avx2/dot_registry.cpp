@@ -38,9 +38,9 @@ void fill_dot_kernels(CpuKernels& k) {
   k.for_type(DType::kQ4_K).gemv_repacked = gemv_q4_k_x16;
   k.for_type(DType::kQ6_K).gemv_repacked = gemv_q6_k_x16;
   k.for_type(DType::kQ5_0).gemv = gemv_prefetched<vec_dot_q5_0_q8_0>;
-  k.for_type(DType::kQ4_1).gemv = gemv_prefetched<vec_dot_q4_1_q8_1>;
-  k.for_type(DType::kQ5_1).gemv = gemv_prefetched<vec_dot_q5_1_q8_1>;
-  k.for_type(DType::kIQ4_NL).gemv = gemv_prefetched<vec_dot_iq4_nl_q8_0>;
+  k.for_type(DType::kQ4_1).gemv = gemv_q4_1_q8_1;
+  k.for_type(DType::kQ5_1).gemv = gemv_q5_1_q8_1;
+  k.for_type(DType::kIQ4_NL).gemv = gemv_iq4_nl_q8_0;
   k.for_type(DType::kIQ4_XS).gemv = gemv_prefetched<vec_dot_iq4_xs_q8_k>;
   k.for_type(DType::kQ4_K).gemv = gemv_prefetched<vec_dot_q4_k_q8_k>;
   k.for_type(DType::kQ5_K).gemv = gemv_prefetched<vec_dot_q5_k_q8_k>;
