@@ -70,8 +70,8 @@ TEST(CliInfo, ErrorsAreOneLineWithDocumentedCodes) {
 TEST(CliSynth, EveryRecipeWritesADescribableModel) {
   const std::filesystem::path dir = temp_dir();
   const std::string vocab = data_path("vocab/ggml-vocab-llama-spm.gguf").string();
-  for (const char* recipe : {"f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1",
-                             "iq4_nl", "iq4_xs", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"}) {
+  for (const char* recipe : {"f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "iq4_nl",
+                             "iq4_xs", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"}) {
     SCOPED_TRACE(recipe);
     const std::string out = (dir / (std::string(recipe) + ".gguf")).string();
     // n_embd 256 so that every k-quant row length is a whole number of 256-blocks.
