@@ -88,6 +88,36 @@ inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -
 
 // ---- 256-element super-blocks (k-quants) ------------------------------------------------
 
+// Q2_K: x = d * (sc[s] & 15) * q - dmin * (sc[s] >> 4), q in [0, 3], s = i / 16.
+// bytes 0-15: scales (4-bit scale low, 4-bit min high, one byte per 16 elements); 16-79: qs;
+// 80-81: d (fp16); 82-83: dmin (fp16). Each half h of 128 elements uses qs[32h ..+32]: with
+// e = 128h + 32j + l (j in [0, 4), l in [0, 32)), q[e] is bits 2j, 2j + 1 of qs[32h + l].
+struct BlockQ2_K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84, "q2_k block must be 84 bytes");
+
+// Q3_K: x = d * (sc[s] - 32) * (q - 4), q in [0, 7], s = i / 16, sc 6 bits.
+// bytes 0-31: hmask, bit i / 32 of hmask[i % 32] is bit 2 of q[i]; 32-95: qs, the low two
+// bits of q packed as Q2_K's; 96-107: the sixteen 6-bit scales (q3_k_scale); 108-109: d.
+struct BlockQ3_K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[kKScaleBytes];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110, "q3_k block must be 110 bytes");
+
+// The 6-bit scale sc (0 .. 63; the sub-block scale is d * (sc - 32)) of sub-block s (0 .. 15)
+// of a Q3_K super-block: the low four bits are nibble s / 8 of byte s % 8, the high two bits
+// pair s / 4 of byte 8 + s % 4.
+inline int q3_k_scale(const uint8_t* b, int s) {
+  return ((b[s % 8] >> (4 * (s / 8))) & 15) | (((b[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
+}
+
 // The 12 scale bytes of Q4_K and Q5_K hold eight 6-bit scales sc[s] and eight 6-bit mins
 // m[s], one per 32-element sub-block s:
 //   s < 4:  sc[s] = b[s] & 63,                      m[s] = b[s + 4] & 63
@@ -211,6 +241,12 @@ void dequantize_iq4_xs(const void* src, float* dst, int64_t n);
 void quantize_iq4_xs(const float* src, void* dst, int64_t n);
 float vec_dot_iq4_xs_q8_k(int64_t n, const void* x, const void* y);
 
+void dequantize_q2_k(const void* src, float* dst, int64_t n);
+void quantize_q2_k(const float* src, void* dst, int64_t n);
+float vec_dot_q2_k_q8_k(int64_t n, const void* x, const void* y);
+void dequantize_q3_k(const void* src, float* dst, int64_t n);
+void quantize_q3_k(const float* src, void* dst, int64_t n);
+float vec_dot_q3_k_q8_k(int64_t n, const void* x, const void* y);
 void dequantize_q4_k(const void* src, float* dst, int64_t n);
 void quantize_q4_k(const float* src, void* dst, int64_t n);
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);

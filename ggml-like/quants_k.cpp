@@ -1,4 +1,4 @@
-// Reference kernels of the k-quants Q4_K, Q5_K, Q6_K and of their activation type Q8_K.
+// Reference kernels of the k-quants Q2_K .. Q6_K and of their activation type Q8_K.
 // The quantizers run the same searches as llama.cpp's reference quantizers (no importance
 // matrix): Q4_K/Q5_K fit a scale and a min per 32-element sub-block by a weighted
 // least-squares sweep over candidate scales; Q6_K fits a symmetric scale per 16 elements by
@@ -13,26 +13,20 @@
 
 #include "ggml-like/fp16.h"
 #include "ggml-like/quants.h"
+#include "ggml-like/quants_k_fit.h"
 
 namespace qrun {
+namespace kquant {
 namespace {
 
-// Rounds to the nearest integer, ties to even, for |x| < 2^22: adding 1.5 * 2^23 leaves
-// the rounded integer in the low mantissa bits.
-inline int nearest_int(float x) {
-  const float shifted = x + 12582912.0f;
-  return static_cast<int>(std::bit_cast<uint32_t>(shifted) & 0x007fffff) - 0x00400000;
+inline float fit_error(FitError e, float diff) {
+  return e == FitError::kAbsolute ? std::fabs(diff) : diff * diff;
 }
 
-constexpr float kGroupEps = 1e-15f;  // a group whose absmax is below this is all zero
+}  // namespace
 
-// Fits x[i] ~= scale * q[i] - min_out with q in [0, nmax], minimising the weighted
-// squared error. Starts from the min/max range, then tries the candidate inverse scales
-// (nmax + rmin + rdelta * k) / (max - min) for k = 0..nstep: for each, the levels are
-// rounded and the scale and offset solved by weighted least squares (the offset clamped so
-// that min_out >= 0). Keeps the best. Writes the levels to q, returns the scale.
 float fit_scale_min(const float* x, const float* w, int n, int nmax, float rmin, float rdelta,
-                    int nstep, uint8_t* q, float* min_out) {
+                    int nstep, FitError measure, uint8_t* q, float* min_out) {
   float lo = x[0];
   float hi = x[0];
   float sum_w = w[0];
@@ -54,8 +48,7 @@ float fit_scale_min(const float* x, const float* w, int n, int nmax, float rmin,
   float best_err = 0;
   for (int i = 0; i < n; ++i) {
     q[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - lo)), 0, nmax));
-    const float diff = scale * q[i] + lo - x[i];
-    best_err += w[i] * (diff * diff);
+    best_err += w[i] * fit_error(measure, scale * q[i] + lo - x[i]);
   }
   std::array<uint8_t, 32> trial{};
   for (int k = 0; k <= nstep; ++k) {
@@ -81,8 +74,7 @@ float fit_scale_min(const float* x, const float* w, int n, int nmax, float rmin,
     }
     float err = 0;
     for (int i = 0; i < n; ++i) {
-      const float diff = this_scale * trial[i] + this_min - x[i];
-      err += w[i] * (diff * diff);
+      err += w[i] * fit_error(measure, this_scale * trial[i] + this_min - x[i]);
     }
     if (err < best_err) {
       std::copy(trial.begin(), trial.begin() + n, q);
@@ -94,6 +86,23 @@ float fit_scale_min(const float* x, const float* w, int n, int nmax, float rmin,
   *min_out = -lo;
   return scale;
 }
+
+// Eight lanes, the integer order of llama.cpp's generic k-quant dots.
+void k_lanes(const int8_t* a, const int8_t* q8, const int* sub_scale, int sub_len, int32_t* lanes) {
+  std::fill(lanes, lanes + 8, 0);
+  for (int i = 0; i < kQKK; ++i) lanes[i % 8] += sub_scale[i / sub_len] * (a[i] * q8[i]);
+}
+
+}  // namespace kquant
+
+using kquant::fit_scale_min;
+using kquant::FitError;
+using kquant::k_lanes;
+using kquant::kGroupEps;
+using kquant::nearest_int;
+using kquant::superblocks_of;
+
+namespace {
 
 // Fits x[i] ~= scale * (q[i] - nmax) with q in [0, 2 nmax), weighting element i by x[i]^2.
 // Tries the inverse scales -(nmax + k/10) / max for k = -9..9 (max = the signed absmax)
@@ -167,8 +176,8 @@ void quantize_k_superblock(const float* x, int nmax, float rmin, float rdelta, i
     for (int l = 0; l < kSub; ++l) sum_x2 += xs[l] * xs[l];
     const float av_x = std::sqrt(sum_x2 / kSub);
     for (int l = 0; l < kSub; ++l) w[l] = av_x + std::fabs(xs[l]);
-    scales[s] =
-        fit_scale_min(xs, w.data(), kSub, nmax, rmin, rdelta, nstep, q + s * kSub, &mins[s]);
+    scales[s] = fit_scale_min(xs, w.data(), kSub, nmax, rmin, rdelta, nstep, FitError::kSquared,
+                              q + s * kSub, &mins[s]);
     if (scales[s] > max_scale) max_scale = scales[s];
     if (mins[s] > max_min) max_min = mins[s];
   }
@@ -197,17 +206,6 @@ void quantize_k_superblock(const float* x, int nmax, float rmin, float rdelta, i
           static_cast<uint8_t>(std::clamp(nearest_int((x[s * kSub + l] + dm) / d), 0, nmax));
     }
   }
-}
-
-int64_t superblocks_of(int64_t n) {
-  return n / kQKK;
-}
-
-// Eight integer lanes of sum(scale * a * q8) for one super-block, lane = index mod 8, as
-// llama.cpp's generic k-quant dot products accumulate them. a[i] is the unscaled level.
-void k_lanes(const int8_t* a, const int8_t* q8, const int* sub_scale, int sub_len, int32_t* lanes) {
-  std::fill(lanes, lanes + 8, 0);
-  for (int i = 0; i < kQKK; ++i) lanes[i % 8] += sub_scale[i / sub_len] * (a[i] * q8[i]);
 }
 
 }  // namespace
