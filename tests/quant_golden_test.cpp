@@ -2,8 +2,8 @@
 // reference quantizers write them, dot products as its generic (non-SIMD) CPU kernels
 // compute them, and the error of its reference quantizers. The expectations were produced
 // once by a program built outside this repository against llama.cpp's ggml (commit
-// c392e5094, all SIMD off; Q4_1, Q5_1, Q8_1, IQ4_NL and IQ4_XS at d8a24cce, its reference
-// quantizers (for IQ4_NL quantize_iq4_nl, what llama-quantize calls) and its generic dot
+// c392e5094, all SIMD off; Q4_1, Q5_1, Q8_1, IQ4_NL, IQ4_XS, Q2_K and Q3_K at d8a24cce, its
+// reference quantizers (for IQ4_NL quantize_iq4_nl, what llama-quantize calls) and its generic dot
 // products compiled without FMA) on the deterministic input below; only its output is here.
 #include <gtest/gtest.h>
 
@@ -59,6 +59,13 @@ const GoldenBlock kGoldenBlocks[] = {
      "cbdd786d2b965598dcdb407f3ea2c5c3a83e5f62f439f3f6a0fb057a98787484a66589b7066b596886444bb7a6"
      "bba8977a865b75789967975b0977cb8ccab442d3f1d5e72dab8dc40c7615a669696067a77a5877756a6a668566"
      "9a"},
+    {DType::kQ2_K,
+     "ff35dd4627354646462b462c34453f25ceee6f5a5e8ccede4f4b935a5b0b8f7ebc77a7b79284466d6ff75ceb"
+     "d584c03e793e22db4b560b116e7634395a73571831a0b1b19034b1f47457e1a5b145ad057a26052c"},
+    {DType::kQ3_K,
+     "7efad326a38eaf9ea767d9f137450fb2fa7179793dfc65567329664b6d9c4ca3e7a7a0c3f010a4c7a5d131fc"
+     "c06d54c31a9f6b5b547abcceffca9ee6dc3df55ce6781010041a49223ff26f75e4e2fc679485645474e1b32c"
+     "e1e0538f971c8393807685a6ad58f5866879d4b5909f"},
     {DType::kQ4_K,
      "23159f23fff762d97f764f10050508ddeae9dcbacbd0dcd9febf0e9cbd9eecc9eabfafae8caaaceaff9eeace"
      "aca999fcf1ca29644873d1e5315286486502a25e7a4998b9b491316667fb34e8f490e0094264044747255602"
@@ -119,6 +126,8 @@ const GoldenDot kGoldenDots[] = {
     {DType::kQ5_1, 0x416af709u},    // 14.6853113
     {DType::kIQ4_NL, 0x416c1064u},  // 14.7540016
     {DType::kIQ4_XS, 0x416ccc62u},  // 14.7998981
+    {DType::kQ2_K, 0x4167682bu},    // 14.4629316
+    {DType::kQ3_K, 0x4169bce8u},    // 14.6086197
     {DType::kQ4_K, 0x416932c1u},    // 14.5748911
     {DType::kQ5_K, 0x416af3d0u},    // 14.6845245
     {DType::kQ6_K, 0x416af074u},    // 14.6837044
@@ -152,7 +161,7 @@ const GoldenError kGoldenErrors[] = {
     {DType::kQ4_K, 0.0757729},   {DType::kQ5_K, 0.0388396},  {DType::kQ6_K, 0.0209468},
     {DType::kQ8_K, 0.0110856},   {DType::kF16, 0.000190513}, {DType::kBF16, 0.00149503},
     {DType::kQ4_1, 0.0822363},   {DType::kQ5_1, 0.0401938},  {DType::kIQ4_NL, 0.0907801},
-    {DType::kIQ4_XS, 0.0916245},
+    {DType::kIQ4_XS, 0.0916245}, {DType::kQ2_K, 0.291043},   {DType::kQ3_K, 0.171871},
 };
 
 TEST(QuantGolden, ErrorIsNoWorseThanLlamaCppReference) {
