@@ -34,6 +34,10 @@ constexpr std::array kRecipes = {
     RecipeRow{"q5_1", DType::kQ5_1, QuantMix::kNone, 9},
     RecipeRow{"iq4_nl", DType::kIQ4_NL, QuantMix::kNone, 25},
     RecipeRow{"iq4_xs", DType::kIQ4_XS, QuantMix::kNone, 30},
+    RecipeRow{"q2_k", DType::kQ2_K, QuantMix::kNone, 10},
+    RecipeRow{"q3_k_s", DType::kQ3_K, QuantMix::kSmall, 11},
+    RecipeRow{"q3_k_m", DType::kQ3_K, QuantMix::kMedium, 12},
+    RecipeRow{"q3_k_l", DType::kQ3_K, QuantMix::kLarge, 13},
     RecipeRow{"q4_k", DType::kQ4_K, QuantMix::kNone, 14},
     RecipeRow{"q5_k", DType::kQ5_K, QuantMix::kNone, 16},
     RecipeRow{"q6_k", DType::kQ6_K, QuantMix::kNone, 18},
@@ -85,10 +89,11 @@ DType fit_type(DType want, int64_t row_len) {
   const TypeTraits& t = type_traits(want);
   if (row_len % t.block_elems == 0) return want;
   if (t.block_elems == 256) {
-    const DType fallback = want == DType::kQ4_K     ? DType::kQ5_0
-                           : want == DType::kQ5_K   ? DType::kQ5_1
-                           : want == DType::kIQ4_XS ? DType::kIQ4_NL
-                                                    : DType::kQ8_0;
+    const DType fallback = want == DType::kQ2_K || want == DType::kQ3_K ? DType::kQ4_0
+                           : want == DType::kQ4_K                       ? DType::kQ5_0
+                           : want == DType::kQ5_K                       ? DType::kQ5_1
+                           : want == DType::kIQ4_XS                     ? DType::kIQ4_NL
+                                                                        : DType::kQ8_0;
     if (row_len % type_traits(fallback).block_elems == 0) return fallback;
   }
   return DType::kF16;
@@ -108,6 +113,8 @@ DType QuantPlanner::next(std::string_view name, int64_t row_len) {
   if (!type_traits(base).is_quantized) return base;
   const QuantMix mix = recipe_.mix;
   const bool iq4 = base == DType::kIQ4_NL || base == DType::kIQ4_XS;
+  const bool q2 = base == DType::kQ2_K;
+  const bool q3 = base == DType::kQ3_K;
   DType type = base;
   if (name == "output.weight" || (!has_output_ && name == "token_embd.weight")) {
     // At least Q6_K, or Q8_0 where the base type's blocks do not tile the row.
@@ -118,16 +125,30 @@ DType QuantPlanner::next(std::string_view name, int64_t row_len) {
     }
   } else if (contains(name, "attn_v.weight")) {
     const int64_t i = i_attn_v_++;
+    if (q2) type = n_gqa_ >= 4 ? DType::kQ4_K : DType::kQ3_K;
+    if (q3 && mix == QuantMix::kMedium) type = i < 2 ? DType::kQ5_K : DType::kQ4_K;
+    if (q3 && mix == QuantMix::kLarge) type = DType::kQ5_K;
     if (iq4 && n_gqa_ >= 4) type = DType::kQ5_K;
-    if (mix == QuantMix::kMedium && use_more_bits(i, n_attn_v_)) type = DType::kQ6_K;
+    if (!q3 && mix == QuantMix::kMedium && use_more_bits(i, n_attn_v_)) type = DType::kQ6_K;
     if (mix == QuantMix::kSmall && base == DType::kQ4_K && i < 4) type = DType::kQ5_K;
   } else if (contains(name, "ffn_down")) {
     const int64_t i = i_ffn_down_++;
-    if (mix == QuantMix::kMedium && use_more_bits(i, n_layer_)) type = DType::kQ6_K;
+    if (q2) type = DType::kQ3_K;
+    if (q3 && mix == QuantMix::kMedium) type = i < n_layer_ / 16 ? DType::kQ5_K : DType::kQ4_K;
+    if (q3 && mix == QuantMix::kLarge) type = DType::kQ5_K;
+    if (!q3 && mix == QuantMix::kMedium && use_more_bits(i, n_layer_)) type = DType::kQ6_K;
     if (mix == QuantMix::kSmall && base == DType::kQ4_K && i < n_layer_ / 8) type = DType::kQ5_K;
     if (iq4 && i < n_layer_ / 8) type = DType::kQ5_K;  // (without an importance matrix)
-  } else if (contains(name, "attn_qkv.weight") && mix == QuantMix::kMedium) {
-    type = base == DType::kQ4_K ? DType::kQ5_K : DType::kQ6_K;
+  } else if (contains(name, "attn_output.weight")) {
+    if (q2) type = DType::kQ3_K;
+    if (q3 && mix == QuantMix::kMedium) type = DType::kQ4_K;
+    if (q3 && mix == QuantMix::kLarge) type = DType::kQ5_K;
+  } else if (contains(name, "attn_qkv.weight")) {
+    if (q3 && mix != QuantMix::kSmall) {
+      type = DType::kQ4_K;
+    } else if (mix == QuantMix::kMedium) {
+      type = base == DType::kQ4_K ? DType::kQ5_K : DType::kQ6_K;
+    }
   }
   return fit_type(type, row_len);
 }

@@ -17,7 +17,7 @@
 
 namespace qrun::models {
 
-enum class QuantMix { kNone, kSmall, kMedium };  // plain type, _S, _M
+enum class QuantMix { kNone, kSmall, kMedium, kLarge };  // plain type, _S, _M, _L
 
 struct QuantRecipe {
   std::string name;        // "q4_k_m"
@@ -26,9 +26,10 @@ struct QuantRecipe {
   int64_t file_type = -1;  // general.file_type (llama.cpp's llama_ftype), -1: none
 };
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "iq4_nl", "iq4_xs", "q4_k",
-// "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m" (q4_k and q5_k: every weight of that
-// type, the output at least Q6_K).
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "iq4_nl", "iq4_xs", "q2_k",
+// "q3_k_s", "q3_k_m", "q3_k_l", "q4_k", "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m"
+// (q4_k and q5_k: every weight of that type, the output at least Q6_K; q2_k is llama-quantize's
+// Q2_K mix, attn_v, attn_output and ffn_down in Q3_K or better).
 std::optional<QuantRecipe> find_quant_recipe(std::string_view name);
 std::vector<std::string> quant_recipe_names();
 // The names above, comma-separated, for help texts and errors.
@@ -41,7 +42,8 @@ Result<QuantRecipe> quant_recipe_or_error(std::string_view name, const char* com
 bool is_quantizable_weight(std::string_view name, int n_dims);
 
 // A type whose blocks tile rows of `row_len`, falling back as llama-quantize does
-// (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then F16).
+// (Q2_K and Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then
+// F16).
 DType fit_type(DType want, int64_t row_len);
 
 class QuantPlanner {

@@ -44,7 +44,8 @@ TEST(QuantRecipe, SmallMixAndPlainTypes) {
   EXPECT_EQ(f16.next("output.weight", 4096), DType::kF16);
   EXPECT_EQ(find_quant_recipe("q5_1")->file_type, 9);  // LLAMA_FTYPE_MOSTLY_Q5_1
   EXPECT_EQ(find_quant_recipe("q4_1")->base, DType::kQ4_1);
-  EXPECT_FALSE(find_quant_recipe("q3_k"));
+  EXPECT_FALSE(find_quant_recipe("q3_k"));    // llama-quantize's Q3_K files are _S, _M or _L
+  EXPECT_FALSE(find_quant_recipe("q2_k_s"));  // needs an importance matrix
 }
 
 TEST(QuantRecipe, TiedEmbeddingIsTheOutput) {
@@ -78,11 +79,62 @@ TEST(QuantRecipe, Iq4RecipesGiveAttnVAndEarlyFfnDownMoreBits) {
   EXPECT_EQ(q4.next("blk.0.attn_v.weight", 4096), DType::kQ4_0);
 }
 
+// The low-bit mixes, as llama-quantize's rules for a 16-layer llama: Q2_K lifts attn_v (Q4_K
+// from 4 query heads per KV head, else Q3_K), attn_output and ffn_down to Q3_K; Q3_K_M gives
+// the first two attn_v and the first sixteenth of ffn_down Q5_K, the rest of those and
+// attn_output Q4_K; Q3_K_L gives all three Q5_K; Q3_K_S changes nothing but the output.
+TEST(QuantRecipe, LowBitMixesLiftAttentionAndFfnDown) {
+  struct Case {
+    const char* recipe;
+    int64_t n_gqa;
+    DType base, v0, v2, out_proj, down0, down1;
+    int64_t file_type;
+  };
+  const Case cases[] = {
+      {"q2_k", 4, DType::kQ2_K, DType::kQ4_K, DType::kQ4_K, DType::kQ3_K, DType::kQ3_K,
+       DType::kQ3_K, 10},
+      {"q2_k", 2, DType::kQ2_K, DType::kQ3_K, DType::kQ3_K, DType::kQ3_K, DType::kQ3_K,
+       DType::kQ3_K, 10},
+      {"q3_k_s", 4, DType::kQ3_K, DType::kQ3_K, DType::kQ3_K, DType::kQ3_K, DType::kQ3_K,
+       DType::kQ3_K, 11},
+      {"q3_k_m", 4, DType::kQ3_K, DType::kQ5_K, DType::kQ4_K, DType::kQ4_K, DType::kQ5_K,
+       DType::kQ4_K, 12},
+      {"q3_k_l", 1, DType::kQ3_K, DType::kQ5_K, DType::kQ5_K, DType::kQ5_K, DType::kQ5_K,
+       DType::kQ5_K, 13},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.recipe) + " n_gqa " + std::to_string(c.n_gqa));
+    ASSERT_TRUE(find_quant_recipe(c.recipe));
+    EXPECT_EQ(find_quant_recipe(c.recipe)->file_type, c.file_type);
+    QuantPlanner p(*find_quant_recipe(c.recipe), 16, 16, true, c.n_gqa);
+    EXPECT_EQ(p.next("token_embd.weight", 4096), c.base);
+    for (int i = 0; i < 3; ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_EQ(p.next(blk(i, "attn_q"), 4096), c.base);
+      EXPECT_EQ(p.next(blk(i, "attn_v"), 4096), i < 2 ? c.v0 : c.v2);
+      EXPECT_EQ(p.next(blk(i, "attn_output"), 4096), c.out_proj);
+      EXPECT_EQ(p.next(blk(i, "ffn_up"), 4096), c.base);
+      EXPECT_EQ(p.next(blk(i, "ffn_down"), 14336), i < 1 ? c.down0 : c.down1);
+    }
+    EXPECT_EQ(p.next("output.weight", 4096), DType::kQ6_K);
+  }
+  // A fused QKV matrix: Q4_K in Q3_K_M and Q3_K_L, Q5_K in Q4_K_M.
+  EXPECT_EQ(QuantPlanner(*find_quant_recipe("q3_k_m"), 1, 1, true).next(blk(0, "attn_qkv"), 4096),
+            DType::kQ4_K);
+  EXPECT_EQ(QuantPlanner(*find_quant_recipe("q3_k_s"), 1, 1, true).next(blk(0, "attn_qkv"), 4096),
+            DType::kQ3_K);
+  EXPECT_EQ(QuantPlanner(*find_quant_recipe("q4_k_m"), 1, 1, true).next(blk(0, "attn_qkv"), 4096),
+            DType::kQ5_K);
+}
+
 TEST(QuantRecipe, FallbacksWhenBlocksDoNotTileTheRow) {
   EXPECT_EQ(fit_type(DType::kQ4_K, 64), DType::kQ5_0);
   EXPECT_EQ(fit_type(DType::kQ6_K, 64), DType::kQ8_0);
   EXPECT_EQ(fit_type(DType::kQ5_K, 96), DType::kQ5_1);
   EXPECT_EQ(fit_type(DType::kIQ4_XS, 96), DType::kIQ4_NL);
+  EXPECT_EQ(fit_type(DType::kQ2_K, 96), DType::kQ4_0);
+  EXPECT_EQ(fit_type(DType::kQ3_K, 64), DType::kQ4_0);
+  EXPECT_EQ(fit_type(DType::kQ3_K, 48), DType::kF16);
   EXPECT_EQ(fit_type(DType::kQ4_K, 172), DType::kF16);
   EXPECT_EQ(fit_type(DType::kQ4_0, 172), DType::kF16);
   QuantPlanner p(*find_quant_recipe("q4_0"), 1, 1, true);
