@@ -17,10 +17,10 @@
 namespace qrun {
 namespace {
 
-const DType kWeightTypes[] = {DType::kF32,   DType::kF16,  DType::kBF16, DType::kQ8_0,
-                              DType::kQ4_0,  DType::kQ5_0, DType::kQ4_1, DType::kQ5_1,
-                              DType::kQ4_K,  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL,
-                              DType::kIQ4_XS};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
+                              DType::kQ4_0, DType::kQ5_0,   DType::kQ4_1,  DType::kQ5_1,
+                              DType::kQ2_K, DType::kQ3_K,   DType::kQ4_K,  DType::kQ5_K,
+                              DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS};
 const DType kActivationTypes[] = {DType::kQ8_0, DType::kQ8_1, DType::kQ8_K};
 
 // A small deterministic generator (xorshift64*), uniform in [-1, 1) and roughly normal.
@@ -114,6 +114,10 @@ double error_bound(DType type) {
       return 0.145;  // 0.075 / 0.064 / 0.119 / 0.072
     case DType::kIQ4_XS:
       return 0.145;  // 0.076 / 0.065 / 0.121 / 0.072
+    case DType::kQ2_K:
+      return 0.385;  // 0.294 / 0.233 / 0.319 / 0.231
+    case DType::kQ3_K:
+      return 0.235;  // 0.148 / 0.125 / 0.196 / 0.142
     case DType::kQ4_K:
       return 0.115;  // 0.070 / 0.054 / 0.096 / 0.058
     case DType::kQ5_K:
@@ -182,7 +186,8 @@ TEST(QuantTraits, ActivationTypesAreLlamaCppChoices) {
     EXPECT_EQ(type_traits(t).vec_dot_type, DType::kQ8_1) << dtype_name(t);
   }
   EXPECT_EQ(type_traits(DType::kIQ4_NL).vec_dot_type, DType::kQ8_0);
-  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
+  for (DType t :
+       {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
     EXPECT_EQ(type_traits(t).vec_dot_type, DType::kQ8_K) << dtype_name(t);
   }
 }
@@ -239,6 +244,8 @@ TEST(QuantTraits, BlockStructsMatchTheTable) {
   EXPECT_EQ(type_traits(DType::kQ8_1).block_bytes, sizeof(BlockQ8_1));
   EXPECT_EQ(type_traits(DType::kIQ4_NL).block_bytes, sizeof(BlockIQ4_NL));
   EXPECT_EQ(type_traits(DType::kIQ4_XS).block_bytes, sizeof(BlockIQ4_XS));
+  EXPECT_EQ(type_traits(DType::kQ2_K).block_bytes, sizeof(BlockQ2_K));
+  EXPECT_EQ(type_traits(DType::kQ3_K).block_bytes, sizeof(BlockQ3_K));
   EXPECT_EQ(type_traits(DType::kQ4_K).block_bytes, sizeof(BlockQ4_K));
   EXPECT_EQ(type_traits(DType::kQ5_K).block_bytes, sizeof(BlockQ5_K));
   EXPECT_EQ(type_traits(DType::kQ6_K).block_bytes, sizeof(BlockQ6_K));
@@ -247,7 +254,8 @@ TEST(QuantTraits, BlockStructsMatchTheTable) {
        {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_1, DType::kQ5_1, DType::kQ8_1}) {
     EXPECT_EQ(type_traits(t).block_elems, kQK);
   }
-  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kIQ4_XS}) {
+  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                  DType::kQ8_K, DType::kIQ4_XS}) {
     EXPECT_EQ(type_traits(t).block_elems, kQKK);
   }
 }
@@ -272,9 +280,9 @@ TEST(QuantRef, RoundTripErrorWithinBound) {
 TEST(QuantRef, ErrorDoesNotDependOnScale) {
   // Block scales are relative, so inputs 0.1x and 1000x the usual lose the same share
   // (much smaller inputs hit the fp16 subnormal range of the block scales).
-  for (DType type :
-       {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_1, DType::kQ5_1, DType::kQ8_1,
-        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
+  for (DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_1, DType::kQ5_1,
+                     DType::kQ8_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                     DType::kQ6_K, DType::kQ8_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
     for (float scale : {2e-3f, 20.0f}) {
       const std::vector<float> x = make_input(Dist::kNormal, 1024, 99, scale);
       EXPECT_LE(rel_rmse(x, round_trip(type, x)), error_bound(type))
@@ -310,8 +318,8 @@ TEST(QuantRef, DotProductCloseToFloatDot) {
   for (DType type : kWeightTypes) {
     // Element errors mostly cancel in a long dot: measured at most 6e-9 (f32), 3.6e-6 (f16),
     // 2.3e-5 (bf16), 1.6e-4 (q8_0), 1.4e-3 (q4_0), 1.6e-3 (q5_0), 1.1e-3 (q4_k),
-    // 3.5e-4 (q5_k), 7e-4 (q6_k), 2.2e-3 (iq4_nl), 1.6e-3 (iq4_xs); the bounds are 3x or
-    // more above those.
+    // 3.5e-4 (q5_k), 7e-4 (q6_k), 2.2e-3 (iq4_nl), 1.6e-3 (iq4_xs), 4.3e-3 (q2_k), 8e-4
+    // (q3_k); the bounds are 3x or more above those.
     // Q4_1 and Q5_1 measured 1.5e-3 and 1.9e-3: their F16 activation sums (Q8_1's s, times
     // the block minimum) add to the levels' error, so their bounds are error_bound / 10.
     const bool offset = type == DType::kQ4_1 || type == DType::kQ5_1;
