@@ -31,10 +31,10 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kRelTol = 1e-5;
 constexpr double kExactLimit = 16777216.0;  // 2^24: integers below it are exact in float
 
-const DType kWeightTypes[] = {DType::kF32,   DType::kF16,  DType::kBF16, DType::kQ4_0,
-                              DType::kQ5_0,  DType::kQ8_0, DType::kQ4_1, DType::kQ5_1,
-                              DType::kQ4_K,  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL,
-                              DType::kIQ4_XS};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ4_0,
+                              DType::kQ5_0, DType::kQ8_0,   DType::kQ4_1,  DType::kQ5_1,
+                              DType::kQ2_K, DType::kQ3_K,   DType::kQ4_K,  DType::kQ5_K,
+                              DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS};
 
 std::vector<int64_t> row_lengths(DType type) {
   const int64_t block = type_traits(type).block_elems;
@@ -206,6 +206,36 @@ std::vector<uint8_t> raw_weights(DType type, int64_t n, std::mt19937& rng, bool 
         pack_small_scales(blk.scales);
         break;
       }
+      case DType::kQ2_K: {  // random bytes: 4-bit scales and mins 0..15; extreme: all 15
+        auto& blk = reinterpret_cast<BlockQ2_K*>(row.data())[i];
+        blk.d = one;
+        blk.dmin = one;
+        if (!extreme) {  // a zero scale with the largest min, and the reverse
+          blk.scales[0] = 0xf0;
+          blk.scales[15] = 0x0f;
+        }
+        break;
+      }
+      case DType::kQ3_K: {
+        // Extreme: even super-blocks all zero bytes (levels -4, scales sc - 32 = -32, the
+        // largest magnitudes), odd ones all 0xff (levels 3, scales 31); otherwise random
+        // levels and scales near 32 (|sc - 32| <= 8), with sub-blocks 0 and 15 at 0 and 63.
+        auto& blk = reinterpret_cast<BlockQ3_K*>(row.data())[i];
+        if (extreme && i % 2 == 0) std::memset(&blk, 0, sizeof(blk));
+        blk.d = one;
+        if (!extreme) {
+          std::uniform_int_distribution<int> sc(24, 40);
+          std::memset(blk.scales, 0, sizeof(blk.scales));
+          for (int s = 0; s < 16; ++s) {
+            const int code = s == 0 ? 0 : s == 15 ? 63 : sc(rng);
+            blk.scales[s % 8] =
+                static_cast<uint8_t>(blk.scales[s % 8] | (code & 15) << (4 * (s / 8)));
+            blk.scales[8 + s % 4] =
+                static_cast<uint8_t>(blk.scales[8 + s % 4] | (code >> 4) << (2 * (s / 4)));
+          }
+        }
+        break;
+      }
       case DType::kQ6_K: {
         auto& blk = reinterpret_cast<BlockQ6_K*>(row.data())[i];
         blk.d = one;
@@ -299,10 +329,12 @@ TEST(KernelsDot, IntegerDotsAreExact) {
             double exact = 0.0;
             magnitudes(type, w, a, n, &mag, &exact);
             // Every partial sum a kernel forms is bounded by sum |w_i a_i|, except for
-            // Q4_K/Q5_K, which sum sc * q * a and m * a apart: each of those is bounded by
-            // that plus sum m |a| <= 15 * 127 * n (the raw mins are below 16).
+            // Q2_K/Q4_K/Q5_K, which sum sc * q * a and m * a apart: each of those is bounded
+            // by that plus sum m |a| <= 15 * 127 * n (the raw mins are below 16).
             double bound = mag;
-            if (type == DType::kQ4_K || type == DType::kQ5_K) bound += 15.0 * 127.0 * n;
+            if (type == DType::kQ2_K || type == DType::kQ4_K || type == DType::kQ5_K) {
+              bound += 15.0 * 127.0 * n;
+            }
             // Q4_1/Q5_1 sum d * q * a and m * s apart: bounded the same way with |m| <= 3.
             if (type == DType::kQ4_1 || type == DType::kQ5_1) bound += 3.0 * 127.0 * n;
             if (bound >= kExactLimit) continue;

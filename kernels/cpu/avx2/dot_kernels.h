@@ -43,6 +43,8 @@ void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
                    float* y);
 
 // dot_kquants.cpp: 256-element super-blocks (k-quants, IQ4_XS) against Q8_K activations.
+float vec_dot_q2_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_q3_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);

@@ -1,11 +1,11 @@
-// AVX2 dot products of the k-quants (Q4_K, Q5_K, Q6_K) and of IQ4_XS with Q8_K activations,
-// and the Q8_K
-// activation quantizer (bit-identical to the reference quantize_q8_k for finite inputs).
-// Integer sums per super-block are exact (ranges on each kernel); the float order is
-// llama.cpp's AVX2 one, so that logits can match its golden outputs:
+// AVX2 dot products of the k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and of IQ4_XS with Q8_K
+// activations, and the Q8_K activation quantizer (bit-identical to the reference quantize_q8_k for
+// finite inputs). Integer sums per super-block are exact (ranges on each kernel); the float order
+// is llama.cpp's AVX2 one, so that logits can match its golden outputs:
 //   acc (8 lanes) = fma(d_x * d_y, float(int32 lane), acc) per super-block, where int32
 //   lane k sums the scaled products of elements 2k, 2k + 1 (+ 16 * j) of every 32 or 16
-//   element sub-block; the mins term of Q4_K/Q5_K is summed apart and added at the end.
+//   element sub-block; the mins term of Q4_K/Q5_K is summed apart and added at the end,
+//   Q2_K's goes into acc by its own FMA before the scales' one.
 #include <cstring>
 
 #include "ggml-like/quants.h"
@@ -35,6 +35,38 @@ inline __m256i unpack_scales_mins(const uint8_t* packed) {
 // 128-bit half to all 8 int16 lanes of that half.
 inline __m256i broadcast_i16(__m256i v, int s) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * s)));
+}
+
+// Q2_K and Q3_K: the 16 signed int8 sub-block scales as int16, the 8 of each 128-element
+// half h in both 128-bit lanes of halves[h].
+inline void split_scales16(__m128i scales8, __m256i halves[2]) {
+  const __m256i all = _mm256_cvtepi8_epi16(scales8);
+  halves[0] = _mm256_permute2x128_si256(all, all, 0x00);
+  halves[1] = _mm256_permute2x128_si256(all, all, 0x11);
+}
+
+// The int16 scales of sub-blocks 2k (low 128-bit lane) and 2k + 1 (high lane) of a half
+// from split_scales16, each in every int16 lane of its 128-bit lane: the scales of the two
+// 16-element sub-blocks of that half's k-th 32 elements.
+inline __m256i scale_pair(__m256i half, int k) {
+  const __m128i lo = _mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * (2 * k)));
+  const __m128i hi = _mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * (2 * k + 1)));
+  return _mm256_shuffle_epi8(half, _mm256_set_m128i(hi, lo));
+}
+
+// The sixteen 6-bit Q3_K scales sc - 32 as int8, in sub-block order (q3_k_scale's layout
+// decoded with 32-bit masks: low nibbles from bytes 0-7, high pairs from bytes 8-11).
+inline __m128i unpack_q3_k_scales(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, sizeof(w));
+  const uint32_t low4 = 0x0f0f0f0fu;
+  const uint32_t low2 = 0x03030303u;
+  uint32_t out[4];
+  out[0] = (w[0] & low4) | ((w[2] & low2) << 4);                // sc[0..3]
+  out[1] = (w[1] & low4) | (((w[2] >> 2) & low2) << 4);         // sc[4..7]
+  out[2] = ((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4);  // sc[8..11]
+  out[3] = ((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4);  // sc[12..15]
+  return _mm_sub_epi8(load128(out), _mm_set1_epi8(32));
 }
 
 // Sum of the 4 int32 lanes of m times the 8 (mins, Q8_K sub-block sums) int16 pairs:
@@ -215,6 +247,80 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
     }
     blk.d = 1.0f / iscale;
   }
+}
+
+// Q2_K: the 2-bit levels of elements 128h + 32k + l are bits 2k, 2k + 1 of qs[32h + l];
+// they meet the activations in vpmaddubsw (pairs <= 2 * 3 * 128), and vpmaddwd applies the
+// 4-bit scales of the two 16-element sub-blocks (8 lanes each). Per super-block, as
+// llama.cpp's AVX2 kernel: first acc = fma(-d_y * dmin, m . bsums, acc), the int32 lane k
+// of m . bsums being m[2k] * bsums[2k] + m[2k + 1] * bsums[2k + 1] (<= 2 * 15 * 2032), then
+// acc = fma(d_y * d, sumi, acc); each sumi lane stays within 8 * 2 * 15 * 768.
+float vec_dot_q2_k_q8_k(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockQ2_K*>(vx);
+  const auto* y = static_cast<const BlockQ8_K*>(vy);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(15);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const float d = y[b].d * fp16_load(x[b].d);
+    const float dmin = -y[b].d * fp16_load(x[b].dmin);
+    const __m128i packed = load128(x[b].scales);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+    const __m256i mins_dot = _mm256_madd_epi16(mins, load256(y[b].bsums));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins_dot), acc);
+    __m256i sc[2];
+    split_scales16(_mm_and_si128(packed, m4), sc);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      __m256i bits = load256(x[b].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q = _mm256_and_si256(bits, m3);
+        bits = _mm256_srli_epi16(bits, 2);
+        const __m256i p = _mm256_maddubs_epi16(q, load256(y[b].qs + 128 * h + 32 * k));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale_pair(sc[h], k), p));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum_f32x8(acc);
+}
+
+// Q3_K: level q - 4 = (low two bits) - 4 * (hmask bit clear), the two parts dotted apart in
+// vpmaddubsw (pairs <= 2 * 3 * 128 and 2 * 4 * 128) and subtracted, which leaves
+// (q - 4) . a exactly; vpmaddwd then applies the scales sc - 32 (|.| <= 32) of the two
+// 16-element sub-blocks, as Q2_K. One FMA per super-block, as llama.cpp's AVX2 kernel; each
+// lane stays within 8 * 2 * 32 * 1024.
+float vec_dot_q3_k_q8_k(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockQ3_K*>(vx);
+  const auto* y = static_cast<const BlockQ8_K*>(vy);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i four = _mm256_set1_epi8(4);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const float d = y[b].d * fp16_load(x[b].d);
+    __m256i sc[2];
+    split_scales16(unpack_q3_k_scales(x[b].scales), sc);
+    // Bit 4h + k of hmask[l] is bit 2 of the level of element 128h + 32k + l.
+    const __m256i hmask = load256(x[b].hmask);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      __m256i bits = load256(x[b].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q = _mm256_and_si256(bits, m3);
+        bits = _mm256_srli_epi16(bits, 2);
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
+        const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), zero);
+        const __m256i offset = _mm256_and_si256(clear, four);
+        const __m256i a = load256(y[b].qs + 128 * h + 32 * k);
+        const __m256i p =
+            _mm256_sub_epi16(_mm256_maddubs_epi16(q, a), _mm256_maddubs_epi16(offset, a));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale_pair(sc[h], k), p));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum_f32x8(acc);
 }
 
 // IQ4_XS: each 32-element sub-block's levels looked up (vpshufb) and dotted with the sign

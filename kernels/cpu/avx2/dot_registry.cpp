@@ -22,6 +22,8 @@ void fill_dot_kernels(CpuKernels& k) {
   set_dot(k, DType::kQ8_0, vec_dot_q8_0_q8_0, quantize_q8_0_act);
   set_dot(k, DType::kQ4_1, vec_dot_q4_1_q8_1, quantize_q8_1_act);
   set_dot(k, DType::kQ5_1, vec_dot_q5_1_q8_1, quantize_q8_1_act);
+  set_dot(k, DType::kQ2_K, vec_dot_q2_k_q8_k, quantize_q8_k);
+  set_dot(k, DType::kQ3_K, vec_dot_q3_k_q8_k, quantize_q8_k);
   set_dot(k, DType::kQ4_K, vec_dot_q4_k_q8_k, quantize_q8_k);
   set_dot(k, DType::kQ5_K, vec_dot_q5_k_q8_k, quantize_q8_k);
   set_dot(k, DType::kQ6_K, vec_dot_q6_k_q8_k, quantize_q8_k);
@@ -42,6 +44,8 @@ void fill_dot_kernels(CpuKernels& k) {
   k.for_type(DType::kQ5_1).gemv = gemv_q5_1_q8_1;
   k.for_type(DType::kIQ4_NL).gemv = gemv_iq4_nl_q8_0;
   k.for_type(DType::kIQ4_XS).gemv = gemv_prefetched<vec_dot_iq4_xs_q8_k>;
+  k.for_type(DType::kQ2_K).gemv = gemv_prefetched<vec_dot_q2_k_q8_k>;
+  k.for_type(DType::kQ3_K).gemv = gemv_prefetched<vec_dot_q3_k_q8_k>;
   k.for_type(DType::kQ4_K).gemv = gemv_prefetched<vec_dot_q4_k_q8_k>;
   k.for_type(DType::kQ5_K).gemv = gemv_prefetched<vec_dot_q5_k_q8_k>;
   k.for_type(DType::kQ6_K).gemv = gemv_prefetched<vec_dot_q6_k_q8_k>;
