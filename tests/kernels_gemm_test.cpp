@@ -36,9 +36,9 @@ const int64_t kTokens[] = {1, 2, 3, 5, 16, 17, 33, 65};
 
 // Weight types that have a gemm kernel in some table.
 const DType kWeightTypes[] = {DType::kQ4_0, DType::kQ5_0,   DType::kQ8_0,   DType::kQ4_1,
-                              DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ4_K,
-                              DType::kQ5_K, DType::kQ6_K,   DType::kF16,    DType::kBF16,
-                              DType::kF32};
+                              DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K,
+                              DType::kQ3_K, DType::kQ4_K,   DType::kQ5_K,   DType::kQ6_K,
+                              DType::kF16,  DType::kBF16,   DType::kF32};
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> out = host_isas();
@@ -290,6 +290,24 @@ void fill_raw_weights(DType type, uint8_t* row, int64_t n, std::mt19937& rng, bo
         auto& blk = reinterpret_cast<BlockQ8_0*>(row)[b];
         std::memcpy(&blk.d, &one, 2);
         if (extreme) std::memset(blk.qs, 0x80, sizeof(blk.qs));  // -128 everywhere
+        break;
+      }
+      case DType::kQ2_K: {  // bytes 255: levels 3, scales and mins 15
+        auto& blk = reinterpret_cast<BlockQ2_K*>(row)[b];
+        std::memcpy(&blk.d, &one, 2);
+        std::memcpy(&blk.dmin, &neg, 2);
+        if (!extreme) {  // a zero scale with the largest min, and the reverse
+          blk.scales[0] = 0xf0;
+          blk.scales[15] = 0x0f;
+        }
+        break;
+      }
+      case DType::kQ3_K: {
+        // Bytes 255: levels 3, scales sc - 32 = 31; extreme odd blocks all zero bytes:
+        // levels -4 and scales -32, both the largest magnitudes.
+        auto& blk = reinterpret_cast<BlockQ3_K*>(row)[b];
+        if (extreme && b % 2 == 1) std::memset(&blk, 0, sizeof(blk));
+        std::memcpy(&blk.d, &one, 2);
         break;
       }
       case DType::kQ4_K: {

@@ -101,15 +101,19 @@ TEST(KernelsMatmuls, ProductsMatmulRunsOtherwiseStillMatch) {
     backend.set_repack_enabled(true);
     const Weight q4 = random_weight(DType::kQ4_0, 16 * 5, ++seed);
     for (const Weight& other :
-         {random_weight(DType::kF16, 33, ++seed), random_weight(DType::kQ8_0, 15, ++seed)}) {
+         {random_weight(DType::kF16, 33, ++seed), random_weight(DType::kQ8_0, 15, ++seed),
+          random_weight(DType::kQ2_K, 19, ++seed), random_weight(DType::kQ3_K, 16 * 2, ++seed)}) {
       SCOPED_TRACE(testing::Message()
                    << isa_name(isa) << " with " << dtype_name(other.type) << " x" << other.n_out);
       expect_matmuls_match(backend, {q4, other}, {0, 1}, 1, ++seed);
     }
     // A prompt's batch, through gemm where the ISA has it.
     SCOPED_TRACE(testing::Message() << isa_name(isa) << " 40 tokens");
-    expect_matmuls_match(backend, {q4, random_weight(DType::kQ4_K, 16 * 2, ++seed)}, {0, 0}, 40,
-                         ++seed);
+    expect_matmuls_match(
+        backend,
+        {q4, random_weight(DType::kQ4_K, 16 * 2, ++seed), random_weight(DType::kQ2_K, 21, ++seed),
+         random_weight(DType::kQ3_K, 16 * 2, ++seed)},
+        {0, 0, 1, 2}, 40, ++seed);
   }
   // Without repacking, the same.
   CpuBackend plain(2);

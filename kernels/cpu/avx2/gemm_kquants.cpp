@@ -9,6 +9,9 @@
 //   Q6_K: the signed levels q - 32 are multiplied as |a| * (sign(a) * (q - 32)), so a lane
 //     sums 8 products of at most 127 * 32 and a whole 16-element sub-block fits before
 //     vpmaddwd applies its int8 scale; no offset correction is needed.
+//   Q2_K: as Q4_K on 16-element sub-blocks (levels 0..3, 4-bit scales and mins), the mins
+//     term from Q8_K's own 16-element sums.
+//   Q3_K: the signed levels q - 4 and scales sc - 32 through Q6_K's tile.
 //   IQ4_XS: its table's signed levels as Q6_K's, each vpmaddubsw widened at once by its
 //     sub-block scale (the levels reach 127).
 #include "kernels/cpu/avx2/avx2_kernels.h"
@@ -213,7 +216,117 @@ struct Q5_K {
   }
 };
 
-// ---- Q6_K -------------------------------------------------------------------------------
+// ---- Q2_K -------------------------------------------------------------------------------
+
+// One super-block of 8 tokens: levels, scales, and bsums[j] holding for each token the
+// sums of its 16-element sub-blocks 2j and 2j + 1 as an int16 pair (Q8_K's bsums).
+struct alignas(32) ActQ8_KBsums {
+  int8_t q[64][kLanes][4];
+  float d[kLanes];
+  int16_t bsums[8][kLanes][2];
+};
+
+void pack_q8_k_bsums(const uint8_t* const* rows, int n_valid, int64_t block, ActQ8_KBsums* dst) {
+  pack_q8_k_levels(rows, n_valid, block, dst->q, dst->d);
+  __m256i pairs[8];
+  gemm::gather_transpose(
+      rows, n_valid, static_cast<size_t>(block) * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, bsums),
+      pairs);
+  for (int j = 0; j < 8; ++j)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst->bsums[j]), pairs[j]);
+}
+
+// An unpacked Q2_K super-block: levels 0..3 in element order, each 16-element sub-block's
+// 4-bit scale twice in an int32 (an int16 pair for vpmaddwd), the 4-bit mins as int16, d
+// and dmin.
+struct WtQ2_K {
+  uint8_t q[256];
+  uint32_t sc[16];
+  int16_t m[16];
+  float d;
+  float dmin;
+};
+
+// Q4_K's tile on 16-element sub-blocks: a sub-block's 4 vpmaddubsw of levels <= 3 sum in
+// int16 (<= 4 * 2 * 3 * 128) before vpmaddwd applies its scale (<= 15); the mins term,
+// dmin * sum_s m[s] * bsums[s], pairs Q8_K's own 16-element sums with the mins.
+struct Q2_K {
+  static constexpr int64_t kBlockElems = 256;
+  static constexpr int kChunk = 2;
+  static constexpr int kRows = 4;
+  static constexpr int kVecs = 1;
+  using Act = ActQ8_KBsums;
+  using Wt = WtQ2_K;
+
+  static void pack(const uint8_t* const* rows, int n_valid, int64_t block, Act* dst) {
+    pack_q8_k_bsums(rows, n_valid, block, dst);
+  }
+
+  static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
+    const auto* b = reinterpret_cast<const BlockQ2_K*>(row) + block;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs + 32 * h));
+      for (int k = 0; k < 4; ++k) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 128 * h + 32 * k),
+                            _mm256_and_si256(bits, m3));
+        bits = _mm256_srli_epi16(bits, 2);
+      }
+    }
+    for (int s = 0; s < 16; ++s) {
+      dst->sc[s] = static_cast<uint32_t>(b->scales[s] & 15) * 0x10001u;
+      dst->m[s] = static_cast<int16_t>(b->scales[s] >> 4);
+    }
+    dst->d = half_to_float(b->d);
+    dst->dmin = half_to_float(b->dmin);
+  }
+
+  template <int R, int V>
+  static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
+                   int64_t ld) {
+    static_assert(V == 1);
+    __m256 f[R];
+    for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
+    for (int b = 0; b < kb; ++b) {
+      const Wt* wb[R];
+      for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
+      __m256i sum[R];
+      for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+      for (int s = 0; s < 16; ++s) {
+        __m256i s16[R];
+        const __m256i a0 = load(a[b].q[4 * s]);
+        for (int r = 0; r < R; ++r) s16[r] = _mm256_maddubs_epi16(bcast32(wb[r]->q + 16 * s), a0);
+        for (int g = 1; g < 4; ++g) {
+          const __m256i ag = load(a[b].q[4 * s + g]);
+          for (int r = 0; r < R; ++r) {
+            s16[r] = _mm256_add_epi16(s16[r],
+                                      _mm256_maddubs_epi16(bcast32(wb[r]->q + 16 * s + 4 * g), ag));
+            pin(s16[r]);
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16[r], bcast32(&wb[r]->sc[s])));
+        }
+      }
+      // f += d_a * (d * sum_s sc[s] dot_s - dmin * sum_s m[s] bsums[s]); |bsums| <= 16 * 127.
+      const __m256 da = _mm256_load_ps(a[b].d);
+      for (int r = 0; r < R; ++r) {
+        __m256i mins = _mm256_madd_epi16(load(a[b].bsums[0]), bcast32(&wb[r]->m[0]));
+        for (int j = 1; j < 8; ++j) {
+          mins = _mm256_add_epi32(
+              mins, _mm256_madd_epi16(load(a[b].bsums[j]), bcast32(&wb[r]->m[2 * j])));
+        }
+        const __m256 t =
+            _mm256_fmsub_ps(_mm256_set1_ps(wb[r]->d), _mm256_cvtepi32_ps(sum[r]),
+                            _mm256_mul_ps(_mm256_set1_ps(wb[r]->dmin), _mm256_cvtepi32_ps(mins)));
+        f[r] = _mm256_fmadd_ps(t, da, f[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+  }
+};
+
+// ---- Q6_K and Q3_K ----------------------------------------------------------------------
 
 // One super-block of 8 tokens: levels q, their magnitudes qa = |q|, and the scales.
 struct alignas(32) ActQ8_KAbs {
@@ -229,9 +342,10 @@ void pack_q8_k_abs(const uint8_t* const* rows, int n_valid, int64_t block, ActQ8
   }
 }
 
-// An unpacked Q6_K super-block: q - 32 in element order, each 16-element sub-block scale
-// twice in an int32 (sign-extended int16 pair), and d.
-struct WtQ6_K {
+// An unpacked Q6_K or Q3_K super-block: the signed levels (q - 32, q - 4) in element
+// order, each 16-element sub-block's signed scale twice in an int32 (sign-extended int16
+// pair), and d.
+struct WtSigned16 {
   int8_t q[256];
   uint32_t sc[16];
   float d;
@@ -243,7 +357,7 @@ struct Q6_K {
   static constexpr int kRows = 4;
   static constexpr int kVecs = 1;
   using Act = ActQ8_KAbs;
-  using Wt = WtQ6_K;
+  using Wt = WtSigned16;
 
   static void pack(const uint8_t* const* rows, int n_valid, int64_t block, Act* dst) {
     pack_q8_k_abs(rows, n_valid, block, dst);
@@ -310,6 +424,35 @@ struct Q6_K {
       }
     }
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+  }
+};
+
+// Q3_K: levels q - 4 in [-4, 3] and scales sc - 32 in [-32, 31], both inside Q6_K's
+// ranges, so Q6_K's packing and tile serve as they are; only the unpacking differs.
+struct Q3_K : Q6_K {
+  static void unpack(const uint8_t* row, int64_t block, Wt* dst) {
+    const auto* b = reinterpret_cast<const BlockQ3_K*>(row) + block;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i four = _mm256_set1_epi8(4);
+    // Bit 4h + k of hmask[l] is bit 2 of the level of element 128h + 32k + l: where it is
+    // clear, 4 comes off the low two bits.
+    const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->hmask));
+    for (int h = 0; h < 2; ++h) {
+      __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs + 32 * h));
+      for (int k = 0; k < 4; ++k) {
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
+        const __m256i clear =
+            _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), _mm256_setzero_si256());
+        const __m256i q =
+            _mm256_sub_epi8(_mm256_and_si256(bits, m3), _mm256_and_si256(clear, four));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 128 * h + 32 * k), q);
+        bits = _mm256_srli_epi16(bits, 2);
+      }
+    }
+    for (int s = 0; s < 16; ++s) {
+      dst->sc[s] = static_cast<uint16_t>(q3_k_scale(b->scales, s) - 32) * 0x10001u;
+    }
+    dst->d = half_to_float(b->d);
   }
 };
 
@@ -390,6 +533,8 @@ struct IQ4_XS {
 }  // namespace
 
 void fill_gemm_kquants(CpuKernels& k) {
+  k.for_type(DType::kQ2_K).gemm = gemm::Gemm<Q2_K>::kernels();
+  k.for_type(DType::kQ3_K).gemm = gemm::Gemm<Q3_K>::kernels();
   k.for_type(DType::kQ4_K).gemm = gemm::Gemm<Q4_K>::kernels();
   k.for_type(DType::kQ5_K).gemm = gemm::Gemm<Q5_K>::kernels();
   k.for_type(DType::kQ6_K).gemm = gemm::Gemm<Q6_K>::kernels();
