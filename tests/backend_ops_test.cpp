@@ -108,12 +108,12 @@ std::vector<float> through_type(DType type, const float* x, int64_t n) {
 TEST(BackendOps, SupportTable) {
   kernels::CpuBackend be(1);
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0,
-                  DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K,
+                  DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     EXPECT_TRUE(be.supports(Op::kMatMul, t)) << dtype_name(t);
     EXPECT_TRUE(be.supports(Op::kGetRows, t)) << dtype_name(t);
   }
-  EXPECT_FALSE(be.supports(Op::kMatMul, DType::kQ2_K));
+  EXPECT_FALSE(be.supports(Op::kMatMul, DType::kIQ2_XXS));
   EXPECT_FALSE(be.supports(Op::kMatMul, DType::kQ8_1));  // activation types only
   EXPECT_FALSE(be.supports(Op::kMatMul, DType::kQ8_K));
   EXPECT_FALSE(be.supports(Op::kGetRows, DType::kIQ2_XXS));
@@ -131,7 +131,7 @@ TEST(BackendOps, MatMulEveryWeightTypeWithinActivationRounding) {
   uint32_t seed = 1;
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                      DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS,
-                     DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                     DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const TypeTraits& tt = type_traits(type);
     std::vector<int64_t> n_ins;
     if (tt.block_elems == 1) n_ins = {1, 7, 33, 255};
@@ -219,8 +219,8 @@ TEST(BackendOps, MatMulEveryWeightTypeWithinActivationRounding) {
 TEST(BackendOps, MatMulOnARowRangeGivesThoseRowsOfTheWhole) {
   kernels::CpuBackend be(2);
   uint32_t seed = 100;
-  for (DType type :
-       {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType type : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ2_K,
+                     DType::kQ3_K, DType::kQ4_K, DType::kQ6_K}) {
     const int64_t n_in = type_traits(type).block_elems == 256 ? 256 : 64;
     const int64_t n_out = 40;
     const Weight w = make_weight(type, n_in, n_out, ++seed);
@@ -253,7 +253,7 @@ TEST(BackendOps, GetRowsDequantizesExactly) {
   kernels::CpuBackend be(2);
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                      DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS,
-                     DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                     DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     SCOPED_TRACE(dtype_name(type));
     const int64_t n = type_traits(type).block_elems == 256 ? 256 : 64;
     const Weight w = make_weight(type, n, 33, 7);

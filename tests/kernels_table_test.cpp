@@ -78,7 +78,7 @@ TEST(KernelTable, EveryRunnableTableIsComplete) {
 TEST(KernelTable, GenericTableCoversTheSupportedWeightTypes) {
   const CpuKernels& generic = cpu_kernels(Isa::kGeneric);
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ8_0,
-                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     SCOPED_TRACE(dtype_name(t));
     EXPECT_NE(generic.for_type(t).vec_dot, nullptr);
   }
