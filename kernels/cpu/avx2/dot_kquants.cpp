@@ -61,12 +61,14 @@ inline __m128i unpack_q3_k_scales(const uint8_t* packed) {
   std::memcpy(w, packed, sizeof(w));
   const uint32_t low4 = 0x0f0f0f0fu;
   const uint32_t low2 = 0x03030303u;
-  uint32_t out[4];
-  out[0] = (w[0] & low4) | ((w[2] & low2) << 4);                // sc[0..3]
-  out[1] = (w[1] & low4) | (((w[2] >> 2) & low2) << 4);         // sc[4..7]
-  out[2] = ((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4);  // sc[8..11]
-  out[3] = ((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4);  // sc[12..15]
-  return _mm_sub_epi8(load128(out), _mm_set1_epi8(32));
+  // Built in registers (vmovd/vpinsrd): four 32-bit stores read back by one 128-bit load
+  // would miss store forwarding on every super-block.
+  const __m128i sc = _mm_setr_epi32(
+      static_cast<int32_t>((w[0] & low4) | ((w[2] & low2) << 4)),                 // sc[0..3]
+      static_cast<int32_t>((w[1] & low4) | (((w[2] >> 2) & low2) << 4)),          // sc[4..7]
+      static_cast<int32_t>(((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4)),   // sc[8..11]
+      static_cast<int32_t>(((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4)));  // sc[12..15]
+  return _mm_sub_epi8(sc, _mm_set1_epi8(32));
 }
 
 // Sum of the 4 int32 lanes of m times the 8 (mins, Q8_K sub-block sums) int16 pairs:
