@@ -120,6 +120,52 @@ struct BlockLevels {
     }
   }
 
+  // The 2-bit parts (0 .. 3) of elements 128h .. 128h + 127 of a Q2_K or Q3_K super-block,
+  // 16 per vector in element order (vector v is sub-block 8h + v): element 128h + 32j + l
+  // is bits 2j, 2j + 1 of qs[32h + l], so vectors 2j and 2j + 1 shift the two 16-byte
+  // halves of qs[32h ..+32) right by 2j.
+  static void two_bit_levels(const uint8_t* qs, int h, uint8x16_t* q) {
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    const uint8x16_t b0 = vld1q_u8(qs + 32 * h);
+    const uint8x16_t b1 = vld1q_u8(qs + 32 * h + 16);
+    q[0] = vandq_u8(b0, m3);
+    q[1] = vandq_u8(b1, m3);
+    q[2] = vandq_u8(vshrq_n_u8(b0, 2), m3);
+    q[3] = vandq_u8(vshrq_n_u8(b1, 2), m3);
+    q[4] = vandq_u8(vshrq_n_u8(b0, 4), m3);
+    q[5] = vandq_u8(vshrq_n_u8(b1, 4), m3);
+    q[6] = vshrq_n_u8(b0, 6);
+    q[7] = vshrq_n_u8(b1, 6);
+  }
+
+  // The signed Q3_K levels q - 4 (-4 .. 3) of elements 128h .. 128h + 127, laid out as
+  // two_bit_levels: bit 2 of element 128h + 32j + l is bit 4h + j of hmask[l], so the level
+  // is the 2-bit part minus (bit ? 0 : 4): CMTST of the hmask halves against that bit, a
+  // BIC of 4 by the mask, one subtraction.
+  static void q3_k_levels(const BlockQ3_K& x, int h, int8x16_t* q) {
+    uint8x16_t low[8];
+    two_bit_levels(x.qs, h, low);
+    const uint8x16_t hm0 = vld1q_u8(x.hmask);
+    const uint8x16_t hm1 = vld1q_u8(x.hmask + 16);
+    const uint8x16_t four = vdupq_n_u8(4);
+    for (int j = 0; j < 4; ++j) {
+      const uint8x16_t bit = vdupq_n_u8(static_cast<uint8_t>(1u << (4 * h + j)));
+      q[2 * j] = vreinterpretq_s8_u8(vsubq_u8(low[2 * j], vbicq_u8(four, vtstq_u8(hm0, bit))));
+      q[2 * j + 1] =
+          vreinterpretq_s8_u8(vsubq_u8(low[2 * j + 1], vbicq_u8(four, vtstq_u8(hm1, bit))));
+    }
+  }
+
+  // The 16 scales sc - 32 (-32 .. 31) of a Q3_K super-block, as quants.h's q3_k_scale
+  // (written out here so that no *_dotprod object holds a copy of that inline function).
+  static void q3_k_scales(const uint8_t* b, int32_t* sc) {
+    for (int s = 0; s < kQKK / 16; ++s) {
+      const int low = (b[s % 8] >> (4 * (s / 8))) & 15;
+      const int high = (b[8 + s % 4] >> (2 * (s / 4))) & 3;
+      sc[s] = (low | high << 4) - 32;
+    }
+  }
+
   // The 6-bit scales and mins of a Q4_K / Q5_K super-block (layout in quants.h).
   static void k_scales_mins(const uint8_t* b, uint8_t* sc, uint8_t* mn) {
     for (int s = 0; s < 4; ++s) {

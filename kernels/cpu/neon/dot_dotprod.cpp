@@ -42,6 +42,14 @@ float vec_dot_iq4_nl_q8_0_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::iq4_nl_q8_0(n, x, y);
 }
 
+float vec_dot_q2_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
+  return Dots::q2_k_q8_k(n, x, y);
+}
+
+float vec_dot_q3_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
+  return Dots::q3_k_q8_k(n, x, y);
+}
+
 float vec_dot_q4_k_q8_k_dotprod(int64_t n, const void* x, const void* y) {
   return Dots::q4_k_q8_k(n, x, y);
 }

@@ -275,6 +275,76 @@ struct QuantDots : BlockLevels<Dot> {
     return scale_min_k<BlockQ5_K>(n, x, y);
   }
 
+  // Q2_K: per super-block, sumi = sum over the 16 sub-blocks of 16 of (sc & 15) * (levels .
+  // acts), levels 0 .. 3 (|sumi| <= 16 * 15 * 16 * 3 * 128 < 2^21), and sum_mins = sum_s
+  // (sc >> 4) * bsums[s] (|sum_mins| <= 16 * 15 * 16 * 128 < 2^19), both exact int32; then
+  // Q4_K's chain: sum = fma(d_x * d_y, float(sumi), sum), then sum = fma(-(dmin_x * d_y),
+  // float(sum_mins), sum), super-block after super-block (llama.cpp's ARM kernel adds the
+  // mins term first; the reference forms d * sumi - dmin * sum_mins per super-block).
+  static float q2_k_q8_k(int64_t n, const void* vx, const void* vy) {
+    const auto* x = static_cast<const BlockQ2_K*>(vx);
+    const auto* y = static_cast<const BlockQ8_K*>(vy);
+    const int32x4_t zero = vdupq_n_s32(0);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; ++b) {
+      const uint8x16_t packed = vld1q_u8(x[b].scales);
+      // The 4-bit mins (high nibbles) times the activation sums of the 16 sub-blocks.
+      const uint8x16_t mn = vshrq_n_u8(packed, 4);
+      const int16x8_t m0 = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mn)));
+      const int16x8_t m1 = vreinterpretq_s16_u16(vmovl_high_u8(mn));
+      const int16x8_t bs0 = vld1q_s16(y[b].bsums);
+      const int16x8_t bs1 = vld1q_s16(y[b].bsums + 8);
+      int32x4_t mins = vmull_s16(vget_low_s16(m0), vget_low_s16(bs0));
+      mins = vmlal_high_s16(mins, m0, bs0);
+      mins = vmlal_s16(mins, vget_low_s16(m1), vget_low_s16(bs1));
+      mins = vmlal_high_s16(mins, m1, bs1);
+      const int32_t sum_mins = vaddvq_s32(mins);
+
+      uint8_t sc[kQKK / 16];
+      vst1q_u8(sc, vandq_u8(packed, vdupq_n_u8(15)));
+      int32x4_t acc = zero;
+      for (int h = 0; h < 2; ++h) {
+        uint8x16_t q[8];
+        Levels::two_bit_levels(x[b].qs, h, q);
+        const int8_t* a = y[b].qs + 128 * h;
+        for (int v = 0; v < 8; ++v) {
+          const int32x4_t p = Dot::dot(zero, vreinterpretq_s8_u8(q[v]), vld1q_s8(a + 16 * v));
+          acc = vmlaq_n_s32(acc, p, sc[8 * h + v]);
+        }
+      }
+      const int32_t sumi = vaddvq_s32(acc);
+      sum = std::fma(half(x[b].d) * y[b].d, static_cast<float>(sumi), sum);
+      sum = std::fma(-(half(x[b].dmin) * y[b].d), static_cast<float>(sum_mins), sum);
+    }
+    return sum;
+  }
+
+  // Q3_K: per super-block sumi = sum over the 16 sub-blocks of 16 of (sc - 32) * (levels .
+  // acts), levels -4 .. 3 (|sumi| <= 16 * 32 * 16 * 4 * 128 < 2^23), exact int32; then
+  // sum = fma(d_x * d_y, float(sumi), sum), super-block after super-block, as Q6_K
+  // (llama.cpp's ARM order; the reference sums eight lanes of element index mod 8 instead).
+  static float q3_k_q8_k(int64_t n, const void* vx, const void* vy) {
+    const auto* x = static_cast<const BlockQ3_K*>(vx);
+    const auto* y = static_cast<const BlockQ8_K*>(vy);
+    const int32x4_t zero = vdupq_n_s32(0);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; ++b) {
+      int32_t sc[kQKK / 16];
+      Levels::q3_k_scales(x[b].scales, sc);
+      int32x4_t acc = zero;
+      for (int h = 0; h < 2; ++h) {
+        int8x16_t q[8];
+        Levels::q3_k_levels(x[b], h, q);
+        const int8_t* a = y[b].qs + 128 * h;
+        for (int v = 0; v < 8; ++v) {
+          acc = vmlaq_n_s32(acc, Dot::dot(zero, q[v], vld1q_s8(a + 16 * v)), sc[8 * h + v]);
+        }
+      }
+      sum = std::fma(half(x[b].d) * y[b].d, static_cast<float>(vaddvq_s32(acc)), sum);
+    }
+    return sum;
+  }
+
   // Q6_K: per super-block sumi = sum over the 16 groups of 16 of scale * (levels . acts),
   // exact int32; then sum = fma(d_x * d_y, sumi, sum), block after block.
   static float q6_k_q8_k(int64_t n, const void* vx, const void* vy) {

@@ -1,7 +1,7 @@
 // armv8-a NEON dot products of Q4_0, Q5_0, Q8_0, IQ4_NL (Q8_0 activations), Q4_1, Q5_1 (Q8_1
-// activations), Q4_K, Q5_K, Q6_K, IQ4_XS (Q8_K activations), through dot_impl.h with widening
-// multiplies: SMULL/SMULL2 give 16 int16 products, SADALP adds them pairwise into the int32
-// lanes (exact: |product| <= 128 * 128, so a pair fits int16 and lanes stay far from int32
+// activations), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (Q8_K activations), through dot_impl.h with
+// widening multiplies: SMULL/SMULL2 give 16 int16 products, SADALP adds them pairwise into the
+// int32 lanes (exact: |product| <= 128 * 128, so a pair fits int16 and lanes stay far from int32
 // limits); the multi-row gemv of the 32-element block types (bit-identical to their
 // vec_dot, see dot_impl.h). Also the activation quantizers, bit-identical to the references
 // (same float operations, ties to even).
@@ -51,6 +51,14 @@ float vec_dot_q5_1_q8_1(int64_t n, const void* x, const void* y) {
 
 float vec_dot_iq4_nl_q8_0(int64_t n, const void* x, const void* y) {
   return Dots::iq4_nl_q8_0(n, x, y);
+}
+
+float vec_dot_q2_k_q8_k(int64_t n, const void* x, const void* y) {
+  return Dots::q2_k_q8_k(n, x, y);
+}
+
+float vec_dot_q3_k_q8_k(int64_t n, const void* x, const void* y) {
+  return Dots::q3_k_q8_k(n, x, y);
 }
 
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y) {

@@ -1,11 +1,10 @@
 // The NEON entries of the CPU kernel table, for each of the three levels (kernel_table.h):
 // the armv8-a integer kernels for kNeon, their SDOT versions for kNeonDotprod, and those with
 // the SMMLA gemm tiles for kNeonI8mm. All give the same bits, so the level only changes
-// speed. Q4_1, Q5_1, IQ4_NL and IQ4_XS have no gemm tiles (batches go through the gemv).
-// The gemv of the k-quants and IQ4_XS is the prefetching row loop of gemv_prefetch.h over
-// the chosen vec_dot (instantiated here, in a baseline object: it only calls the dot
-// through its address); Q4_0, Q5_0, Q8_0, Q4_K and Q6_K also decode from repacked copies
-// (repack.h).
+// speed. Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K and Q3_K have no gemm tiles (batches go through
+// the gemv). The gemv of the k-quants and IQ4_XS is the prefetching row loop of gemv_prefetch.h
+// over the chosen vec_dot (instantiated here, in a baseline object: it only calls the dot through
+// its address); Q4_0, Q5_0, Q8_0, Q4_K and Q6_K also decode from repacked copies (repack.h).
 #include "kernels/cpu/neon/neon_kernels.h"
 #include "kernels/cpu/gemv_prefetch.h"
 
@@ -36,6 +35,8 @@ void fill_kernels(CpuKernels& k, Isa level) {
   set_dot(k, DType::kQ4_1, dp ? vec_dot_q4_1_q8_1_dotprod : vec_dot_q4_1_q8_1);
   set_dot(k, DType::kQ5_1, dp ? vec_dot_q5_1_q8_1_dotprod : vec_dot_q5_1_q8_1);
   set_dot(k, DType::kIQ4_NL, dp ? vec_dot_iq4_nl_q8_0_dotprod : vec_dot_iq4_nl_q8_0);
+  set_dot(k, DType::kQ2_K, dp ? vec_dot_q2_k_q8_k_dotprod : vec_dot_q2_k_q8_k);
+  set_dot(k, DType::kQ3_K, dp ? vec_dot_q3_k_q8_k_dotprod : vec_dot_q3_k_q8_k);
   set_dot(k, DType::kQ4_K, dp ? vec_dot_q4_k_q8_k_dotprod : vec_dot_q4_k_q8_k);
   set_dot(k, DType::kQ5_K, dp ? vec_dot_q5_k_q8_k_dotprod : vec_dot_q5_k_q8_k);
   set_dot(k, DType::kQ6_K, dp ? vec_dot_q6_k_q8_k_dotprod : vec_dot_q6_k_q8_k);
@@ -49,6 +50,10 @@ void fill_kernels(CpuKernels& k, Isa level) {
   k.for_type(DType::kQ4_1).gemv = dp ? gemv_q4_1_q8_1_dotprod : gemv_q4_1_q8_1;
   k.for_type(DType::kQ5_1).gemv = dp ? gemv_q5_1_q8_1_dotprod : gemv_q5_1_q8_1;
   k.for_type(DType::kIQ4_NL).gemv = dp ? gemv_iq4_nl_q8_0_dotprod : gemv_iq4_nl_q8_0;
+  k.for_type(DType::kQ2_K).gemv =
+      dp ? gemv_prefetched<vec_dot_q2_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q2_k_q8_k>;
+  k.for_type(DType::kQ3_K).gemv =
+      dp ? gemv_prefetched<vec_dot_q3_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q3_k_q8_k>;
   k.for_type(DType::kQ4_K).gemv =
       dp ? gemv_prefetched<vec_dot_q4_k_q8_k_dotprod> : gemv_prefetched<vec_dot_q4_k_q8_k>;
   k.for_type(DType::kQ5_K).gemv =

@@ -18,8 +18,8 @@
 namespace qrun::kernels::neon {
 
 // dot_quants.cpp: quantized weights (Q4_0, Q5_0, Q8_0, IQ4_NL against Q8_0 activations; Q4_1,
-// Q5_1 against Q8_1; Q4_K, Q5_K, Q6_K, IQ4_XS against Q8_K), the gemv of Q4_0, Q5_0, Q8_0,
-// Q4_1, Q5_1, IQ4_NL (4 rows per pass, each output the bits of the vec_dot above), and the
+// Q5_1 against Q8_1; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS against Q8_K), the gemv of Q4_0, Q5_0,
+// Q8_0, Q4_1, Q5_1, IQ4_NL (4 rows per pass, each output the bits of the vec_dot above), and the
 // activation quantizers
 // (bit-identical to quantize_q8_0_act, quantize_q8_1_act and quantize_q8_k).
 float vec_dot_q4_0_q8_0(int64_t n, const void* x, const void* y);
@@ -28,6 +28,8 @@ float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
 float vec_dot_q4_1_q8_1(int64_t n, const void* x, const void* y);
 float vec_dot_q5_1_q8_1(int64_t n, const void* x, const void* y);
 float vec_dot_iq4_nl_q8_0(int64_t n, const void* x, const void* y);
+float vec_dot_q2_k_q8_k(int64_t n, const void* x, const void* y);
+float vec_dot_q3_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
@@ -55,6 +57,8 @@ float vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q4_1_q8_1_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q5_1_q8_1_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_iq4_nl_q8_0_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q2_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
+float vec_dot_q3_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q5_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k_dotprod(int64_t n, const void* x, const void* y);
