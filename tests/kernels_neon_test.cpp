@@ -13,7 +13,8 @@
 // scripts/test-neon.sh for each emulated CPU) and the kernels of every table entry at each
 // level. (Attention, the k-quant and IQ4_XS gemv and the repacked gemv are tested through the
 // table with every ISA in kernels_ops_test.cpp, kernels_dot_test.cpp and
-// kernels_repack_test.cpp; IQ4_NL's and IQ4_XS's float chains in kernels_neon_iq4_test.cpp.)
+// kernels_repack_test.cpp; IQ4_NL's and IQ4_XS's float chains in kernels_neon_iq4_test.cpp,
+// Q2_K's and Q3_K's, with their gemv at each level, in kernels_neon_k_low_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,6 +57,8 @@ const DotVariant kDots[] = {
     {DType::kQ4_1, neon::vec_dot_q4_1_q8_1, neon::vec_dot_q4_1_q8_1_dotprod},
     {DType::kQ5_1, neon::vec_dot_q5_1_q8_1, neon::vec_dot_q5_1_q8_1_dotprod},
     {DType::kIQ4_NL, neon::vec_dot_iq4_nl_q8_0, neon::vec_dot_iq4_nl_q8_0_dotprod},
+    {DType::kQ2_K, neon::vec_dot_q2_k_q8_k, neon::vec_dot_q2_k_q8_k_dotprod},
+    {DType::kQ3_K, neon::vec_dot_q3_k_q8_k, neon::vec_dot_q3_k_q8_k_dotprod},
     {DType::kQ4_K, neon::vec_dot_q4_k_q8_k, neon::vec_dot_q4_k_q8_k_dotprod},
     {DType::kQ5_K, neon::vec_dot_q5_k_q8_k, neon::vec_dot_q5_k_q8_k_dotprod},
     {DType::kQ6_K, neon::vec_dot_q6_k_q8_k, neon::vec_dot_q6_k_q8_k_dotprod},
@@ -235,7 +238,8 @@ TEST(KernelsNeon, EachLevelTakesItsKernels) {
       SCOPED_TRACE(testing::Message() << dtype_name(v.type) << " gemv");
       EXPECT_EQ(k.for_type(v.type).gemv, dotprod ? v.dotprod : v.baseline);
     }
-    for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
+    for (DType type :
+         {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
       EXPECT_NE(k.for_type(type).gemv, nullptr) << dtype_name(type);
     }
     for (const RepackedVariant& v : kRepacked) {
@@ -313,6 +317,22 @@ TEST(KernelsNeon, DotsOfExtremeLevels) {
             auto& blk = reinterpret_cast<BlockQ5_1*>(w.data())[b];
             blk.d = one;
             blk.m = fp32_to_fp16(-1.0f);
+            break;
+          }
+          case DType::kQ2_K: {  // 0xff: levels 3, scales and mins 15, the largest
+            auto& blk = reinterpret_cast<BlockQ2_K*>(w.data())[b];
+            blk.d = one;
+            blk.dmin = one;
+            break;
+          }
+          case DType::kQ3_K: {  // 0xff: levels 3, scales sc - 32 = 31; pattern 1 the other
+            auto& blk = reinterpret_cast<BlockQ3_K*>(w.data())[b];  // ends: -4 and -32
+            blk.d = one;
+            if (pattern == 1) {
+              std::memset(blk.hmask, 0, sizeof(blk.hmask));
+              std::memset(blk.qs, 0, sizeof(blk.qs));
+              std::memset(blk.scales, 0, sizeof(blk.scales));
+            }
             break;
           }
           case DType::kQ5_K: {
