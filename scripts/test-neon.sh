@@ -11,8 +11,8 @@
 # The last two compare nothing the first run has not (each level's table is built from the
 # level alone, whatever the host); they show that a CPU without an extension selects the
 # level below it and never meets that extension's instructions. So they run the kernel tests
-# that call every kernel of their levels (kernels_neon, _neon_iq4, _table, _dot, _repack and
-# _ops) and the forward pass against llama.cpp's golden logits on the shared models (forward_golden,
+# that call every kernel of their levels (kernels_neon, _neon_iq4, _neon_k_low, _table, _dot,
+# _repack and _ops) and the forward pass against llama.cpp's golden logits on the shared models (forward_golden,
 # every level the CPU has), not the gemm, KV-type, backend and quant ones that walk the same
 # tables again. Each run sets QRUN_EXPECT_ISA, which KernelsNeon.HostRunsTheExpectedLevel
 # checks against the level the CPU selects.
