@@ -178,16 +178,19 @@ class StreamSource final : public LineSource {
         r.text = format("standard input: a line longer than %zu MiB", kMaxTextBytes >> 20);
         return r;
       }
+      // Wait for data with a timeout, then read: SIGINT restarts a blocked read()
+      // (SA_RESTART), never a poll(), and the timeout covers a signal that lands between
+      // the look at the flag and the poll.
+      pollfd p{fd_, POLLIN, 0};
+      const int ready = ::poll(&p, 1, kPollMs);
+      if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
       char chunk[65536];
       const ssize_t n = ::read(fd_, chunk, sizeof chunk);
       if (n > 0) {
         buffer_.append(chunk, static_cast<size_t>(n));
       } else if (n == 0) {
         eof_ = true;
-      } else if (errno == EAGAIN) {  // a non-blocking descriptor: wait for data
-        pollfd p{fd_, POLLIN, 0};
-        ::poll(&p, 1, 100);
-      } else if (errno != EINTR) {  // e.g. `< /` (EISDIR): an error, not an empty input
+      } else if (errno != EINTR && errno != EAGAIN) {  // `< /` (EISDIR): an error, not empty
         r.status = LineStatus::kError;
         r.text = format("cannot read standard input: %s", std::strerror(errno));
         return r;
@@ -222,7 +225,11 @@ SigintGuard::SigintGuard() {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns EINTR and the loop looks
+  // SA_RESTART: a write of the reply to a terminal or pipe that blocks when the signal lands
+  // resumes instead of failing with EINTR, which stdio would keep as an error on stdout (the
+  // text lost and the exit code 3). The line sources wait in poll(), which a signal always
+  // interrupts.
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, &previous_);
   g_sigint.store(false);
 }

@@ -18,8 +18,9 @@ namespace qrun::cli {
 // handler can reach the program only through a global, so this is one.
 std::atomic<bool>& sigint_flag();
 
-// Installs the SIGINT handler that sets sigint_flag() (without SA_RESTART, so blocking reads
-// return) for its lifetime, and restores the previous handler after.
+// Installs the SIGINT handler that sets sigint_flag() for its lifetime (with SA_RESTART:
+// blocked writes resume; code that must notice the signal waits in poll() with a timeout),
+// and restores the previous handler after.
 class SigintGuard {
  public:
   SigintGuard();

@@ -105,6 +105,26 @@ TEST_F(CliChat, CtrlCStopsAReplyAndKeepsTheSession) {
   EXPECT_EQ(p.wait(), 0) << p.output();
 }
 
+// A Ctrl-C that lands while the reply is blocked writing to a terminal nobody reads (a
+// paused scroll, a slow ssh link) stops the reply as any other: the write resumes, nothing
+// shown is lost and stdout keeps no error (without SA_RESTART the write failed with EINTR,
+// and /exit then said "cannot write to standard output" with exit code 3).
+TEST_F(CliChat, CtrlCWhileTheReplyIsBlockedOnTheTerminal) {
+  PtyProcess p(qrun(), args({"-c", "65536", "--ignore-eos"}), env());
+  ASSERT_TRUE(p.expect("> ")) << p.output();
+  p.write("Go on forever\r");
+  ASSERT_TRUE(p.expect("Go on forever\r\n")) << p.output();
+  // Nothing reads the terminal from here until the reply blocks on it (some 60 KiB of reply,
+  // a few seconds).
+  ASSERT_TRUE(p.expect_child_asleep()) << p.output();
+  p.ctrl_c();
+  ASSERT_TRUE(p.expect("reply interrupted")) << p.output();
+  ASSERT_TRUE(p.expect("> ")) << p.output();
+  p.write("/exit\r");
+  EXPECT_EQ(p.wait(), 0) << p.since_mark();
+  EXPECT_EQ(p.since_mark().find("cannot write"), std::string::npos) << p.since_mark();
+}
+
 TEST_F(CliChat, CtrlCAtThePromptSaysHowToQuit) {
   PtyProcess p(qrun(), args({"-n", "2"}), env());
   ASSERT_TRUE(p.expect("> ")) << p.output();
@@ -237,6 +257,19 @@ TEST_F(CliChat, PipedStdinWorksUnattended) {
       qrun() + " chat -m '" + model() + "' --temp 0 -t 1 -n 4 --ignore-eos -q -sys 'Be brief.'",
       "Hello\n/stats\nsecond \\\nmessage\n/context\n/undo\n/context\n");
   EXPECT_EQ(again.out, r.out);
+}
+
+// SIGINT while a chat on a pipe waits for its next line ends it with exit code 130 at once:
+// the pipe is waited on in poll(), which the signal interrupts (a read() would be restarted).
+TEST_F(CliChat, SigintWhileAPipedChatWaitsForInputExits130) {
+  Process chat({qrun(), "chat", "-m", model(), "--temp", "0", "-t", "1", "-n", "2", "-q"},
+               StdinKind::kOpenPipe);
+  chat.write_stdin("Hello\n");
+  ASSERT_TRUE(chat.wait_for_stdout("\n", milliseconds(30000)));  // waiting for the next line
+  chat.signal(SIGINT);
+  const ProcessResult r = chat.wait(milliseconds(30000));
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 130) << r.err;
 }
 
 TEST_F(CliChat, PipedRegenClearAndErrors) {

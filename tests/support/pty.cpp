@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 
 namespace qrun::test {
 
@@ -92,6 +93,23 @@ bool PtyProcess::expect_bytes(size_t n, std::chrono::milliseconds timeout) {
     if (left.count() <= 0 || !read_some(left)) return false;
   }
   return true;
+}
+
+bool PtyProcess::expect_child_asleep(std::chrono::milliseconds timeout) {
+  const std::string stat = "/proc/" + std::to_string(pid_) + "/stat";
+  const auto deadline = Clock::now() + timeout;
+  int asleep = 0;
+  while (Clock::now() < deadline) {
+    std::ifstream in(stat);
+    std::string line;
+    if (!std::getline(in, line)) return false;  // gone
+    // "pid (comm) state ...": the state follows the last ')', as comm may hold one.
+    const size_t close = line.rfind(')');
+    asleep = close != std::string::npos && line.compare(close + 1, 3, " S ") == 0 ? asleep + 1 : 0;
+    if (asleep == 5) return true;
+    poll(nullptr, 0, 10);  // a 10 ms pause between looks
+  }
+  return false;
 }
 
 int PtyProcess::wait(std::chrono::milliseconds timeout) {

@@ -34,6 +34,10 @@ class PtyProcess {
               std::chrono::milliseconds timeout = std::chrono::seconds(30));
   // Reads until at least `n` bytes arrived after the mark, without moving it.
   bool expect_bytes(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // Without reading, waits until the child sleeps for 50 ms on end (its main thread in state
+  // S at every look, 10 ms apart), as when a write to the full terminal blocks it: true when
+  // it did, false on timeout.
+  bool expect_child_asleep(std::chrono::milliseconds timeout = std::chrono::seconds(60));
   // Everything read so far, and what came after the mark.
   const std::string& output() const { return out_; }
   std::string since_mark() const { return out_.substr(mark_); }
