@@ -67,7 +67,8 @@ Result<void> ChatRepl::run() {
   QRUN_TRY(rebuild_sampler());
   const Prompts prompts{settings_.color ? kPromptColored : "> ", "... "};
   for (;;) {
-    sigint_flag().store(false);
+    // No clearing of sigint_flag() here: a Ctrl-C that lands between the end of a reply and
+    // the next read is one pressed at the prompt (reply() consumes the one that stopped it).
     std::fflush(stdout);
     MessageRead m = read_message(input_, prompts);
     if (m.status == MessageStatus::kEof) return {};
@@ -149,6 +150,7 @@ Result<void> ChatRepl::reply(std::optional<std::string> user_message) {
   const StopReason stop = turn->generation.stop_reason;
   last_ = std::move(*turn);
   if (stop == StopReason::kInterrupted) {
+    sigint_flag().store(false);  // spent on this reply
     // The part already shown is kept as the reply (respond() stores it); /regen redoes it.
     // Stopped before any text: as if the message had not been sent (a /regen keeps its
     // message, so that /regen can be tried again).
