@@ -64,6 +64,8 @@ TEST(CudaEmuBackend, SupportsWhatItHasKernelsFor) {
   EXPECT_TRUE(b.supports(Op::kMatMul, DType::kQ5_1));
   EXPECT_TRUE(b.supports(Op::kMatMul, DType::kIQ4_NL));
   EXPECT_TRUE(b.supports(Op::kMatMul, DType::kIQ4_XS));
+  EXPECT_TRUE(b.supports(Op::kMatMul, DType::kQ2_K));
+  EXPECT_TRUE(b.supports(Op::kMatMul, DType::kQ3_K));
   EXPECT_TRUE(b.supports(Op::kMatMul, DType::kF16));
   EXPECT_FALSE(b.supports(Op::kMatMul, DType::kBF16));
   EXPECT_TRUE(b.supports(Op::kAttention, DType::kF16));
@@ -209,7 +211,8 @@ TEST(CudaEmuBackend, MatmulAndGetRowsMatchCpu) {
        {std::pair{DType::kQ4_0, 2}, std::pair{DType::kQ8_0, 2}, std::pair{DType::kQ4_K, 2},
         std::pair{DType::kQ6_K, 2}, std::pair{DType::kQ5_1, 2}, std::pair{DType::kQ4_0, 7},
         std::pair{DType::kQ4_K, 7}, std::pair{DType::kQ4_1, 7}, std::pair{DType::kIQ4_NL, 2},
-        std::pair{DType::kIQ4_XS, 2}, std::pair{DType::kIQ4_NL, 7}, std::pair{DType::kIQ4_XS, 7}}) {
+        std::pair{DType::kIQ4_XS, 2}, std::pair{DType::kIQ4_NL, 7}, std::pair{DType::kIQ4_XS, 7},
+        std::pair{DType::kQ2_K, 2}, std::pair{DType::kQ3_K, 2}}) {
     SCOPED_TRACE(std::string(dtype_name(type)) + " x " + std::to_string(n_tokens));
     const int64_t n_in = 512, n_out = 9;
     const TypeTraits& tt = type_traits(type);

@@ -40,8 +40,9 @@ namespace {
 using test::random_activations;
 
 constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ5_0,   DType::kQ4_1,   DType::kQ5_1,
-                            DType::kQ8_0, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ4_K,
-                            DType::kQ5_K, DType::kQ6_K,   DType::kF16,    DType::kF32};
+                            DType::kQ8_0, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K,
+                            DType::kQ3_K, DType::kQ4_K,   DType::kQ5_K,   DType::kQ6_K,
+                            DType::kF16,  DType::kF32};
 
 // Float summation error of the GEMM against ref16, in units of eps * sum |w16 x16|. A
 // recursive float sum of n terms is bounded by n * eps; random signs and blocked sums
@@ -59,7 +60,8 @@ std::vector<uint8_t> quantize(DType type, const std::vector<float>& src) {
 
 // n elements of `type` as random bytes, with finite F16 scales (d, dmin; Q4_1 and Q5_1's d
 // and m) of either sign so that the reference's floats are finite: every other bit pattern
-// (IQ4_XS's 6-bit sub-block scales too) is allowed.
+// (IQ4_XS's and Q3_K's 6-bit sub-block scales, Q2_K's 4-bit scales and mins, Q3_K's high
+// bits too) is allowed.
 std::vector<uint8_t> random_blocks(DType type, int64_t n, uint32_t seed) {
   const TypeTraits& tt = type_traits(type);
   std::mt19937 rng(seed);
@@ -85,6 +87,13 @@ std::vector<uint8_t> random_blocks(DType type, int64_t n, uint32_t seed) {
       case DType::kIQ4_NL:
       case DType::kIQ4_XS:
         set_f16(at, scale(rng));
+        break;
+      case DType::kQ2_K:  // d, dmin
+        set_f16(at + 80, scale(rng));
+        set_f16(at + 82, scale(rng));
+        break;
+      case DType::kQ3_K:
+        set_f16(at + 108, scale(rng));
         break;
       case DType::kQ6_K:
         set_f16(at + 208, scale(rng));

@@ -197,8 +197,8 @@ TEST_P(CudaEmuMmvq, MatchesReferences) {
 INSTANTIATE_TEST_SUITE_P(
     AllTypesAndVariants, CudaEmuMmvq,
     ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1,
-                                         DType::kQ8_0, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ4_K,
-                                         DType::kQ5_K, DType::kQ6_K),
+                                         DType::kQ8_0, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K,
+                                         DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                        ::testing::Range(0, mmvq_variant_count())),
     [](const auto& p) {
       return std::string(dtype_name(std::get<0>(p.param))) + "_" +
@@ -242,9 +242,10 @@ TEST(CudaEmuMatmul, MmvqRunsTheSelectedVariant) {
 // partial last block of rows at each seam of the grid), rows the tile kernel takes and
 // rows it does not (Q4_0 and IQ4_NL at n_in 96: 54-byte rows; Q5_0 at 640: 440-byte rows, as
 // Gemma 3 270M's; Q4_1 and Q5_1 at 96: 60 and 72 bytes; Q6_K below 2048; IQ4_XS only tiled,
-// at 512 and 2048), Q4_0 rows of 512 and 2048 in the layout of mmvq's variant (grouped for v7
-// and v8), 1 to 5 tokens. Under the emulator, the group is one launch where the variant has a
-// group kernel (v5, v7, v8), tiled or not.
+// at 512 and 2048; Q2_K and Q3_K tiled at 2048 only: 168- and 220-byte rows at 512), Q4_0 rows of
+// 512 and 2048 in the layout of mmvq's variant (grouped for v7 and v8), 1 to 5 tokens. Under the
+// emulator, the group is one launch where the variant has a group kernel (v5, v7, v8), tiled or
+// not.
 TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
   const int64_t rows[] = {13, 1, 6, 33};
 #if defined(QRUN_SIMT_EMU)
@@ -253,7 +254,7 @@ TEST(CudaEmuMatmul, GroupedMatmulsMatchOneLaunchEach) {
                           std::strcmp(env, "v7") == 0 || std::strcmp(env, "v8") == 0;
 #endif
   for (const DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL,
-                           DType::kIQ4_XS, DType::kQ6_K}) {
+                           DType::kIQ4_XS, DType::kQ2_K, DType::kQ3_K, DType::kQ6_K}) {
     for (const int64_t n_in : {int64_t{96}, int64_t{512}, int64_t{640}, int64_t{2048}}) {
       if (n_in % type_traits(type).block_elems != 0) continue;
       const TypeTraits& tt = type_traits(type);
@@ -404,7 +405,8 @@ TEST(CudaEmuMatmul, SupportedTypes) {
     const bool want = t.type == DType::kQ4_0 || t.type == DType::kQ5_0 || t.type == DType::kQ4_1 ||
                       t.type == DType::kQ5_1 || t.type == DType::kQ8_0 ||
                       t.type == DType::kIQ4_NL || t.type == DType::kIQ4_XS ||
-                      t.type == DType::kQ4_K || t.type == DType::kQ5_K || t.type == DType::kQ6_K;
+                      t.type == DType::kQ2_K || t.type == DType::kQ3_K || t.type == DType::kQ4_K ||
+                      t.type == DType::kQ5_K || t.type == DType::kQ6_K;
     EXPECT_EQ(mmvq_supports(t.type), want) << t.name;
   }
 }

@@ -186,7 +186,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mistral3", "q8_0", 0, 0}, Case{"olmo2", "f32", 0, 0, 4},
                       Case{"llama", "q5_1", 0, 0}, Case{"olmoe", "q4_1", 4, 2},
                       Case{"qwen2moe", "q5_1", 6, 2}, Case{"qwen2moe", "iq4_nl", 4, 2},
-                      Case{"llama", "iq4_xs", 0, 0, 0, 256, 512}),
+                      Case{"llama", "iq4_xs", 0, 0, 0, 256, 512},
+                      Case{"llama", "q2_k", 0, 0, 0, 256, 512},
+                      Case{"llama", "q3_k_s", 0, 0, 0, 256, 512}),
     [](const auto& p) { return p.param.arch + "_" + p.param.type; });
 
 }  // namespace

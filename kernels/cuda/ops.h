@@ -220,7 +220,7 @@ void mmv_float(DType type, const void* w, int64_t n_in, int64_t n_out, const flo
 // float (gemm_f16, runtime.h: cuBLAS on the GPU).
 
 // Whether dequantize_f16 and matmul_gemm take weights of `type`: Q4_0, Q5_0, Q4_1, Q5_1,
-// Q8_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K, Q6_K, F16 and F32.
+// Q8_0, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F16 and F32.
 bool gemm_supports(DType type);
 // dst[i] = the F16 nearest to type_traits(type).to_float(src)[i], for n elements (a
 // multiple of the type's block size; kGroups8: of 256) of `type` at src, in `layout`.

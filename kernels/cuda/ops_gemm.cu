@@ -160,6 +160,41 @@ struct DqQ8_0x8 {
   }
 };
 
+// Element j of a Q2_K or Q3_K super-block: bits 2 (j % 128 / 32), +1 of qs[32 (j / 128) +
+// j % 32].
+__device__ __forceinline__ int k_two_bit_q(const uint8_t* qs, int j) {
+  return (qs[32 * (j / 128) + j % 32] >> (2 * (j % 128 / 32))) & 3;
+}
+
+// x = (d * (sc & 15)) * q - dmin * (sc >> 4), sc = scales[j / 16] (bytes 0-15), qs at 16,
+// d at 80, dmin at 82: the reference's float operations. Both products are exact in float
+// (11 + 4 + 2 significant bits), so only the subtraction rounds and an FMA contraction
+// could not change it.
+struct DqQ2_K {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 84;
+  __device__ __forceinline__ static uint16_t f16(const uint8_t* blk, int j) {
+    const int sc = blk[j / 16];
+    const float dl = load_f16(blk + 80) * static_cast<float>(sc & 15);
+    const float ml = load_f16(blk + 82) * static_cast<float>(sc >> 4);
+    return f32_to_f16(dl * static_cast<float>(k_two_bit_q(blk + 16, j)) - ml);
+  }
+};
+
+// x = (d * (sc - 32)) * (q - 4), sc the 6-bit scale j / 16 (vecdot::q3_k_ls, bytes 96-107),
+// bit 2 of q in bit j / 32 of hmask[j % 32] (bytes 0-31), bits 0-1 as Q2_K's (qs at 32), d at
+// 108. Exact in float in any order (11 + 6 + 3 significant bits), as the reference's.
+struct DqQ3_K {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 110;
+  __device__ __forceinline__ static uint16_t f16(const uint8_t* blk, int j) {
+    const int q = k_two_bit_q(blk + 32, j) | ((blk[j % 32] >> (j / 32)) & 1) << 2;
+    const float dl =
+        load_f16(blk + 108) * static_cast<float>(vecdot::q3_k_ls(blk + 96, j / 16) - 32);
+    return f32_to_f16(dl * static_cast<float>(q - 4));
+  }
+};
+
 // x = (d * sc[s]) * q - dmin * m[s] in float, s = j / 32, as the reference computes it.
 // The products are exact in float (11 + 6 + 5 significant bits), so only the subtraction
 // rounds, and an FMA contraction by nvcc could not change the result.
@@ -281,6 +316,8 @@ bool gemm_supports(DType type) {
     case DType::kQ8_0:
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -317,6 +354,10 @@ void dequantize_f16(DType type, WeightLayout layout, const void* src, int64_t n,
       return launch_dequantize<DqIQ4_NL>(src, n, dst, stream);
     case DType::kIQ4_XS:
       return launch_dequantize<DqIQ4_XS>(src, n, dst, stream);
+    case DType::kQ2_K:
+      return launch_dequantize<DqQ2_K>(src, n, dst, stream);
+    case DType::kQ3_K:
+      return launch_dequantize<DqQ3_K>(src, n, dst, stream);
     case DType::kQ4_K:
       return launch_dequantize<DqQ4_K>(src, n, dst, stream);
     case DType::kQ5_K:

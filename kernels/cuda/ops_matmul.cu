@@ -580,6 +580,8 @@ bool mmvq_supports(DType type) {
     case DType::kQ8_0:
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -618,6 +620,10 @@ void with_vecdot(DType type, F&& f) {
       return f(vecdot::IQ4_NL{});
     case DType::kIQ4_XS:
       return f(vecdot::IQ4_XS{});
+    case DType::kQ2_K:
+      return f(vecdot::Q2_K{});
+    case DType::kQ3_K:
+      return f(vecdot::Q3_K{});
     case DType::kQ4_K:
       return f(vecdot::Q4_K{});
     case DType::kQ5_K:

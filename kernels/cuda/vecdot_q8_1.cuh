@@ -16,6 +16,12 @@
 // scales the chunk as Q8_0, IQ4_XS first multiplies the integer sum by the sub-block's
 // ls - 32 (exact in int and in its conversion to float: |sumi| <= 32 * 127 * 127, times 32
 // under 2^24), as llama.cpp's CUDA vec_dot_iq4_xs_q8_1.
+// Q2_K and Q3_K scale each 16-element half of a chunk apart: part() multiplies each half's
+// integer dot by its 4-bit (Q2_K) or 6-bit signed (Q3_K: sc - 32) scale, as Q6_K's; Q2_K's
+// min term dmin * (m_0 * sum(a_0) + m_1 * sum(a_1)), from the halves' activation sums,
+// is finish()'s (integers again, exact), as llama.cpp's CUDA vec_dot_q2_K_q8_1 and
+// vec_dot_q3_K_q8_1 compute them, but with one float product per chunk in place of one
+// per half.
 // Each type has: load<N, kA16>(row, c, w0, f), the N words w0 ..+N of chunk c (w0 a
 // multiple of N; kA16: the row is 16-byte aligned, for the types whose words allow wider
 // loads); part(row, c, f, aq, w0), their integer dot with the activation words aq; and
@@ -422,6 +428,103 @@ struct Q6_K {
   __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
                                                  int total) {
     const float d = load_f16(row + (c / 8) * kBlockBytes + 208);
+    return static_cast<float>(total) * (d * a.d);
+  }
+};
+
+// The 2-bit quants of chunk c of a Q2_K or Q3_K super-block (packed alike: chunk s = c % 8
+// is bits 2 (s % 4), 2 (s % 4) + 1 of qs[32 (s / 4) ..+32]) from its words, four a word.
+__device__ __forceinline__ int k_two_bits(int q, int64_t c) {
+  return (q >> (2 * static_cast<int>(c % 4))) & 0x03030303;
+}
+
+// Sums, for a Q2_K or Q3_K chunk, the dots of words w0 ..+N (lo[j]: four quants of word
+// w0 + j) with the activation words times scale(half) per 16-element half (words 0-3 and
+// 4-7): sum over halves of scale(half) * (dot - offset * sum(a)), exact in int.
+template <int N, class Scale>
+__device__ __forceinline__ int k_halves(const int* lo, const int* aq, int w0, int offset,
+                                        Scale scale) {
+  int total = 0, sumi = 0, suma = 0;
+  for (int j = 0; j < N; ++j) {
+    sumi = __dp4a(lo[j], aq[w0 + j], sumi);
+    if (offset != 0) suma = __dp4a(0x01010101, aq[w0 + j], suma);
+    if ((w0 + j) % 4 == 3 || j == N - 1) {  // the end of a half (or of the part)
+      total += scale((w0 + j) / 4) * (sumi - offset * suma);
+      sumi = 0;
+      suma = 0;
+    }
+  }
+  return total;
+}
+
+// Chunk c is sub-block s = c % 8 of super-block c / 8, i.e. its scale bytes 2s and 2s + 1
+// (scale in the low nibble, min in the high).
+struct Q2_K {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 84;
+  static constexpr int kWords = 8;
+  // x = d * (sc & 15) * q - dmin * (sc >> 4): qs at byte 16, d at 80, dmin at 82.
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    load_words<N, false>(row + (c / 8) * kBlockBytes + 16 + 32 * (c % 8 / 4) + 4 * w0, f.q);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t* row, int64_t c, const Words<N>& f,
+                                             const int* aq, int w0) {
+    const uint8_t* sc = row + (c / 8) * kBlockBytes + 2 * (c % 8);
+    int lo[N];
+    for (int j = 0; j < N; ++j) lo[j] = k_two_bits(f.q[j], c);
+    return k_halves<N>(lo, aq, w0, 0, [&](int half) { return sc[half] & 15; });
+  }
+  // The first half's activation sum from its 16 quants, the second's as a.sum less it.
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int total) {
+    const uint8_t* blk = row + (c / 8) * kBlockBytes;
+    const uint8_t* sc = blk + 2 * (c % 8);
+    const int* aq = act_ints(a);
+    int sum0 = 0;
+    for (int j = 0; j < 4; ++j) sum0 = __dp4a(0x01010101, aq[j], sum0);
+    const int mins = (sc[0] >> 4) * sum0 + (sc[1] >> 4) * (a.sum - sum0);
+    const float d = load_f16(blk + 80);
+    const float dmin = load_f16(blk + 82);
+    return a.d * (d * static_cast<float>(total) - dmin * static_cast<float>(mins));
+  }
+};
+
+// The 6-bit scale (0 .. 63) of sub-block s (0 .. 15) of the Q3_K scales at b: low 4 bits in
+// nibble s / 8 of byte s % 8, high 2 in bit pair s / 4 of byte 8 + s % 4 (quants.h's
+// q3_k_scale).
+__device__ __forceinline__ int q3_k_ls(const uint8_t* b, int s) {
+  return ((b[s % 8] >> (4 * (s / 8))) & 15) | ((b[8 + s % 4] >> (2 * (s / 4))) & 3) << 4;
+}
+
+struct Q3_K {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 110;
+  static constexpr int kWords = 8;
+  // x = d * (sc - 32) * (q - 4): bit 2 of element l of chunk s in bit s of hmask[l] (bytes
+  // 0-31), bits 0-1 packed as Q2_K's (qs at byte 32), scales at 96, d at 108.
+  template <int N, bool kA16>
+  __device__ __forceinline__ static void load(const uint8_t* row, int64_t c, int w0, Words<N>& f) {
+    const uint8_t* blk = row + (c / 8) * kBlockBytes;
+    load_words<N, false>(blk + 32 + 32 * (c % 8 / 4) + 4 * w0, f.q);
+    load_words<N, false>(blk + 4 * w0, f.h);
+  }
+  template <int N>
+  __device__ __forceinline__ static int part(const uint8_t* row, int64_t c, const Words<N>& f,
+                                             const int* aq, int w0) {
+    const int s = static_cast<int>(c % 8);
+    const uint8_t* scales = row + (c / 8) * kBlockBytes + 96;
+    int q[N];
+    for (int j = 0; j < N; ++j) {
+      const uint32_t hi = (static_cast<uint32_t>(f.h[j]) >> s) & 0x01010101u;
+      q[j] = k_two_bits(f.q[j], c) | static_cast<int>(hi << 2);
+    }
+    return k_halves<N>(q, aq, w0, 4, [&](int half) { return q3_k_ls(scales, 2 * s + half) - 32; });
+  }
+  __device__ __forceinline__ static float finish(const uint8_t* row, int64_t c, const BlockQ8_1& a,
+                                                 int total) {
+    const float d = load_f16(row + (c / 8) * kBlockBytes + 108);
     return static_cast<float>(total) * (d * a.d);
   }
 };
