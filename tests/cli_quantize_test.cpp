@@ -3,10 +3,16 @@
 // metadata are carried over; bad input is refused with a clear message and exit code.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/gguf/gguf.h"
+#include "support/llamacpp_rows.h"
 #include "support/test_data.h"
 
 namespace qrun {
@@ -64,6 +70,50 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"stories260K.gguf", "q4_0", "stories260K-Q4_0.gguf"},
                     Case{"TinyLLama-v0-5M-Q4_0.gguf", "q8_0", "TinyLLama-v0-5M-Q8_0.gguf"},
                     Case{"TinyLLama-v0-5M-Q4_0.gguf", "q4_k_m", "TinyLLama-v0-5M-Q4_K_M.gguf"}));
+
+// Q2_K and Q3_K_S/M/L of a 16-layer GQA model, whose rules change with the layer (the first
+// eighth, the last eighth, every third layer between) and the head ratio (attn_v), against
+// llama-quantize's files for the same F32 input, tensor by tensor: the type and a 64-bit FNV-1a
+// of the bytes (tests/data/quantize_k_low_llamacpp.txt: `file-type tensor type fnv`; the files
+// themselves are 14-16 MB each).
+TEST(Quantize, LowBitTypesMatchLlamaQuantizeOnSixteenLayers) {
+  const std::filesystem::path dir = test::temp_dir();
+  const std::string in = (dir / "f32.gguf").string();
+  const CommandResult synth =
+      run_command(qrun_binary().string() +
+                  " synth --arch llama --like tiny --n-layer 16 --n-embd 256 --n-ff 512 --n-head 4 "
+                  "--n-head-kv 2 --type f32 --std 0.1 --seed 5 --vocab '" +
+                  data_path("vocab/ggml-vocab-llama-spm.gguf").string() + "' -o '" + in + "'");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  ASSERT_EQ(test::fnv1a(test::read_bytes(in)), 12547367178955075208ull)
+      << "qrun synth no longer writes the model the digests were computed from";
+
+  std::ifstream digests(std::string(QRUN_SOURCE_DIR) + "/tests/data/quantize_k_low_llamacpp.txt");
+  std::map<std::string, std::vector<std::array<std::string, 3>>> want;  // type: name, type, fnv
+  for (std::string ftype, name, type, fnv; digests >> ftype >> name >> type >> fnv;) {
+    want[ftype].push_back({name, type, fnv});
+  }
+  ASSERT_EQ(want.size(), 4u);
+  for (const auto& [ftype, tensors] : want) {
+    SCOPED_TRACE(ftype);
+    const std::string out = (dir / (ftype + ".gguf")).string();
+    const CommandResult r = run_command(quantize_cmd("'" + in + "' '" + out + "' " + ftype));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    Result<gguf::File> f = gguf::File::open(out);
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    EXPECT_EQ(f->tensors().size(), tensors.size());
+    for (const auto& [name, type, fnv] : tensors) {
+      const gguf::TensorInfo* t = f->find_tensor(name);
+      ASSERT_NE(t, nullptr) << name;
+      EXPECT_EQ(dtype_name(t->type), type) << name;
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx",
+                    static_cast<unsigned long long>(
+                        test::fnv1a(std::vector<uint8_t>(t->data, t->data + t->n_bytes))));
+      EXPECT_EQ(hex, fnv) << name;
+    }
+  }
+}
 
 TEST(Quantize, CopiesMetadataAndSetsTheFileType) {
   const std::string out = (test::temp_dir() / "out.gguf").string();
