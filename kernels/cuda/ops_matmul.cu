@@ -289,7 +289,9 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   const BlockQ8_1* xt[kTokens];
   for (int t = 0; t < kTokens; ++t) xt[t] = x + min_i64(t0 + t, n_tokens - 1) * n_chunks;
   float sum[kTokens] = {};
-  int v[kTileVecsPerLane][4];
+  // Zeroed: every slot read is loaded first (i < vecs in both loops), but GCC for arm64 cannot
+  // see it for Q2_K's and Q3_K's 84- and 110-byte blocks and warns (-Wmaybe-uninitialized).
+  int v[kTileVecsPerLane][4] = {};
   // Vector i of the tile at byte `start` goes to lane i % 32, slot i / 32.
   const auto fetch = [&](int64_t start) {
     const int64_t vecs = min_i64(row_bytes - start, kTileBytes) / 16;
