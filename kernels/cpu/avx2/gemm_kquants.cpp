@@ -93,21 +93,68 @@ void unpack_scale_min(const uint8_t* scales, WtKScaleMin* dst) {
   }
 }
 
-// f += d_a * (d * sum_s sc[s] dot_s - dmin * sum_s m[s] sum_s(a)), for R rows.
-template <int R>
-inline void finish_scale_min(const WtKScaleMin* const* wb, const ActQ8_KSums& a, const __m256i* acc,
-                             __m256* f) {
-  const __m256 da = _mm256_load_ps(a.d);
+// sum[r] += sc(h) * (levels . activations of part h) over the kParts parts of 256 / kParts
+// elements of a super-block, for R rows: 4 levels a vpmaddubsw, summed in int16 within a
+// part (the callers bound the lanes), then vpmaddwd by the part's scale, sc[h * kScales /
+// kParts] (a sub-block of 32 elements may span two parts).
+template <int R, int kParts, int kScales, class Wt, class Act>
+inline void sum_scaled_parts(const Wt* const* wb, const Act& a, __m256i* sum) {
+  constexpr int kGroups = 64 / kParts;  // groups of 4 levels a part
+  for (int h = 0; h < kParts; ++h) {
+    __m256i s16[R];
+    const __m256i a0 = load(a.q[kGroups * h]);
+    for (int r = 0; r < R; ++r) {
+      s16[r] = _mm256_maddubs_epi16(bcast32(wb[r]->q + 4 * kGroups * h), a0);
+    }
+    for (int g = 1; g < kGroups; ++g) {
+      const __m256i ag = load(a.q[kGroups * h + g]);
+      for (int r = 0; r < R; ++r) {
+        s16[r] = _mm256_add_epi16(
+            s16[r], _mm256_maddubs_epi16(bcast32(wb[r]->q + 4 * kGroups * h + 4 * g), ag));
+        pin(s16[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const uint32_t* sc = &wb[r]->sc[h * kScales / kParts];
+      sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16[r], bcast32(sc)));
+    }
+  }
+}
+
+// f += d_a * (d * acc - dmin * sum_s m[s] sum_s(a)), for R rows; pairs[j] holds each token's
+// activation sums over the sub-blocks of mins 2j and 2j + 1 as an int16 pair.
+template <int R, int kPairs, class Wt>
+inline void finish_scale_min(const Wt* const* wb, const int16_t (*pairs)[kLanes][2],
+                             const float* d_a, const __m256i* acc, __m256* f) {
+  const __m256 da = _mm256_load_ps(d_a);
   for (int r = 0; r < R; ++r) {
-    __m256i mins = _mm256_madd_epi16(load(a.sums[0]), bcast32(&wb[r]->m[0]));
-    for (int j = 1; j < 4; ++j) {
-      mins = _mm256_add_epi32(mins, _mm256_madd_epi16(load(a.sums[j]), bcast32(&wb[r]->m[2 * j])));
+    __m256i mins = _mm256_madd_epi16(load(pairs[0]), bcast32(&wb[r]->m[0]));
+    for (int j = 1; j < kPairs; ++j) {
+      mins = _mm256_add_epi32(mins, _mm256_madd_epi16(load(pairs[j]), bcast32(&wb[r]->m[2 * j])));
     }
     const __m256 t =
         _mm256_fmsub_ps(_mm256_set1_ps(wb[r]->d), _mm256_cvtepi32_ps(acc[r]),
                         _mm256_mul_ps(_mm256_set1_ps(wb[r]->dmin), _mm256_cvtepi32_ps(mins)));
     f[r] = _mm256_fmadd_ps(t, da, f[r]);
   }
+}
+
+// The tile of Q4_K, Q5_K and Q2_K: per super-block, sum_scaled_parts then
+// finish_scale_min.
+template <int R, int kParts, int kScales, class Wt, class Act, size_t kPairs>
+inline void scale_min_tile(const Wt* const* w, const Act* a, int kb, float* acc, int64_t ld,
+                           int16_t (Act::*pairs)[kPairs][kLanes][2]) {
+  __m256 f[R];
+  for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
+  for (int b = 0; b < kb; ++b) {
+    const Wt* wb[R];
+    for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
+    __m256i sum[R];
+    for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+    sum_scaled_parts<R, kParts, kScales>(wb, a[b], sum);
+    finish_scale_min<R, static_cast<int>(kPairs)>(wb, a[b].*pairs, a[b].d, sum, f);
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
 }
 
 struct Q4_K {
@@ -134,32 +181,7 @@ struct Q4_K {
   static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
                    int64_t ld) {
     static_assert(V == 1);
-    __m256 f[R];
-    for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
-    for (int b = 0; b < kb; ++b) {
-      const Wt* wb[R];
-      for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
-      __m256i sum[R];
-      for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
-      for (int s = 0; s < 8; ++s) {
-        __m256i s16[R];
-        const __m256i a0 = load(a[b].q[8 * s]);
-        for (int r = 0; r < R; ++r) s16[r] = _mm256_maddubs_epi16(bcast32(wb[r]->q + 32 * s), a0);
-        for (int g = 1; g < 8; ++g) {
-          const __m256i ag = load(a[b].q[8 * s + g]);
-          for (int r = 0; r < R; ++r) {
-            s16[r] = _mm256_add_epi16(s16[r],
-                                      _mm256_maddubs_epi16(bcast32(wb[r]->q + 32 * s + 4 * g), ag));
-            pin(s16[r]);
-          }
-        }
-        for (int r = 0; r < R; ++r) {
-          sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16[r], bcast32(&wb[r]->sc[s])));
-        }
-      }
-      finish_scale_min<R>(wb, a[b], sum, f);
-    }
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+    scale_min_tile<R, 8, 8>(w, a, kb, acc, ld, &Act::sums);
   }
 };
 
@@ -187,32 +209,7 @@ struct Q5_K {
   static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
                    int64_t ld) {
     static_assert(V == 1);
-    __m256 f[R];
-    for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
-    for (int b = 0; b < kb; ++b) {
-      const Wt* wb[R];
-      for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
-      __m256i sum[R];
-      for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
-      for (int h = 0; h < 16; ++h) {  // half sub-blocks of 16 levels
-        __m256i s16[R];
-        const __m256i a0 = load(a[b].q[4 * h]);
-        for (int r = 0; r < R; ++r) s16[r] = _mm256_maddubs_epi16(bcast32(wb[r]->q + 16 * h), a0);
-        for (int g = 1; g < 4; ++g) {
-          const __m256i ag = load(a[b].q[4 * h + g]);
-          for (int r = 0; r < R; ++r) {
-            s16[r] = _mm256_add_epi16(s16[r],
-                                      _mm256_maddubs_epi16(bcast32(wb[r]->q + 16 * h + 4 * g), ag));
-            pin(s16[r]);
-          }
-        }
-        for (int r = 0; r < R; ++r) {
-          sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16[r], bcast32(&wb[r]->sc[h / 2])));
-        }
-      }
-      finish_scale_min<R>(wb, a[b], sum, f);
-    }
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+    scale_min_tile<R, 16, 8>(w, a, kb, acc, ld, &Act::sums);
   }
 };
 
@@ -285,44 +282,7 @@ struct Q2_K {
   static void tile(const Wt* const* w, const Act* a, int64_t /*a_stride*/, int kb, float* acc,
                    int64_t ld) {
     static_assert(V == 1);
-    __m256 f[R];
-    for (int r = 0; r < R; ++r) f[r] = _mm256_loadu_ps(acc + r * ld);
-    for (int b = 0; b < kb; ++b) {
-      const Wt* wb[R];
-      for (int r = 0; r < R; ++r) wb[r] = &w[r][b];
-      __m256i sum[R];
-      for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
-      for (int s = 0; s < 16; ++s) {
-        __m256i s16[R];
-        const __m256i a0 = load(a[b].q[4 * s]);
-        for (int r = 0; r < R; ++r) s16[r] = _mm256_maddubs_epi16(bcast32(wb[r]->q + 16 * s), a0);
-        for (int g = 1; g < 4; ++g) {
-          const __m256i ag = load(a[b].q[4 * s + g]);
-          for (int r = 0; r < R; ++r) {
-            s16[r] = _mm256_add_epi16(s16[r],
-                                      _mm256_maddubs_epi16(bcast32(wb[r]->q + 16 * s + 4 * g), ag));
-            pin(s16[r]);
-          }
-        }
-        for (int r = 0; r < R; ++r) {
-          sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16[r], bcast32(&wb[r]->sc[s])));
-        }
-      }
-      // f += d_a * (d * sum_s sc[s] dot_s - dmin * sum_s m[s] bsums[s]); |bsums| <= 16 * 127.
-      const __m256 da = _mm256_load_ps(a[b].d);
-      for (int r = 0; r < R; ++r) {
-        __m256i mins = _mm256_madd_epi16(load(a[b].bsums[0]), bcast32(&wb[r]->m[0]));
-        for (int j = 1; j < 8; ++j) {
-          mins = _mm256_add_epi32(
-              mins, _mm256_madd_epi16(load(a[b].bsums[j]), bcast32(&wb[r]->m[2 * j])));
-        }
-        const __m256 t =
-            _mm256_fmsub_ps(_mm256_set1_ps(wb[r]->d), _mm256_cvtepi32_ps(sum[r]),
-                            _mm256_mul_ps(_mm256_set1_ps(wb[r]->dmin), _mm256_cvtepi32_ps(mins)));
-        f[r] = _mm256_fmadd_ps(t, da, f[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * ld, f[r]);
+    scale_min_tile<R, 16, 16>(w, a, kb, acc, ld, &Act::bsums);
   }
 };
 
