@@ -100,6 +100,7 @@ using kquant::FitError;
 using kquant::k_lanes;
 using kquant::kGroupEps;
 using kquant::nearest_int;
+using kquant::signed_absmax;
 using kquant::superblocks_of;
 
 namespace {
@@ -109,13 +110,7 @@ namespace {
 // and keeps the one whose rounded levels best correlate with x. Returns the scale.
 float fit_symmetric_scale(const float* x, int n, int nmax, int8_t* q) {
   float amax = 0;
-  float max = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
+  const float max = signed_absmax(x, n, &amax);
   if (amax < kGroupEps) {
     std::fill(q, q + n, int8_t{0});
     return 0.0f;
@@ -456,13 +451,7 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
     const float* x = src + b * kQKK;
     BlockQ8_K& blk = out[b];
     float amax = 0;
-    float max = 0;
-    for (int i = 0; i < kQKK; ++i) {
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        max = x[i];
-      }
-    }
+    const float max = signed_absmax(x, kQKK, &amax);
     if (amax == 0) {
       std::memset(&blk, 0, sizeof(blk));
       continue;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace qrun::kquant {
@@ -18,6 +19,20 @@ inline constexpr float kGroupEps = 1e-15f;  // a group whose absmax is below thi
 
 inline int64_t superblocks_of(int64_t n) {
   return n / 256;
+}
+
+// The first element of x[0, n) of the largest magnitude, with that magnitude in *amax (0
+// for an empty or all-zero x): the "signed absmax" the symmetric fits map to -nmax.
+inline float signed_absmax(const float* x, int n, float* amax) {
+  float max = 0;
+  *amax = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > *amax) {
+      *amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  return max;
 }
 
 // How fit_scale_min weighs a residual: Q4_K and Q5_K by its square, Q2_K by its magnitude.

@@ -19,6 +19,7 @@ using kquant::FitError;
 using kquant::k_lanes;
 using kquant::kGroupEps;
 using kquant::nearest_int;
+using kquant::signed_absmax;
 using kquant::superblocks_of;
 
 // ---- Q2_K ---------------------------------------------------------------------------------
@@ -152,13 +153,7 @@ int q3_k_value(const BlockQ3_K& blk, int i) {
 // (llama.cpp's make_q3_quants with rmse). Writes l + nmax to q, returns the scale.
 float fit_q3_levels(const float* x, int n, int nmax, uint8_t* q) {
   float amax = 0;
-  float max = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
+  const float max = signed_absmax(x, n, &amax);
   if (amax < kGroupEps) {
     std::fill(q, q + n, uint8_t{0});
     return 0.0f;
