@@ -382,7 +382,7 @@ TEST(KernelsDot, GemvMatchesVecDotBitForBit) {
       if (mk.gemv == nullptr) continue;
       const FromFloatFn ref_act = cpu_kernels(Isa::kGeneric).for_type(type).quantize_act;
       for (int64_t n : row_lengths(type)) {
-        for (int64_t n_rows : {1, 3, 4, 5, 7, 8, 9, 16, 67}) {
+        for (int64_t n_rows : {1, 3, 4, 5, 7, 8, 9, 13, 16, 67}) {
           SCOPED_TRACE(testing::Message() << isa_name(isa) << " " << dtype_name(type) << " n " << n
                                           << " rows " << n_rows);
           std::vector<uint8_t> w;

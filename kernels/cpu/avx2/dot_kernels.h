@@ -50,6 +50,9 @@ float vec_dot_q5_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_iq4_xs_q8_k(int64_t n, const void* x, const void* y);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
+// Rows . one activation row, bit-identical to vec_dot_q2_k_q8_k (see GemvFn).
+void gemv_q2_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                    const uint8_t* act, float* y);
 
 // dot_float.cpp: plain float rows.
 float vec_dot_f32_f32(int64_t n, const void* x, const void* y);

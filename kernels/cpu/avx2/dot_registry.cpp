@@ -44,7 +44,7 @@ void fill_dot_kernels(CpuKernels& k) {
   k.for_type(DType::kQ5_1).gemv = gemv_q5_1_q8_1;
   k.for_type(DType::kIQ4_NL).gemv = gemv_iq4_nl_q8_0;
   k.for_type(DType::kIQ4_XS).gemv = gemv_prefetched<vec_dot_iq4_xs_q8_k>;
-  k.for_type(DType::kQ2_K).gemv = gemv_prefetched<vec_dot_q2_k_q8_k>;
+  k.for_type(DType::kQ2_K).gemv = gemv_q2_k_q8_k;
   k.for_type(DType::kQ3_K).gemv = gemv_prefetched<vec_dot_q3_k_q8_k>;
   k.for_type(DType::kQ4_K).gemv = gemv_prefetched<vec_dot_q4_k_q8_k>;
   k.for_type(DType::kQ5_K).gemv = gemv_prefetched<vec_dot_q5_k_q8_k>;
