@@ -27,7 +27,8 @@ namespace qrun::kernels {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-const DType kRepackTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+const DType kRepackTypes[] = {DType::kQ4_0, DType::kIQ4_NL, DType::kQ5_0,
+                              DType::kQ8_0, DType::kQ4_K,   DType::kQ6_K};
 
 // n_rows random rows of `type` (n columns), rows at varied scales.
 std::vector<uint8_t> random_weights(DType type, int64_t n, int64_t n_rows, uint32_t seed) {
@@ -57,9 +58,9 @@ TEST(KernelsRepack, LayoutIsTheDocumentedOne) {
   const int64_t n = 3 * kQK;
   const int64_t nb = n / kQK;
   const int64_t n_rows = 2 * kRepackRows + 5;
-  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+  for (DType type : {DType::kQ4_0, DType::kIQ4_NL, DType::kQ8_0}) {
     SCOPED_TRACE(dtype_name(type));
-    const bool q4 = type == DType::kQ4_0;
+    const bool q4 = type != DType::kQ8_0;
     const size_t row_bytes = row_size(type, n);
     const size_t block_bytes = row_bytes / nb;
     const int q_bytes = q4 ? 16 : 32;  // quant bytes per block
@@ -265,6 +266,8 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
       // for Q8_0 the largest vpmaddubsw pairs of kernels without VNNI (|q| = 127 or 128
       // times 127, twice: 32512; stored q + 128 = 255 must not reach vpmaddubsw unsigned).
       // The 3 Q8_0 levels cycle over blocks, the activation's over its 4 blocks: every pair.
+      // IQ4_NL: every nibble 0 or 15, the table's ends (-127 and 113, stored 1 and 241 for
+      // vpdpbusd: with +-127 activations its largest products);
       // Q5_0: all levels 0 or 31 (high bits and nibbles); Q4_K: levels, scales and mins all
       // at 0 or at their maximum (15, 63, 63); Q6_K: levels and scales all-zero bits or
       // all-one bits (63 and -1).

@@ -106,8 +106,8 @@ void repack_group_q6_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t
 }  // namespace
 
 bool has_repacked_layout(DType type) {
-  return type == DType::kQ4_0 || type == DType::kQ5_0 || type == DType::kQ8_0 ||
-         type == DType::kQ4_K || type == DType::kQ6_K;
+  return type == DType::kQ4_0 || type == DType::kIQ4_NL || type == DType::kQ5_0 ||
+         type == DType::kQ8_0 || type == DType::kQ4_K || type == DType::kQ6_K;
 }
 
 void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint8_t* dst) {
@@ -121,6 +121,8 @@ void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint
     uint8_t* o = dst + static_cast<size_t>(g) * group_bytes;
     if (type == DType::kQ4_0) {
       repack_group<BlockQ4_0, kQK / 2, 0>(nb, s, row_bytes, o);
+    } else if (type == DType::kIQ4_NL) {
+      repack_group<BlockIQ4_NL, kQK / 2, 0>(nb, s, row_bytes, o);
     } else if (type == DType::kQ5_0) {
       repack_group_q5_0(nb, s, row_bytes, o);
     } else if (type == DType::kQ4_K) {

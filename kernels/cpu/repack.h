@@ -1,6 +1,6 @@
-// Decode layouts for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K weights: 16 rows interleaved so that one
-// 512-bit vector holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with 4
-// broadcast activation bytes then adds 4 products to each row's int32 lane, and the 16 rows' fp16
+// Decode layouts for Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K and Q6_K weights: 16 rows interleaved so that
+// one 512-bit vector holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with
+// 4 broadcast activation bytes then adds 4 products to each row's int32 lane, and the 16 rows' fp16
 // scales are one 32-byte load: the per-block work that a row-by-row gemv spends on horizontal sums
 // and scattered scale loads disappears.
 //
@@ -9,8 +9,8 @@
 // row), laid out as
 //   d[nb][16]      uint16   the fp16 scale of row j's block b at d[b][j]
 //   q[nb][K][16][4] uint8   q[b][k][j][i] = byte 4k + i of row j's block b quants
-// with K = 4 for Q4_0 (the 16 qs bytes, nibbles as stored: low nibble element 4k + i,
-// high nibble element 16 + 4k + i) and K = 8 for Q8_0 (the 32 quants stored as q + 128,
+// with K = 4 for Q4_0 and IQ4_NL (the 16 qs bytes, nibbles as stored: low nibble element
+// 4k + i, high nibble element 16 + 4k + i) and K = 8 for Q8_0 (the 32 quants stored as q + 128,
 // unsigned, for vpdpbusd). Rows after the last whole group are copied unchanged, at their
 // GGML offsets. Nothing here depends on the ISA; the kernels that read it do.
 //
@@ -63,7 +63,7 @@ constexpr uint32_t regroup_q5_0_high_bits(uint32_t qh) {
   return out;
 }
 
-// Whether `type` has an x16 layout (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K).
+// Whether `type` has an x16 layout (Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K, Q6_K).
 bool has_repacked_layout(DType type);
 
 // Repacks rows [0, n_rows) of a `type` matrix with n columns from GGML layout (src, rows
@@ -135,8 +135,9 @@ void run_group_passes(int64_t n, int64_t block_elems, const uint8_t* groups, int
 
 // ---- for the multi-row kernels (GemvRepackedRowsFn) ----
 
-// What a Q4_0 activation row's block adds to that row's sums besides its quants: the
-// -8 * sum(a) seed of the integer sum and the block's scale as a float. The rows kernels
+// What a Q4_0 or IQ4_NL activation row's block adds to that row's sums besides its quants:
+// the seed of the integer sum (-8 or -128 times sum(a), as the kernels store the levels) and
+// the block's scale as a float. The rows kernels
 // work these out once per call for every row and block, not once per group.
 struct Q4_0ActBlock {
   int32_t corr;

@@ -28,6 +28,8 @@ void gemv_q4_0_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows
 // gemv_repacked.cpp: GemvRepackedFn over the x16 layouts of kernels/cpu/repack.h.
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
+void gemv_iq4_nl_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                     float* y);
 void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
@@ -40,6 +42,8 @@ void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
 // gemv_repacked_rows.cpp: GemvRepackedRowsFn over the same layouts.
 void gemv_q4_0_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                         size_t act_stride, int64_t n_act, float* y, int64_t ldy);
+void gemv_iq4_nl_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                          size_t act_stride, int64_t n_act, float* y, int64_t ldy);
 void gemv_q4_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                         size_t act_stride, int64_t n_act, float* y, int64_t ldy);
 void gemv_q6_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,

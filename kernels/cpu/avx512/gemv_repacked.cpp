@@ -10,9 +10,11 @@
 // Q8_0 output matrix, 2 threads: 4 groups without prefetch 26-27 GB/s, one group with L2
 // prefetches 32-33 GB/s, a plain read of the same bytes 33-36 GB/s. Decode went 1.2x (Gemma 3
 // 270M), 1.3x (TinyLlama Q4_K_M) and 1.1x (TinyLlama Q4_0) as fast.
-//   Q4_0: per block, 4 vectors of nibbles give 8 vpdpbusd against broadcast 4-byte groups
-//     of the activation, seeded with -8 * sum(a) (exact: (q - 8) . a); one fp16 load
-//     gives the 16 row scales. Each row's float chain is vec_dot_q4_0_q8_0's.
+//   Q4_0, IQ4_NL: per block, 4 vectors of nibbles give 8 vpdpbusd against broadcast 4-byte
+//     groups of the activation, seeded with -8 * sum(a) (exact: (q - 8) . a); IQ4_NL's
+//     nibbles first go through one vpshufb of its table plus 128, and the seed is -128 *
+//     sum(a) (repacked_common.h). One fp16 load gives the 16 row scales. Each row's float
+//     chain is vec_dot_q4_0_q8_0's (vec_dot_iq4_nl_q8_0's: the same chain).
 //   Q8_0: weights are stored as q + 128, so vpdpbusd of them against a 4-byte group of the
 //     activation, seeded with -128 * (that group's sum), is the exact group dot that
 //     vec_dot_q8_0_q8_0 forms in its 8 lanes; the 8 group accumulators per row are then
@@ -36,17 +38,19 @@
 namespace qrun::kernels::avx512 {
 namespace {
 
-// kG groups side by side (kG memory streams, which keeps more loads in flight than one).
-template <int kG>
-void q4_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
-                 float* y) {
+// kG groups side by side (kG memory streams, which keeps more loads in flight than one) of
+// the nibble blocks of Levels (repacked_common.h: Q4_0 or IQ4_NL).
+template <int kG, class Levels>
+void nibble_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
+                   float* y) {
+  const Levels levels;
   const __m512i m4 = _mm512_set1_epi8(15);
   const size_t q_offset = static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
   __m512 acc[kG];
   for (auto& v : acc) v = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const int8_t* aq = a[b].qs;
-    const __m512i corr = _mm512_set1_epi32(q4_0_seed(aq));
+    const __m512i corr = _mm512_set1_epi32(offset_seed(aq, Levels::kOffset));
     const __m512 da = _mm512_set1_ps(fp16_load(a[b].d));
     for (int i = 0; i < kG; ++i) {
       const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
@@ -55,8 +59,8 @@ void q4_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
       __m512i s = corr;
       for (int k = 0; k < 4; ++k) {
         const __m512i w = load512(qb + 64 * k);
-        s = _mm512_dpbusd_epi32(s, _mm512_and_si512(w, m4), bcast32(aq + 4 * k));
-        s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(w, 4), m4),
+        s = _mm512_dpbusd_epi32(s, levels(_mm512_and_si512(w, m4)), bcast32(aq + 4 * k));
+        s = _mm512_dpbusd_epi32(s, levels(_mm512_and_si512(_mm512_srli_epi16(w, 4), m4)),
                                 bcast32(aq + 16 + 4 * k));
       }
       const __m256i h = load256(reinterpret_cast<const uint16_t*>(gbase) + b * kRepackRows);
@@ -318,8 +322,16 @@ void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
 
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  run_group_passes<BlockQ4_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4, q4_0_groups<4>,
-                                         q4_0_groups<1>);
+  run_group_passes<BlockQ4_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4,
+                                         nibble_groups<4, Q4_0Nibbles>,
+                                         nibble_groups<1, Q4_0Nibbles>);
+}
+
+void gemv_iq4_nl_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                     float* y) {
+  run_group_passes<BlockIQ4_NL, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 4,
+                                           nibble_groups<4, Iq4NlNibbles>,
+                                           nibble_groups<1, Iq4NlNibbles>);
 }
 
 void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,

@@ -5,9 +5,10 @@
 // and then met by each of them, so a row costs its vpdpbusd and its float step alone.
 // Each row's integer sums and float chain are gemv_repacked.cpp's (and so vec_dot's), bit
 // for bit. A group (16 rows, under 20 KiB at n = 2048) stays in L1 between the passes.
-//   Q4_0: per block, 4 vectors of nibbles give 8 vpdpbusd per activation row, seeded with
-//     -8 * sum(a) of that row's block; both that sum and the row's fp16 scale are worked out
-//     once per call (Q4_0ActBlock, repack.h), not once per group.
+//   Q4_0, IQ4_NL: per block, 4 vectors of nibbles (IQ4_NL's through its table, as in
+//     gemv_repacked.cpp) give 8 vpdpbusd per activation row, seeded with -8 (IQ4_NL: -128)
+//     times sum(a) of that row's block; both that seed and the row's fp16 scale are worked
+//     out once per call (Q4_0ActBlock, repack.h), not once per group.
 //   Q4_K: gemv_repacked.cpp's q4_k_super keeps 8 int32 sums per row, sumi[l] over the
 //     columns q[8j + l] (j < 4), and 4 float mins terms. Here the columns go l by l (the 8
 //     sub-block scale vectors decoded once per super-block), each unpacked once, and each
@@ -50,20 +51,25 @@ inline void prefetch_ahead(const uint8_t* quants, const uint16_t* scales) {
   _mm_prefetch(reinterpret_cast<const char*>(scales + kPrefetchScales * kRepackRows), _MM_HINT_T1);
 }
 
-// prep[b * n_act + t] for every block b of every activation row t.
-void prepare_q4_0_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_t n_act,
-                       Q4_0ActBlock* prep) {
+// prep[b * n_act + t] for every block b of every activation row t, for the nibble blocks of
+// Levels (repacked_common.h).
+template <class Levels>
+void prepare_nibble_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_t n_act,
+                         Q4_0ActBlock* prep) {
   for (int64_t t = 0; t < n_act; ++t) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * act_stride);
-    for (int64_t b = 0; b < nb; ++b) prep[b * n_act + t] = {q4_0_seed(a[b].qs), fp16_load(a[b].d)};
+    for (int64_t b = 0; b < nb; ++b) {
+      prep[b * n_act + t] = {offset_seed(a[b].qs, Levels::kOffset), fp16_load(a[b].d)};
+    }
   }
 }
 
 // kR activation rows (act, act_stride apart; their Q4_0ActBlocks at prep[b * n_act]) against one
-// group of 16 Q4_0 rows: y[t * ldy + j].
-template <int kR>
-void q4_0_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
-                     const Q4_0ActBlock* prep, int64_t n_act, float* y, int64_t ldy) {
+// group of 16 rows of Levels' nibble blocks: y[t * ldy + j].
+template <int kR, class Levels>
+void nibble_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
+                       const Q4_0ActBlock* prep, int64_t n_act, float* y, int64_t ldy) {
+  const Levels levels;
   const __m512i m4 = _mm512_set1_epi8(15);
   const uint8_t* q = group + static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
   const auto* scales = reinterpret_cast<const uint16_t*>(group);
@@ -76,8 +82,8 @@ void q4_0_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
     __m512i hi[4];
     for (int k = 0; k < 4; ++k) {
       const __m512i w = load512(qb + 64 * k);
-      lo[k] = _mm512_and_si512(w, m4);
-      hi[k] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+      lo[k] = levels(_mm512_and_si512(w, m4));
+      hi[k] = levels(_mm512_and_si512(_mm512_srli_epi16(w, 4), m4));
     }
     const __m512 d = _mm512_cvtph_ps(load256(scales + b * kRepackRows));
     const Q4_0ActBlock* p = prep + b * n_act;
@@ -267,7 +273,11 @@ constexpr std::array<GroupRowsFn<Prep>, sizeof...(kI)> row_passes(std::index_seq
 
 template <int kR>
 struct Q4_0Rows {
-  static constexpr auto run = q4_0_group_rows<kR>;
+  static constexpr auto run = nibble_group_rows<kR, Q4_0Nibbles>;
+};
+template <int kR>
+struct Iq4NlRows {
+  static constexpr auto run = nibble_group_rows<kR, Iq4NlNibbles>;
 };
 template <int kR>
 struct Q4KRows {
@@ -325,7 +335,15 @@ void gemv_q4_0_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, cons
   static constexpr auto kPasses =
       row_passes<Q4_0ActBlock, Q4_0Rows>(std::make_index_sequence<kMaxRows>{});
   run_rows<BlockQ4_0, Q4_0ActBlock>(n, kQK, groups, n_groups, act, act_stride, n_act, y, ldy, 1,
-                                    prepare_q4_0_rows, kPasses);
+                                    prepare_nibble_rows<Q4_0Nibbles>, kPasses);
+}
+
+void gemv_iq4_nl_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                          size_t act_stride, int64_t n_act, float* y, int64_t ldy) {
+  static constexpr auto kPasses =
+      row_passes<Q4_0ActBlock, Iq4NlRows>(std::make_index_sequence<kMaxRows>{});
+  run_rows<BlockIQ4_NL, Q4_0ActBlock>(n, kQK, groups, n_groups, act, act_stride, n_act, y, ldy, 1,
+                                      prepare_nibble_rows<Iq4NlNibbles>, kPasses);
 }
 
 }  // namespace qrun::kernels::avx512

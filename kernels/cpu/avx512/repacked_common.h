@@ -19,15 +19,37 @@ inline __m512i bcast32(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
-// -8 * (the sum of the 32 activation levels at aq): the exact seed of Q4_0's integer dot,
-// (q - 8) . a = q . a - 8 * sum(a).
-inline int32_t q4_0_seed(const int8_t* aq) {
-  const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), load256(aq));
+// -offset * (the sum of the 32 activation levels at aq): the exact seed of the integer dot
+// of levels stored as q + offset, (q + offset) . a - offset * sum(a) = q . a.
+inline int32_t offset_seed(const int8_t* aq, uint8_t offset) {
+  const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                                        _mm256_set1_epi8(static_cast<char>(offset)), load256(aq));
   __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
   h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
   h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
   return -_mm_cvtsi128_si32(h);
 }
+
+// The blocks of nibbles (Q4_0 and IQ4_NL, the same x16 layout): each turns a vector of
+// nibbles (0 .. 15, one per byte) into the unsigned bytes that vpdpbusd meets the
+// activation with, level + kOffset, so that a dot seeded with offset_seed(aq, kOffset) is
+// the exact integer dot of the levels with the activation.
+//   Q4_0: level q - 8, so the bytes are the nibbles themselves.
+//   IQ4_NL: level kIq4Values[q] (-127 .. 113), the bytes kIq4Values[q] + 128 (1 .. 241) from
+//     one vpshufb of that table; a 4-product vpdpbusd sum stays within 4 * 241 * 128.
+struct Q4_0Nibbles {
+  static constexpr uint8_t kOffset = 8;
+  __m512i operator()(__m512i q) const { return q; }
+};
+struct Iq4NlNibbles {
+  static constexpr uint8_t kOffset = 128;
+  // The zero-masking broadcast: GCC 12's plain one trips -Werror=uninitialized (see
+  // widen_f16x16 below).
+  __m512i table = _mm512_maskz_broadcast_i32x4(
+      0xffff, _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)),
+                            _mm_set1_epi8(-128)));
+  __m512i operator()(__m512i q) const { return _mm512_shuffle_epi8(table, q); }
+};
 
 // 16 fp16 values, and 16 int32 values, as floats. GCC 12 builds the plain intrinsics on an
 // "undefined" vector that -Werror=uninitialized rejects once they are inlined into the
