@@ -1,8 +1,9 @@
 // AVX-512 VNNI gemm micro-kernels of the 32-element weight types against Q8_0 activations
-// (Q4_0, Q5_0, Q8_0), on the 16-token packing of gemm_common.h: R weight rows x 2 vectors
-// of 16 tokens, accumulators in registers. vpdpbusd multiplies unsigned by signed bytes,
-// so each weight is kept as an unsigned level u with value u - offset (Q4_0: u as stored,
-// offset 8; Q5_0: offset 16; Q8_0: u = q + 128, offset 128), and dot(u - offset, a) =
+// (Q4_0, Q5_0, Q8_0, IQ4_NL), on the 16-token packing of gemm_common.h: R weight rows x 2
+// vectors of 16 tokens, accumulators in registers. vpdpbusd multiplies unsigned by signed
+// bytes, so each weight is kept as an unsigned level u with value u - offset (Q4_0: u as
+// stored, offset 8; Q5_0: offset 16; Q8_0: u = q + 128, offset 128; IQ4_NL: u =
+// kIq4Values[q] + 128, 1 .. 241, offset 128), and dot(u - offset, a) =
 // dot(u, a) - offset * sum(a). -offset * sum(a) is computed once per token at packing and
 // seeds each row's int32 accumulator; |dot| <= 32 * 255 * 127 + 128 * 32 * 127 fits int32.
 #include "kernels/cpu/avx512/avx512_kernels.h"
@@ -135,12 +136,27 @@ void unpack_q8_0(const uint8_t* row, int64_t block, WtU8* dst) {
   dst->d = half_to_float(b->d);
 }
 
+void unpack_iq4_nl(const uint8_t* row, int64_t block, WtU8* dst) {
+  const auto* b = reinterpret_cast<const BlockIQ4_NL*>(row) + block;
+  const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
+  const __m128i m4 = _mm_set1_epi8(15);
+  // The table plus 128: each level's sign bit flipped.
+  const __m128i table = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)),
+                                      _mm_set1_epi8(static_cast<char>(0x80)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst->q),
+                   _mm_shuffle_epi8(table, _mm_and_si128(qs, m4)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst->q + 16),
+                   _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), m4)));
+  dst->d = half_to_float(b->d);
+}
+
 }  // namespace
 
 void fill_gemm_legacy(CpuKernels& k) {
   k.for_type(DType::kQ4_0).gemm = gemm::Gemm<Legacy<8, unpack_q4_0>>::kernels();
   k.for_type(DType::kQ5_0).gemm = gemm::Gemm<Legacy<16, unpack_q5_0>>::kernels();
   k.for_type(DType::kQ8_0).gemm = gemm::Gemm<Legacy<128, unpack_q8_0>>::kernels();
+  k.for_type(DType::kIQ4_NL).gemm = gemm::Gemm<Legacy<128, unpack_iq4_nl>>::kernels();
 }
 
 }  // namespace qrun::kernels::avx512
