@@ -33,6 +33,8 @@ void gemv_iq4_nl_q8_0(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_ro
 // gemv_repacked.cpp: GemvRepackedFn over the x16 layouts of kernels/cpu/repack.h.
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
+void gemv_iq4_nl_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                     float* y);
 void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
 void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,

@@ -35,6 +35,7 @@ void fill_dot_kernels(CpuKernels& k) {
   k.for_type(DType::kQ4_0).gemv = gemv_q4_0_q8_0;
   k.for_type(DType::kQ8_0).gemv = gemv_q8_0_q8_0;
   k.for_type(DType::kQ4_0).gemv_repacked = gemv_q4_0_x16;
+  k.for_type(DType::kIQ4_NL).gemv_repacked = gemv_iq4_nl_x16;
   k.for_type(DType::kQ5_0).gemv_repacked = gemv_q5_0_x16;
   k.for_type(DType::kQ8_0).gemv_repacked = gemv_q8_0_x16;
   k.for_type(DType::kQ4_K).gemv_repacked = gemv_q4_k_x16;

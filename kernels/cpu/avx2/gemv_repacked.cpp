@@ -138,6 +138,45 @@ void q4_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
+// IQ4_NL, kG groups side by side as q4_0_groups: the levels come from the table by vpshufb,
+// signed (-127 .. 113), and meet the activation through dot_s8s8 (|l| times a with l's
+// sign; pairs within 2 * 127 * 127), widened per vector: int32 sums exact, no seed.
+template <int kG>
+void iq4_nl_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
+                   float* y) {
+  const __m256i table = _mm256_broadcastsi128_si256(load128(kIq4Values));
+  const size_t q_offset = static_cast<size_t>(nb) * kRepackRows * sizeof(uint16_t);
+  __m256 acc[kG][2];
+  for (auto& g : acc) {
+    for (auto& v : g) v = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* aq = a[b].qs;
+    const __m256 da = _mm256_set1_ps(fp16_load(a[b].d));
+    for (int i = 0; i < kG; ++i) {
+      const uint8_t* gbase = base + static_cast<size_t>(i) * group_bytes;
+      const uint8_t* qb = gbase + q_offset + static_cast<size_t>(b) * 4 * 64;
+      prefetch_to_l2(qb, 4);
+      for (int h = 0; h < 2; ++h) {
+        __m256i sum = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+          const __m256i w = load256(qb + 64 * k + 32 * h);
+          const __m256i lo = _mm256_shuffle_epi8(table, low_nibbles(w));
+          const __m256i hi = _mm256_shuffle_epi8(table, high_nibbles(w));
+          sum = _mm256_add_epi32(sum, dot_s8s8(lo, bcast32(aq + 4 * k)));
+          sum = _mm256_add_epi32(sum, dot_s8s8(hi, bcast32(aq + 16 + 4 * k)));
+        }
+        acc[i][h] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), row_scales(gbase, b, h, da), acc[i][h]);
+      }
+    }
+  }
+  for (int i = 0; i < kG; ++i) {
+    _mm256_storeu_ps(y + i * kRepackRows, acc[i][0]);
+    _mm256_storeu_ps(y + i * kRepackRows + 8, acc[i][1]);
+  }
+}
+
 template <int kG>
 void q8_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_0* a,
                  float* y) {
@@ -416,6 +455,12 @@ void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
                    float* y) {
   run_group_passes<BlockQ4_0, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, q4_0_groups<2>,
                                          q4_0_groups<1>);
+}
+
+void gemv_iq4_nl_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                     float* y) {
+  run_group_passes<BlockIQ4_NL, BlockQ8_0>(n, kQK, groups, n_groups, act, y, 2, iq4_nl_groups<2>,
+                                           iq4_nl_groups<1>);
 }
 
 void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
