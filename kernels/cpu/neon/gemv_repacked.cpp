@@ -48,6 +48,11 @@ void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
   Gemv::gemv_q4_0(n, groups, n_groups, act, y);
 }
 
+void gemv_iq4_nl_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                     float* y) {
+  Gemv::gemv_iq4_nl(n, groups, n_groups, act, y);
+}
+
 void gemv_q5_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
   Gemv::gemv_q5_0(n, groups, n_groups, act, y);

@@ -6,7 +6,7 @@
 // rows, each row's sum in its own lane: nothing is summed across lanes but the policy's own
 // pairs. gemv_repacked.cpp instantiates it with widening multiplies, gemv_repacked_dotprod.cpp
 // with SDOT.
-//   Q4_0, Q5_0, Q8_0: vec_dot's float chain per row (legacy_rows with one row) is
+//   Q4_0, IQ4_NL, Q5_0, Q8_0: vec_dot's float chain per row (legacy_rows with one row) is
 //     acc[b % 4] = fma(float(block sum), d_x * d_y, acc[b % 4]), then (acc0 + acc1) +
 //     (acc2 + acc3), the order of vaddvq_f32. Each quad keeps those 4 accumulators with its
 //     rows in the lanes (16 accumulators for the group, kept in registers by writing the 4
@@ -73,7 +73,7 @@ struct RepackedGemv {
     return static_cast<float>(v);
   }
 
-  enum class Legacy { kQ4_0, kQ5_0, kQ8_0 };
+  enum class Legacy { kQ4_0, kIQ4_NL, kQ5_0, kQ8_0 };
 
   // Bytes of one block of a group after its scales.
   template <Legacy kType>
@@ -103,12 +103,13 @@ struct RepackedGemv {
     }
   }
 
-  // One Q4_0, Q5_0 or Q8_0 block b of the 16 rows: f[r] = fma(float(block sums of quad r),
-  // d_x * d_y, f[r]), rows in lanes. Q4_0 and Q5_0 multiply the unsigned levels q (0 .. 15,
-  // 0 .. 31) and start each sum at -8 or -16 times the sum of the activations, so it ends at
-  // sum (q - 8) * a or sum (q - 16) * a, the same integer as vec_dot's, with no subtraction
-  // per weight. Q5_0's high bit of column c's low (high) nibbles is bit 2c (2c + 1) of the
-  // row's lane in h (repack.h): a shift puts it at bit 4 and a bit select (BIT) merges it
+  // One Q4_0, IQ4_NL, Q5_0 or Q8_0 block b of the 16 rows: f[r] = fma(float(block sums of
+  // quad r), d_x * d_y, f[r]), rows in lanes. Q4_0 and Q5_0 multiply the unsigned levels q
+  // (0 .. 15, 0 .. 31) and start each sum at -8 or -16 times the sum of the activations, so
+  // it ends at sum (q - 8) * a or sum (q - 16) * a, the same integer as vec_dot's, with no
+  // subtraction per weight. IQ4_NL looks its signed levels up in the table (one TBL per
+  // 16 nibbles) and starts at 0. Q5_0's high bit of column c's low (high) nibbles is bit 2c (2c +
+  // 1) of the row's lane in h (repack.h): a shift puts it at bit 4 and a bit select (BIT) merges it
   // into the nibbles. Q8_0 xors its levels back to signed.
   template <Legacy kType>
   static void legacy_block(const BlockQ8_0& a, const uint16_t* d, const uint8_t* qb,
@@ -117,7 +118,7 @@ struct RepackedGemv {
     const int8x16_t a_hi = vld1q_s8(a.qs + 16);
     const float d_y = half(&a.d);
     int32x4_t start = vdupq_n_s32(0);
-    if constexpr (kType != Legacy::kQ8_0) {
+    if constexpr (kType == Legacy::kQ4_0 || kType == Legacy::kQ5_0) {
       const int16x8_t pairs = vpadalq_s8(vpaddlq_s8(a_lo), a_hi);
       start = vdupq_n_s32((kType == Legacy::kQ4_0 ? -8 : -16) * vaddlvq_s16(pairs));
     }
@@ -176,9 +177,9 @@ struct RepackedGemv {
             }
           }
           int8x16_t lv[4];
-          for (int c = 0; c < 4; ++c) lv[c] = vreinterpretq_s8_u8(lo[c]);
+          for (int c = 0; c < 4; ++c) lv[c] = levels<kType>(lo[c]);
           dot_columns(s[i], lv, a_lo);
-          for (int c = 0; c < 4; ++c) lv[c] = vreinterpretq_s8_u8(hi[c]);
+          for (int c = 0; c < 4; ++c) lv[c] = levels<kType>(hi[c]);
           dot_columns(s[i], lv, a_hi);
         }
       }
@@ -189,7 +190,15 @@ struct RepackedGemv {
     }
   }
 
-  // Q4_0, Q5_0 and Q8_0 (layouts in repack.h): acc[j] takes the blocks b = j mod 4, as
+  // The signed bytes that the dots take for nibbles (or Q5_0's 5-bit levels) q: q itself,
+  // or for IQ4_NL kIq4Values[q].
+  template <Legacy kType>
+  static int8x16_t levels(uint8x16_t q) {
+    if constexpr (kType == Legacy::kIQ4_NL) return vqtbl1q_s8(vld1q_s8(kIq4Values), q);
+    return vreinterpretq_s8_u8(q);
+  }
+
+  // Q4_0, IQ4_NL, Q5_0 and Q8_0 (layouts in repack.h): acc[j] takes the blocks b = j mod 4, as
   // vec_dot's chains do; the 4 blocks of a step are written out so that the 16
   // accumulators stay in registers.
   template <Legacy kType>
@@ -403,6 +412,10 @@ struct RepackedGemv {
   static void gemv_q4_0(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
                         float* y) {
     groups<BlockQ4_0, BlockQ8_0, legacy_group<Legacy::kQ4_0>>(n, kQK, w, n_groups, act, y);
+  }
+  static void gemv_iq4_nl(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
+                          float* y) {
+    groups<BlockIQ4_NL, BlockQ8_0, legacy_group<Legacy::kIQ4_NL>>(n, kQK, w, n_groups, act, y);
   }
   static void gemv_q5_0(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
                         float* y) {

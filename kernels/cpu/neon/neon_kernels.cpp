@@ -64,6 +64,7 @@ void fill_kernels(CpuKernels& k, Isa level) {
       dp ? gemv_prefetched<vec_dot_iq4_xs_q8_k_dotprod> : gemv_prefetched<vec_dot_iq4_xs_q8_k>;
   // Decoding from the repacked copies the backend makes of these types.
   k.for_type(DType::kQ4_0).gemv_repacked = dp ? gemv_q4_0_x16_dotprod : gemv_q4_0_x16;
+  k.for_type(DType::kIQ4_NL).gemv_repacked = dp ? gemv_iq4_nl_x16_dotprod : gemv_iq4_nl_x16;
   k.for_type(DType::kQ5_0).gemv_repacked = dp ? gemv_q5_0_x16_dotprod : gemv_q5_0_x16;
   k.for_type(DType::kQ8_0).gemv_repacked = dp ? gemv_q8_0_x16_dotprod : gemv_q8_0_x16;
   k.for_type(DType::kQ4_K).gemv_repacked = dp ? gemv_q4_k_x16_dotprod : gemv_q4_k_x16;
