@@ -38,8 +38,8 @@ inline __m256i broadcast_i16(__m256i v, int s) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * s)));
 }
 
-// Q2_K and Q3_K: the 16 signed int8 sub-block scales as int16, the 8 of each 128-element
-// half h in both 128-bit lanes of halves[h].
+// Q3_K: the 16 signed int8 sub-block scales as int16, the 8 of each 128-element half h in
+// both 128-bit lanes of halves[h].
 inline void split_scales16(__m128i scales8, __m256i halves[2]) {
   const __m256i all = _mm256_cvtepi8_epi16(scales8);
   halves[0] = _mm256_permute2x128_si256(all, all, 0x00);
@@ -257,105 +257,88 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
 // 4-bit scales of the two 16-element sub-blocks (8 lanes each). Per super-block, as
 // llama.cpp's AVX2 kernel: first acc = fma(-d_y * dmin, m . bsums, acc), the int32 lane k
 // of m . bsums being m[2k] * bsums[2k] + m[2k + 1] * bsums[2k + 1] (<= 2 * 15 * 2032), then
-// acc = fma(d_y * d, sumi, acc); each sumi lane stays within 8 * 2 * 15 * 768.
-float vec_dot_q2_k_q8_k(int64_t n, const void* vx, const void* vy) {
-  const auto* x = static_cast<const BlockQ2_K*>(vx);
-  const auto* y = static_cast<const BlockQ8_K*>(vy);
+// acc = fma(d_y * d, sumi, acc); each sumi lane stays within 8 * 2 * 15 * 768; hsum_f32x8
+// at the end.
+//
+// kR rows x[0 .. kR) at once (the dot is kR = 1, the gemv kQ2KGemvRows): each row keeps those
+// lanes and that float chain, so every output is the dot's bit for bit; the rows share the
+// activation loads, the bsums and the constants. With kPrefetch the rows after them
+// (`ahead`, the next pass's, contiguous) are prefetched at the pace these are read.
+template <int kR, bool kPrefetch>
+void q2_k_rows(const BlockQ2_K* const* x, const BlockQ8_K* y, int64_t nb, const char* ahead,
+               float* out) {
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m128i m4 = _mm_set1_epi8(15);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQKK; ++b) {
-    const float d = y[b].d * fp16_load(x[b].d);
-    const float dmin = -y[b].d * fp16_load(x[b].dmin);
-    const __m128i packed = load128(x[b].scales);
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-    const __m256i mins_dot = _mm256_madd_epi16(mins, load256(y[b].bsums));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins_dot), acc);
-    __m256i sc[2];
-    split_scales16(_mm_and_si128(packed, m4), sc);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      __m256i bits = load256(x[b].qs + 32 * h);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i q = _mm256_and_si256(bits, m3);
-        bits = _mm256_srli_epi16(bits, 2);
-        const __m256i p = _mm256_maddubs_epi16(q, load256(y[b].qs + 128 * h + 32 * k));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale_pair(sc[h], k), p));
+  const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  __m256 acc[kR];
+  for (int i = 0; i < kR; ++i) acc[i] = _mm256_setzero_ps();
+  size_t fetched = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (kPrefetch) {
+      for (; fetched < static_cast<size_t>(b + 1) * kR * sizeof(BlockQ2_K); fetched += 64) {
+        _mm_prefetch(ahead + fetched, _MM_HINT_T0);
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    const __m256i bsums = load256(y[b].bsums);
+    float d[kR];
+    __m256i sc[kR];
+    for (int i = 0; i < kR; ++i) {
+      d[i] = y[b].d * fp16_load(x[i][b].d);
+      const float dmin = -y[b].d * fp16_load(x[i][b].dmin);
+      const __m128i packed = load128(x[i][b].scales);
+      const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+      const __m256i mins_dot = _mm256_madd_epi16(mins, bsums);
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins_dot), acc[i]);
+      // Even sub-blocks' scales in the low 128-bit lane, odd ones in the high lane: int16
+      // lane j of each holds sub-block 2j + lane, the pair of the j-th 32 elements.
+      sc[i] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_and_si128(packed, m4), even_odd));
+    }
+    __m256i sumi[kR];
+    for (int i = 0; i < kR; ++i) sumi[i] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      __m256i bits[kR];
+      for (int i = 0; i < kR; ++i) bits[i] = load256(x[i][b].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i a = load256(y[b].qs + 128 * h + 32 * k);
+        for (int i = 0; i < kR; ++i) {
+          const __m256i q = _mm256_and_si256(bits[i], m3);
+          bits[i] = _mm256_srli_epi16(bits[i], 2);
+          const __m256i p = _mm256_maddubs_epi16(q, a);
+          sumi[i] =
+              _mm256_add_epi32(sumi[i], _mm256_madd_epi16(broadcast_i16(sc[i], 4 * h + k), p));
+        }
+      }
+    }
+    for (int i = 0; i < kR; ++i) {
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d[i]), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
+    }
   }
-  return hsum_f32x8(acc);
+  for (int i = 0; i < kR; ++i) out[i] = hsum_f32x8(acc[i]);
 }
 
-// Q2_K rows in groups of kQ2KGemvRows: each row's integer lanes and float chain are those
-// of vec_dot_q2_k_q8_k (integer sums are exact in any order; per super-block the mins FMA,
-// then the scales' one, into the row's own 8 lanes, hsum_f32x8 at the end), so every output
-// is vec_dot's bit for bit. The rows share the activation loads, the bsums and the
-// constants, and while a group is read the next group's bytes (contiguous) are prefetched
-// at the same pace. Measured on an AMD EPYC (tg, 2 threads): 4 rows beat 2 and 8, and this
-// steady prefetch beats both a burst at each group's start and none.
+float vec_dot_q2_k_q8_k(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockQ2_K*>(vx);
+  float out;
+  q2_k_rows<1, false>(&x, static_cast<const BlockQ8_K*>(vy), n / kQKK, nullptr, &out);
+  return out;
+}
+
+// Rows of the gemv per pass. Measured on an AMD EPYC (tg, 2 threads): 4 rows beat 2 and 8,
+// and the steady prefetch of q2_k_rows beats both a burst at each pass's start and none.
 constexpr int kQ2KGemvRows = 4;
 
 void gemv_q2_k_q8_k(int64_t n, const uint8_t* w, size_t w_stride, int64_t n_rows,
                     const uint8_t* act, float* out) {
   constexpr int kR = kQ2KGemvRows;
   const auto* y = reinterpret_cast<const BlockQ8_K*>(act);
-  const int64_t nb = n / kQKK;
-  const __m256i m3 = _mm256_set1_epi8(3);
-  const __m128i m4 = _mm_set1_epi8(15);
-  const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const size_t next_group = kR * w_stride;
   int64_t r = 0;
   for (; r + kR <= n_rows; r += kR) {
     const BlockQ2_K* x[kR];
-    __m256 acc[kR];
     for (int i = 0; i < kR; ++i) {
       x[i] = reinterpret_cast<const BlockQ2_K*>(w + static_cast<size_t>(r + i) * w_stride);
-      acc[i] = _mm256_setzero_ps();
     }
-    // The next group's rows, contiguous, prefetched at the pace this group is read.
-    const char* ahead = reinterpret_cast<const char*>(x[0]) + next_group;
-    size_t fetched = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-      for (; fetched < static_cast<size_t>(b + 1) * kR * sizeof(BlockQ2_K); fetched += 64) {
-        _mm_prefetch(ahead + fetched, _MM_HINT_T0);
-      }
-      const __m256i bsums = load256(y[b].bsums);
-      float d[kR];
-      __m256i sc[kR];
-      for (int i = 0; i < kR; ++i) {
-        d[i] = y[b].d * fp16_load(x[i][b].d);
-        const float dmin = -y[b].d * fp16_load(x[i][b].dmin);
-        const __m128i packed = load128(x[i][b].scales);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-        const __m256i mins_dot = _mm256_madd_epi16(mins, bsums);
-        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins_dot), acc[i]);
-        // Even sub-blocks' scales in the low 128-bit lane, odd ones in the high lane: int16
-        // lane j of each holds sub-block 2j + lane, the pair of the j-th 32 elements.
-        sc[i] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_and_si128(packed, m4), even_odd));
-      }
-      __m256i sumi[kR];
-      for (int i = 0; i < kR; ++i) sumi[i] = _mm256_setzero_si256();
-      for (int h = 0; h < 2; ++h) {
-        __m256i bits[kR];
-        for (int i = 0; i < kR; ++i) bits[i] = load256(x[i][b].qs + 32 * h);
-        for (int k = 0; k < 4; ++k) {
-          const __m256i a = load256(y[b].qs + 128 * h + 32 * k);
-          for (int i = 0; i < kR; ++i) {
-            const __m256i q = _mm256_and_si256(bits[i], m3);
-            bits[i] = _mm256_srli_epi16(bits[i], 2);
-            const __m256i p = _mm256_maddubs_epi16(q, a);
-            sumi[i] =
-                _mm256_add_epi32(sumi[i], _mm256_madd_epi16(broadcast_i16(sc[i], 4 * h + k), p));
-          }
-        }
-      }
-      for (int i = 0; i < kR; ++i) {
-        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d[i]), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
-      }
-    }
-    for (int i = 0; i < kR; ++i) out[r + i] = hsum_f32x8(acc[i]);
+    q2_k_rows<kR, true>(x, y, n / kQKK, reinterpret_cast<const char*>(x[0]) + kR * w_stride,
+                        out + r);
   }
   for (; r < n_rows; ++r) {
     out[r] = vec_dot_q2_k_q8_k(n, w + static_cast<size_t>(r) * w_stride, act);
