@@ -4,7 +4,8 @@
 // weight once; with the next rows already on their way the dot does not wait on memory at
 // each row start. For types with no hand-written multi-row kernel. Included by ISA folders
 // only; the unnamed namespace keeps each instantiation with its ISA's flags. The prefetch
-// is GCC's builtin: PREFETCHT0 on x86-64, PRFM PLDL1KEEP on arm64.
+// is GCC's builtin, PRFM PLDL1KEEP on arm64. Only the NEON table uses it: on x86-64
+// (PREFETCHT0) it made decode slower on the 2-core EPYC guest (avx2/dot_registry.cpp).
 #pragma once
 
 #include <cstddef>

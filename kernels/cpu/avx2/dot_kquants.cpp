@@ -12,6 +12,7 @@
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx2/dot_common.h"
 #include "kernels/cpu/avx2/dot_kernels.h"
+#include "kernels/cpu/avx2/kquant_levels.h"
 
 namespace qrun::kernels::avx2 {
 namespace {
@@ -53,23 +54,6 @@ inline __m256i scale_pair(__m256i half, int k) {
   const __m128i lo = _mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * (2 * k)));
   const __m128i hi = _mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * (2 * k + 1)));
   return _mm256_shuffle_epi8(half, _mm256_set_m128i(hi, lo));
-}
-
-// The sixteen 6-bit Q3_K scales sc - 32 as int8, in sub-block order (q3_k_scale's layout
-// decoded with 32-bit masks: low nibbles from bytes 0-7, high pairs from bytes 8-11).
-inline __m128i unpack_q3_k_scales(const uint8_t* packed) {
-  uint32_t w[3];
-  std::memcpy(w, packed, sizeof(w));
-  const uint32_t low4 = 0x0f0f0f0fu;
-  const uint32_t low2 = 0x03030303u;
-  // Built in registers (vmovd/vpinsrd): four 32-bit stores read back by one 128-bit load
-  // would miss store forwarding on every super-block.
-  const __m128i sc = _mm_setr_epi32(
-      static_cast<int32_t>((w[0] & low4) | ((w[2] & low2) << 4)),                 // sc[0..3]
-      static_cast<int32_t>((w[1] & low4) | (((w[2] >> 2) & low2) << 4)),          // sc[4..7]
-      static_cast<int32_t>(((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4)),   // sc[8..11]
-      static_cast<int32_t>(((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4)));  // sc[12..15]
-  return _mm_sub_epi8(sc, _mm_set1_epi8(32));
 }
 
 // Sum of the 4 int32 lanes of m times the 8 (mins, Q8_K sub-block sums) int16 pairs:
@@ -360,7 +344,7 @@ float vec_dot_q3_k_q8_k(int64_t n, const void* vx, const void* vy) {
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const float d = y[b].d * fp16_load(x[b].d);
     __m256i sc[2];
-    split_scales16(unpack_q3_k_scales(x[b].scales), sc);
+    split_scales16(kquant_levels::q3_k_scales(x[b].scales), sc);
     // Bit 4h + k of hmask[l] is bit 2 of the level of element 128h + 32k + l.
     const __m256i hmask = load256(x[b].hmask);
     __m256i sumi = _mm256_setzero_si256();

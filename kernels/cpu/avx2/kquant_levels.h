@@ -1,13 +1,16 @@
 // The weight-level unpacking of Q4_K and Q5_K super-blocks shared by the AVX2 and AVX-512
 // gemm kernels (avx2/ and avx512/ gemm_kquants.cpp): 256 unsigned levels, 0..15 or 0..31,
-// in element order. AVX2 intrinsics only (AVX-512 builds enable AVX2 too). Each function is
-// a template on the caller's unpacked-block type, which lives in an anonymous namespace of
-// that ISA's file: every instantiation has internal linkage and that file's flags.
+// in element order; and Q3_K's scales, shared by the AVX2 and AVX-512 dots. AVX2 intrinsics
+// only (AVX-512 builds enable AVX2 too). Each function has internal linkage, so that every
+// file gets a copy built with its own flags: the level unpacking is a template on the
+// caller's unpacked-block type, which lives in an anonymous namespace of that ISA's file,
+// and q3_k_scales sits in an anonymous namespace here.
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "ggml-like/quants.h"
 
@@ -44,5 +47,26 @@ inline void unpack_q5_k(const BlockQ5_K& b, Wt* dst) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst->q + 64 * g + 32), hi);
   }
 }
+
+namespace {
+
+// The sixteen 6-bit Q3_K scales sc - 32 as int8, in sub-block order (q3_k_scale's layout
+// decoded with 32-bit masks: low nibbles from bytes 0-7, high pairs from bytes 8-11).
+inline __m128i q3_k_scales(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, sizeof(w));
+  const uint32_t low4 = 0x0f0f0f0fu;
+  const uint32_t low2 = 0x03030303u;
+  // Built in registers (vmovd/vpinsrd): four 32-bit stores read back by one 128-bit load
+  // would miss store forwarding on every super-block.
+  const __m128i sc = _mm_setr_epi32(
+      static_cast<int32_t>((w[0] & low4) | ((w[2] & low2) << 4)),                 // sc[0..3]
+      static_cast<int32_t>((w[1] & low4) | (((w[2] >> 2) & low2) << 4)),          // sc[4..7]
+      static_cast<int32_t>(((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4)),   // sc[8..11]
+      static_cast<int32_t>(((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4)));  // sc[12..15]
+  return _mm_sub_epi8(sc, _mm_set1_epi8(32));
+}
+
+}  // namespace
 
 }  // namespace qrun::kernels::kquant_levels

@@ -50,6 +50,7 @@ void gemv_q6_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, cons
                         size_t act_stride, int64_t n_act, float* y, int64_t ldy);
 
 // dot_kquants.cpp
+float vec_dot_q3_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q4_k_q8_k(int64_t n, const void* x, const void* y);
 float vec_dot_q6_k_q8_k(int64_t n, const void* x, const void* y);
 

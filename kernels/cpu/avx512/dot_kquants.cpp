@@ -1,13 +1,14 @@
-// AVX-512 VNNI dot products of Q4_K and Q6_K with Q8_K activations, bit-identical to the
+// AVX-512 VNNI dot products of Q3_K, Q4_K and Q6_K with Q8_K activations, bit-identical to the
 // AVX2 ones (llama.cpp's float order, see avx2/dot_kquants.cpp). The AVX2 kernels form
 // int32 lane k of a 32-element group as scale * (sum of the 4 products 4k .. 4k + 3);
 // here vpmaddubsw forms the int16 pair sums and vpdpwssd multiplies them by the
 // sub-block scales and accumulates in one step (vpdpbusd + vpmulld would be one more,
 // slow, instruction). Q6_K works on 64 elements (two groups) per 512-bit vector and adds
-// the halves at the end; Q4_K stays at 256 bits, where its scale broadcasts are single
-// in-lane shuffles (measured faster on the Xeon host than the 512-bit cross-lane form).
+// the halves at the end, as Q3_K does; Q4_K stays at 256 bits, where its scale broadcasts are
+// single in-lane shuffles (measured faster on the Xeon host than the 512-bit cross-lane form).
 // Either way the 8 int32 lanes are the AVX2 ones, hence the same floats.
 #include "ggml-like/quants.h"
+#include "kernels/cpu/avx2/kquant_levels.h"
 #include "kernels/cpu/avx512/dot_kernels.h"
 
 namespace qrun::kernels::avx512 {
@@ -102,6 +103,50 @@ float vec_dot_q6_k_q8_k(int64_t n, const void* vx, const void* vy) {
         const __m512i a = load512(y[b].qs + 128 * h + 64 * k);
         const __m512i pairs =
             _mm512_sub_epi16(_mm512_maddubs_epi16(q[k], a), _mm512_maddubs_epi16(m32, a));
+        const __m512i sel = _mm512_add_epi32(quad, _mm512_set1_epi32(8 * h + 4 * k));
+        sumi = _mm512_dpwssd_epi32(sumi, pairs, _mm512_permutexvar_epi32(sel, scales));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold512(sumi)), acc);
+  }
+  return hsum_f32x8(acc);
+}
+
+// Q3_K: AVX2's (q - 4) . a per pair of elements is the low two bits times a minus 4 times
+// a where the hmask bit is clear; here the level q = (low bits) + 4 * (hmask bit), 0 .. 7,
+// goes through one vpmaddubsw and 4 . a through another (pairs <= 2 * 7 * 128), the same
+// int16 pair exactly. 64 elements per vector as Q6_K: vector (h, k) holds AVX2's 32-byte
+// steps 2k and 2k + 1 of half h, its 128-bit lanes sub-blocks 8h + 4k .. + 3, and the
+// halves are folded into AVX2's 8 int32 lanes at the end (exact).
+float vec_dot_q3_k_q8_k(int64_t n, const void* vx, const void* vy) {
+  const auto* x = static_cast<const BlockQ3_K*>(vx);
+  const auto* y = static_cast<const BlockQ8_K*>(vy);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i four = _mm512_set1_epi8(4);
+  const __m512i quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const float d = y[b].d * fp16_load(x[b].d);
+    const __m512i scales =
+        int16_pairs(_mm512_cvtepi8_epi32(kquant_levels::q3_k_scales(x[b].scales)));
+    // Bit 4h + k of hmask[l] is bit 2 of the level of element 128h + 32k + l.
+    const __m256i hmask = load256(x[b].hmask);
+    const __m512i hm = join256(hmask, hmask);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bits = load256(x[b].qs + 32 * h);
+      const __m512i q01 = join256(bits, _mm256_srli_epi16(bits, 2));
+      const __m512i q23 = _mm512_srli_epi16(q01, 4);
+      for (int k = 0; k < 2; ++k) {
+        const int bit = 4 * h + 2 * k;
+        const __mmask64 high =
+            _mm512_test_epi8_mask(hm, join256(_mm256_set1_epi8(static_cast<char>(1 << bit)),
+                                              _mm256_set1_epi8(static_cast<char>(1 << (bit + 1)))));
+        const __m512i low = _mm512_and_si512(k == 0 ? q01 : q23, m3);
+        const __m512i q = _mm512_mask_add_epi8(low, high, low, four);
+        const __m512i a = load512(y[b].qs + 128 * h + 64 * k);
+        const __m512i pairs =
+            _mm512_sub_epi16(_mm512_maddubs_epi16(q, a), _mm512_maddubs_epi16(four, a));
         const __m512i sel = _mm512_add_epi32(quad, _mm512_set1_epi32(8 * h + 4 * k));
         sumi = _mm512_dpwssd_epi32(sumi, pairs, _mm512_permutexvar_epi32(sel, scales));
       }
