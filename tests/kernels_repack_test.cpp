@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "ggml-like/dtype.h"
@@ -27,8 +28,8 @@ namespace qrun::kernels {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-const DType kRepackTypes[] = {DType::kQ4_0, DType::kIQ4_NL, DType::kQ5_0,
-                              DType::kQ8_0, DType::kQ4_K,   DType::kQ6_K};
+const DType kRepackTypes[] = {DType::kQ4_0, DType::kIQ4_NL, DType::kQ5_0, DType::kQ8_0,
+                              DType::kQ4_K, DType::kQ5_K,   DType::kQ6_K};
 
 // n_rows random rows of `type` (n columns), rows at varied scales.
 std::vector<uint8_t> random_weights(DType type, int64_t n, int64_t n_rows, uint32_t seed) {
@@ -135,31 +136,46 @@ TEST(KernelsRepack, Q5_0LayoutIsTheDocumentedOne) {
   for (size_t i = w.size(); i < p.size(); ++i) EXPECT_EQ(p[i], 0xA5) << "wrote past the end";
 }
 
-TEST(KernelsRepack, Q4KLayoutIsTheDocumentedOne) {
+// Q4_K and Q5_K: d, dmin, then the scale columns, Q5_K's qh columns and the qs columns of
+// each super-block of the 16 rows.
+template <class Block>
+void expect_k_super_layout(DType type, int64_t n_rows, uint32_t seed) {
   const int64_t n = 2 * kQKK;
-  const int64_t n_rows = kRepackRows + 3;
-  const size_t row_bytes = row_size(DType::kQ4_K, n);
-  const std::vector<uint8_t> w = random_weights(DType::kQ4_K, n, n_rows, 12);
+  const size_t row_bytes = row_size(type, n);
+  const std::vector<uint8_t> w = random_weights(type, n, n_rows, seed);
   std::vector<uint8_t> p(w.size());
-  repack_rows(DType::kQ4_K, n, w.data(), n_rows, p.data());
+  repack_rows(type, n, w.data(), n_rows, p.data());
   for (int64_t b = 0; b < n / kQKK; ++b) {
-    const uint8_t* super = p.data() + b * kRepackRows * sizeof(BlockQ4_K);
+    const uint8_t* super = p.data() + b * kRepackRows * sizeof(Block);
     for (int64_t j = 0; j < kRepackRows; ++j) {
-      const auto* block = reinterpret_cast<const BlockQ4_K*>(w.data() + j * row_bytes) + b;
+      const auto* block = reinterpret_cast<const Block*>(w.data() + j * row_bytes) + b;
       ASSERT_EQ(std::memcmp(super + 2 * j, &block->d, 2), 0) << "d, block " << b << " row " << j;
       ASSERT_EQ(std::memcmp(super + 32 + 2 * j, &block->dmin, 2), 0) << "dmin, row " << j;
-      for (int k = 0; k < 3; ++k) {
-        ASSERT_EQ(std::memcmp(super + 64 + (k * kRepackRows + j) * 4, block->scales + 4 * k, 4), 0)
-            << "scales, block " << b << " row " << j << " column " << k;
+      const uint8_t* field = super + 64;
+      const auto expect_columns = [&](const uint8_t* row_field, int bytes, const char* name) {
+        for (int k = 0; k < bytes / 4; ++k) {
+          ASSERT_EQ(std::memcmp(field + (k * kRepackRows + j) * 4, row_field + 4 * k, 4), 0)
+              << name << ", block " << b << " row " << j << " column " << k;
+        }
+        field += kRepackRows * bytes;
+      };
+      expect_columns(block->scales, sizeof(block->scales), "scales");
+      if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+        expect_columns(block->qh, sizeof(block->qh), "qh");
       }
-      for (int k = 0; k < 32; ++k) {
-        ASSERT_EQ(std::memcmp(super + 256 + (k * kRepackRows + j) * 4, block->qs + 4 * k, 4), 0)
-            << "qs, block " << b << " row " << j << " column " << k;
-      }
+      expect_columns(block->qs, sizeof(block->qs), "qs");
     }
   }
   const size_t tail = kRepackRows * row_bytes;
   EXPECT_EQ(std::memcmp(p.data() + tail, w.data() + tail, w.size() - tail), 0);
+}
+
+TEST(KernelsRepack, Q4KLayoutIsTheDocumentedOne) {
+  expect_k_super_layout<BlockQ4_K>(DType::kQ4_K, kRepackRows + 3, 12);
+}
+
+TEST(KernelsRepack, Q5KLayoutIsTheDocumentedOne) {
+  expect_k_super_layout<BlockQ5_K>(DType::kQ5_K, kRepackRows + 5, 14);
 }
 
 TEST(KernelsRepack, Q6KLayoutIsTheDocumentedOne) {
@@ -221,7 +237,9 @@ void make_extremes(DType type, const MatmulKernels& mk, int64_t n, int64_t n_row
   a = random_act(mk, n, seed + 1);
   const size_t block_bytes = row_size(type, block);
   // The bytes after d (and dmin), or for Q6_K all but d at the end.
-  const size_t first_level = type == DType::kQ4_K ? 4 : type == DType::kQ6_K ? 0 : 2;
+  const size_t first_level = type == DType::kQ4_K || type == DType::kQ5_K ? 4
+                             : type == DType::kQ6_K                       ? 0
+                                                                          : 2;
   const size_t last_level = type == DType::kQ6_K ? block_bytes - 2 : block_bytes;
   const uint8_t q8_levels[] = {0x7F, 0x81, 0x80};  // 127, -127, -128
   for (size_t off = 0; off < w.size(); off += block_bytes) {
@@ -268,6 +286,7 @@ TEST(KernelsRepack, GemvMatchesVecDotBitForBit) {
       // The 3 Q8_0 levels cycle over blocks, the activation's over its 4 blocks: every pair.
       // IQ4_NL: every nibble 0 or 15, the table's ends (-127 and 113, stored 1 and 241 for
       // vpdpbusd: with +-127 activations its largest products);
+      // Q5_K: as Q4_K with the high bits (levels 0 or 31);
       // Q5_0: all levels 0 or 31 (high bits and nibbles); Q4_K: levels, scales and mins all
       // at 0 or at their maximum (15, 63, 63); Q6_K: levels and scales all-zero bits or
       // all-one bits (63 and -1).

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "ggml-like/quants.h"
 #include "ggml-like/result.h"
@@ -46,21 +47,28 @@ void repack_group(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst
   }
 }
 
-void repack_group_q4_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst) {
+// Q4_K and Q5_K super-blocks (repack.h): the rows' d and dmin, then the 4-byte columns of
+// their scales, of Q5_K's qh and of their qs.
+template <class Block>
+void repack_group_k_super(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t* dst) {
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* first = src + static_cast<size_t>(b) * sizeof(BlockQ4_K);
-    uint8_t* out = dst + static_cast<size_t>(b) * kRepackRows * sizeof(BlockQ4_K);
+    const uint8_t* first = src + static_cast<size_t>(b) * sizeof(Block);
+    uint8_t* out = dst + static_cast<size_t>(b) * kRepackRows * sizeof(Block);
     auto* d = reinterpret_cast<uint16_t*>(out);
     for (int64_t j = 0; j < kRepackRows; ++j) {
       const auto* block =
-          reinterpret_cast<const BlockQ4_K*>(first + static_cast<size_t>(j) * row_bytes);
+          reinterpret_cast<const Block*>(first + static_cast<size_t>(j) * row_bytes);
       std::memcpy(&d[j], &block->d, sizeof(uint16_t));
       std::memcpy(&d[kRepackRows + j], &block->dmin, sizeof(uint16_t));
     }
-    uint8_t* sc = out + 2 * kRepackRows * sizeof(uint16_t);
-    interleave(first + offsetof(BlockQ4_K, scales), row_bytes, kKScaleBytes, sc);
-    interleave(first + offsetof(BlockQ4_K, qs), row_bytes, kQKK / 2,
-               sc + kRepackRows * kKScaleBytes);
+    uint8_t* next = out + 2 * kRepackRows * sizeof(uint16_t);
+    interleave(first + offsetof(Block, scales), row_bytes, kKScaleBytes, next);
+    next += kRepackRows * kKScaleBytes;
+    if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+      interleave(first + offsetof(Block, qh), row_bytes, kQKK / 8, next);
+      next += kRepackRows * kQKK / 8;
+    }
+    interleave(first + offsetof(Block, qs), row_bytes, kQKK / 2, next);
   }
 }
 
@@ -107,7 +115,8 @@ void repack_group_q6_k(int64_t nb, const uint8_t* src, size_t row_bytes, uint8_t
 
 bool has_repacked_layout(DType type) {
   return type == DType::kQ4_0 || type == DType::kIQ4_NL || type == DType::kQ5_0 ||
-         type == DType::kQ8_0 || type == DType::kQ4_K || type == DType::kQ6_K;
+         type == DType::kQ8_0 || type == DType::kQ4_K || type == DType::kQ5_K ||
+         type == DType::kQ6_K;
 }
 
 void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint8_t* dst) {
@@ -126,7 +135,9 @@ void repack_rows(DType type, int64_t n, const uint8_t* src, int64_t n_rows, uint
     } else if (type == DType::kQ5_0) {
       repack_group_q5_0(nb, s, row_bytes, o);
     } else if (type == DType::kQ4_K) {
-      repack_group_q4_k(nb, s, row_bytes, o);
+      repack_group_k_super<BlockQ4_K>(nb, s, row_bytes, o);
+    } else if (type == DType::kQ5_K) {
+      repack_group_k_super<BlockQ5_K>(nb, s, row_bytes, o);
     } else if (type == DType::kQ6_K) {
       repack_group_q6_k(nb, s, row_bytes, o);
     } else {

@@ -1,8 +1,8 @@
-// Decode layouts for Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K and Q6_K weights: 16 rows interleaved so that
-// one 512-bit vector holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector with
-// 4 broadcast activation bytes then adds 4 products to each row's int32 lane, and the 16 rows' fp16
-// scales are one 32-byte load: the per-block work that a row-by-row gemv spends on horizontal sums
-// and scattered scale loads disappears.
+// Decode layouts for Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K weights: 16 rows interleaved so
+// that one 512-bit vector holds 4 bytes of each of the 16 rows ("x16"). A vpdpbusd of such a vector
+// with 4 broadcast activation bytes then adds 4 products to each row's int32 lane, and the 16 rows'
+// fp16 scales are one 32-byte load: the per-block work that a row-by-row gemv spends on horizontal
+// sums and scattered scale loads disappears.
 //
 // A repacked tensor has the same size as the GGML one. Rows go in groups of kRepackRows;
 // group g occupies the bytes of GGML rows 16g .. 16g + 15 (16 * row_bytes, nb blocks per
@@ -28,6 +28,12 @@
 //   q[32][16][4]     uint8   q[k][j][i] = byte 4k + i of row j's 128 qs bytes
 // so vector q[8g + l] holds, in each row's lane, elements 64g + 4l .. + 3 (low nibbles) and
 // 64g + 32 + 4l .. + 3 (high nibbles).
+//
+// Q5_K is Q4_K's layout with the rows' qh between the scales and the quants, 2816 bytes
+// (16 * 176) at b * 2816: d[16], dmin[16], sc[3][16][4], then
+//   qh[8][16][4]     uint8   qh[l][j][i] = byte 4l + i of row j's 32 qh bytes
+// and q[32][16][4] as Q4_K's. Bit 2g (2g + 1) of qh column l is bit 4 of the elements that
+// the low (high) nibbles of vector q[8g + l] hold.
 //
 // Q6_K puts the rows' fp16 scales first, d[nb][16] (uint16), then 3328 bytes per
 // super-block b: ql[32][16][4], qh[16][16][4] and sc[4][16][4], each the 4-byte columns of
@@ -63,7 +69,7 @@ constexpr uint32_t regroup_q5_0_high_bits(uint32_t qh) {
   return out;
 }
 
-// Whether `type` has an x16 layout (Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K, Q6_K).
+// Whether `type` has an x16 layout (Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K).
 bool has_repacked_layout(DType type);
 
 // Repacks rows [0, n_rows) of a `type` matrix with n columns from GGML layout (src, rows

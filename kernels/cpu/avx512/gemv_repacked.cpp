@@ -26,8 +26,8 @@
 //     vpdpbusd adds level . a onto -16 * (that group's sum of a): the exact lane. The float
 //     steps are vec_dot's, acc_k = fma(d_x * d_y, float(lane_k), acc_k), reduced in
 //     hsum_f32x8's order at the end.
-//   Q4_K and Q6_K: two groups side by side, each reproducing its vec_dot lane by lane (see
-//     q4_k_super and q6_k_super).
+//   Q4_K, Q5_K and Q6_K: two groups side by side, each reproducing its vec_dot lane by lane
+//     (see q4_k_super, q5_k_super and q6_k_super).
 #include <type_traits>
 
 #include "ggml-like/quants.h"
@@ -234,6 +234,82 @@ void q4_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
+// One super-block of one group of 16 Q5_K rows (at blk) against ab: q4_k_super with a fifth
+// bit, as vec_dot_q5_k_q8_k (AVX2's) adds it: bit 2g (2g + 1) of qh column l, moved to bit 4
+// and merged by one vpternlogd, makes the levels (<= 31) of the low (high) nibbles of
+// vector q[8g + l]. The columns go l by l here, each l's 4 vectors and its qh column read
+// once into sumi, whose lane is vec_dot's lane l (exact integers: any order); the float
+// steps are vec_dot's per row: acc[l] = fma(d, float(sumi), acc[l]) per super-block, and
+// the mins as one integer m . S per super-block, sum_min = fma(dmin, float(m . S), sum_min)
+// (vec_dot's scalar chain, which GCC contracts to that FMA); q5_k_groups ends with
+// hsum_f32x8(acc) + sum_min.
+inline void q5_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
+                       __m512 acc[8], __m512& sum_min) {
+  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
+  const __m512i bit4 = _mm512_set1_epi8(16);
+  const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
+  const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
+  const Q4KScales sm = q4_k_scales(blk, k);
+  __m512i mins = _mm512_setzero_si512();
+  for (int p = 0; p < 4; ++p) {
+    const __m512i sums = _mm512_set1_epi32(q4_k_mins_pair(ab, p));
+    mins = _mm512_add_epi32(mins, _mm512_madd_epi16(sm.m_pairs[p], sums));
+  }
+  sum_min = _mm512_fmadd_ps(dmin, to_float(mins), sum_min);
+  __m512i sc[8];  // (sc[s], sc[s]) int16 pairs of sub-block s
+  for (int j = 0; j < 4; ++j) {
+    sc[2 * j] = q4_k_scale_pair(sm, j, /*high=*/false, k);
+    sc[2 * j + 1] = q4_k_scale_pair(sm, j, /*high=*/true, k);
+  }
+  const uint8_t* qh = blk + 64 + 3 * 64;
+  const uint8_t* q = qh + 8 * 64;
+  prefetch_to_l2(blk, 4);
+  for (int l = 0; l < 8; ++l) {
+    const uint8_t* hv = qh + static_cast<size_t>(l) * 64;
+    prefetch_to_l2(hv, 1);
+    __m512i h = load512(hv);  // bits 2g, 2g + 1 at bits 0, 1 for part g, shifted down below
+    __m512i sumi = _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g) {
+      const uint8_t* v = q + static_cast<size_t>(8 * g + l) * 64;
+      prefetch_to_l2(v, 1);
+      const __m512i w = load512(v);
+      const __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(w, k.m4),
+                                                   _mm512_slli_epi16(h, 4), bit4, kOrAnd);
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4),
+                                                   _mm512_slli_epi16(h, 3), bit4, kOrAnd);
+      h = _mm512_srli_epi16(h, 2);
+      const int8_t* aq = ab.qs + 64 * g;
+      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(lo, bcast32(aq + 4 * l)), sc[2 * g]);
+      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(hi, bcast32(aq + 32 + 4 * l)),
+                                 sc[2 * g + 1]);
+    }
+    acc[l] = _mm512_fmadd_ps(d, to_float(sumi), acc[l]);
+  }
+}
+
+// kG groups of 16 Q5_K rows side by side, super-block by super-block (kG memory streams).
+template <int kG>
+void q5_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_K* a,
+                 float* y) {
+  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ5_K);
+  const Q4KConstants k;
+  __m512 acc[kG][8];
+  __m512 sum_min[kG];
+  for (int i = 0; i < kG; ++i) {
+    for (auto& v : acc[i]) v = _mm512_setzero_ps();
+    sum_min[i] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int i = 0; i < kG; ++i) {
+      q5_k_super(base + static_cast<size_t>(i) * group_bytes + static_cast<size_t>(b) * kSuperBytes,
+                 a[b], k, acc[i], sum_min[i]);
+    }
+  }
+  for (int i = 0; i < kG; ++i) {
+    _mm512_storeu_ps(y + i * kRepackRows, _mm512_add_ps(sum8_in_hsum_order(acc[i]), sum_min[i]));
+  }
+}
+
 // One super-block of one group of 16 Q6_K rows (quants at ql, the rows' fp16 d at d16)
 // against ab, vec_dot_q6_k_q8_k lane-wise: column c (elements 4c .. 4c + 3) is what that
 // kernel's int32 lane c mod 16 of step (h, k) sums, and fold512 adds lanes i and i + 8, so
@@ -312,6 +388,12 @@ void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
                    float* y) {
   run_group_passes<BlockQ6_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 2, q6_k_groups<2>,
                                          q6_k_groups<1>);
+}
+
+void gemv_q5_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  run_group_passes<BlockQ5_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 2, q5_k_groups<2>,
+                                         q5_k_groups<1>);
 }
 
 void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
