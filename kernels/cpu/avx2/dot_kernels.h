@@ -41,6 +41,8 @@ void gemv_q8_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
                    float* y);
 void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
+void gemv_q5_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y);
 void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
 

@@ -38,6 +38,7 @@ void fill_dot_kernels(CpuKernels& k) {
   k.for_type(DType::kQ5_0).gemv_repacked = gemv_q5_0_x16;
   k.for_type(DType::kQ8_0).gemv_repacked = gemv_q8_0_x16;
   k.for_type(DType::kQ4_K).gemv_repacked = gemv_q4_k_x16;
+  k.for_type(DType::kQ5_K).gemv_repacked = gemv_q5_k_x16;
   k.for_type(DType::kQ6_K).gemv_repacked = gemv_q6_k_x16;
   k.for_type(DType::kQ4_1).gemv = gemv_q4_1_q8_1;
   k.for_type(DType::kQ5_1).gemv = gemv_q5_1_q8_1;

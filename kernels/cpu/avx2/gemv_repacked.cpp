@@ -35,6 +35,11 @@
 //     hsum_f32x8(acc) + hsum_f32x4(acc_m) in their association order. One group at a time,
 //     the two 8-row halves of each super-block one after the other (8 sumi + constants
 //     fill the 16 ymm; the 24 float accumulators live in memory, touched once per block).
+//   Q5_K: Q4_K's steps with vec_dot_q5_k_q8_k's fifth bit, bit 2j (2j + 1) of qh column l
+//     moved to bit 4 of the low (high) nibbles' levels of column q[8j + l] (<= 31, pairs <=
+//     2 * 31 * 128); its mins go into one chain per row, sum_min = fma(dmin, float(m . S),
+//     sum_min) per super-block (vec_dot's scalar chain, contracted by GCC to that FMA), and
+//     the end is hsum_f32x8(acc) + sum_min.
 //   Q6_K: vec_dot_q6_k_q8_k's step (h, k) loads elements 128h + 32k .. + 31, so its int32
 //     lane l sums column c = 32h + 8k + l (elements 4c .. 4c + 3): lane l gathers the columns
 //     c = l mod 8 over the whole super-block. ql column 16h + m of the layout holds columns
@@ -54,6 +59,8 @@
 // ahead into L2 (prefetcht1) instead of L1 made Gemma 3 270M's decode (Q8_0 output, Q5_0
 // q/k/gate/up) 1.2x as fast on these kernels, with TinyLlama Q4_0 unchanged; the k-quants
 // keep their L1 prefetches, which the same change made 1.6x slower there.
+#include <type_traits>
+
 #include "ggml-like/quants.h"
 #include "kernels/cpu/avx2/dot_common.h"
 #include "kernels/cpu/avx2/dot_kernels.h"
@@ -271,9 +278,12 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   }
 }
 
-// One group of 16 Q4_K rows; rows 8h .. 8h + 7 are half h (see the file comment).
-void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
-                const BlockQ8_K* a, float* y) {
+// One group of 16 Q4_K or Q5_K rows; rows 8h .. 8h + 7 are half h (see the file comment).
+template <class Block>
+void k_super_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one group*/,
+                   const BlockQ8_K* a, float* y) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+  const __m256i bit4 = _mm256_set1_epi8(16);
   const __m256i low6 = _mm256_set1_epi32(0x3f3f3f3f);
   const __m256i low4 = _mm256_set1_epi32(0x0f0f0f0f);
   const __m256i bits45 = _mm256_set1_epi32(0x30303030);
@@ -281,9 +291,10 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   const __m256i pair23 = load256(kPairControls[1].bytes);
   __m256i dup[4];
   for (int s = 0; s < 4; ++s) dup[s] = load256(kDupControls[s].bytes);
-  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
+  constexpr size_t kSuperBytes = kRepackRows * sizeof(Block);
   __m256 acc[2][8];
-  __m256 acc_m[2][4];
+  __m256 acc_m[2][4];                                              // Q4_K's mins chains
+  __m256 sum_min[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};  // Q5_K's
   for (auto& half : acc) {
     for (auto& v : half) v = _mm256_setzero_ps();
   }
@@ -293,7 +304,8 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ8_K& ab = a[b];
     const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
-    const uint8_t* q = blk + 64 + 3 * 64;
+    const uint8_t* qh = blk + 64 + 3 * 64;  // Q5_K
+    const uint8_t* q = qh + (kQ5 ? 8 * 64 : 0);
     // (S[2p], S[2p + 1]) as the int16 halves of every int32 lane, S[s] = bsums[2s] +
     // bsums[2s + 1] in wrapping int16 (vec_dot's vphaddw).
     __m256i sums[4];
@@ -320,9 +332,17 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
       const __m256i m_pairs[4] = {
           _mm256_shuffle_epi8(m03, pair01), _mm256_shuffle_epi8(m03, pair23),
           _mm256_shuffle_epi8(m47, pair01), _mm256_shuffle_epi8(m47, pair23)};
-      for (int p = 0; p < 4; ++p) {
-        const __m256i mins = _mm256_madd_epi16(m_pairs[p], sums[p]);
-        acc_m[h][p] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(mins), acc_m[h][p]);
+      if constexpr (kQ5) {
+        __m256i mins = _mm256_setzero_si256();
+        for (int p = 0; p < 4; ++p) {
+          mins = _mm256_add_epi32(mins, _mm256_madd_epi16(m_pairs[p], sums[p]));
+        }
+        sum_min[h] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(mins), sum_min[h]);
+      } else {
+        for (int p = 0; p < 4; ++p) {
+          const __m256i mins = _mm256_madd_epi16(m_pairs[p], sums[p]);
+          acc_m[h][p] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(mins), acc_m[h][p]);
+        }
       }
       __m256i sumi[8];
       for (auto& v : sumi) v = _mm256_setzero_si256();
@@ -335,8 +355,18 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
           const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
           if (h == 0) prefetch_ahead(v, 1);
           const __m256i w = load256(v + 32 * h);
-          const __m256i lo = pairs_u8s8(low_nibbles(w), bcast32(aq + 4 * l));
-          const __m256i hi = pairs_u8s8(high_nibbles(w), bcast32(aq + 32 + 4 * l));
+          __m256i lev_lo = low_nibbles(w);
+          __m256i lev_hi = high_nibbles(w);
+          if constexpr (kQ5) {
+            // Bits 2j and 2j + 1 of qh column l at bit 4 (16-bit shifts; only bit 4 kept).
+            const uint8_t* hv = qh + static_cast<size_t>(l) * 64;
+            if (h == 0 && j == 0) prefetch_ahead(hv, 1);
+            const __m256i bits = _mm256_srli_epi16(load256(hv + 32 * h), 2 * j);
+            lev_lo = _mm256_or_si256(lev_lo, _mm256_and_si256(_mm256_slli_epi16(bits, 4), bit4));
+            lev_hi = _mm256_or_si256(lev_hi, _mm256_and_si256(_mm256_slli_epi16(bits, 3), bit4));
+          }
+          const __m256i lo = pairs_u8s8(lev_lo, bcast32(aq + 4 * l));
+          const __m256i hi = pairs_u8s8(lev_hi, bcast32(aq + 32 + 4 * l));
           sumi[l] = _mm256_add_epi32(sumi[l], _mm256_add_epi32(_mm256_madd_epi16(lo, sc_lo),
                                                                _mm256_madd_epi16(hi, sc_hi)));
         }
@@ -349,8 +379,9 @@ void q4_k_group(int64_t nb, const uint8_t* group, size_t /*group_bytes: one grou
   // hsum_f32x8(acc) + hsum_f32x4(acc_m), per row.
   for (int h = 0; h < 2; ++h) {
     const __m256* m = acc_m[h];
-    const __m256 sum4 = _mm256_add_ps(_mm256_add_ps(m[0], m[2]), _mm256_add_ps(m[1], m[3]));
-    _mm256_storeu_ps(y + 8 * h, _mm256_add_ps(sum8_in_hsum_order(acc[h]), sum4));
+    const __m256 mins =
+        kQ5 ? sum_min[h] : _mm256_add_ps(_mm256_add_ps(m[0], m[2]), _mm256_add_ps(m[1], m[3]));
+    _mm256_storeu_ps(y + 8 * h, _mm256_add_ps(sum8_in_hsum_order(acc[h]), mins));
   }
 }
 
@@ -447,8 +478,14 @@ void gemv_q6_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uin
 
 void gemv_q4_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y) {
-  run_group_passes<BlockQ4_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1, q4_k_group,
-                                         q4_k_group);
+  run_group_passes<BlockQ4_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1,
+                                         k_super_group<BlockQ4_K>, k_super_group<BlockQ4_K>);
+}
+
+void gemv_q5_k_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                   float* y) {
+  run_group_passes<BlockQ5_K, BlockQ8_K>(n, kQKK, groups, n_groups, act, y, 1,
+                                         k_super_group<BlockQ5_K>, k_super_group<BlockQ5_K>);
 }
 
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
