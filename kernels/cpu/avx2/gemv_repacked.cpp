@@ -8,6 +8,10 @@
 //     and high nibbles) sum in int16 to at most 30720 < 32767: exact. vpmaddwd widens them,
 //     -8 * sum(a) is added in int32, and each row's float chain is vec_dot_q4_0_q8_0's:
 //     acc = fma(float(block sum), d_x * d_y, acc), block after block.
+//   IQ4_NL: Q4_0's bytes and float chain (vec_dot_iq4_nl_q8_0's); the nibbles become the
+//     signed table levels (-127 .. 113) by one vpshufb, which would saturate vpmaddubsw as
+//     unsigned bytes, so they meet the activation through dot_s8s8 (|l| times a with l's
+//     sign, pairs within 2 * 127 * 127), widened per vector: exact int32 sums, no seed.
 //   Q8_0: q + 128 reaches 255 and would saturate vpmaddubsw, so the bytes are xored back to
 //     q and go through dot_s8s8 (|q| times a with q's sign), the very pairs vec_dot forms:
 //     int32 lane k of a row is vec_dot's lane k for every input, saturating or not. Each

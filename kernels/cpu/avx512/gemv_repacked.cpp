@@ -171,10 +171,18 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
 // One super-block of one group of 16 Q4_K rows (at blk) against ab. Per row (lane) this is
 // vec_dot_q4_k_q8_k step for step: its 8 int32 lanes l become 8 vectors sumi[l] (vector
 // q[8j + l] feeds lane l as vec_dot's 32-byte load j does); the super-block adds d *
-// sumi[l] to acc[l] and dmin * (the mins' pair sums p) to acc_m[p]; q4_k_groups sums them
-// at the end in hsum_f32x8 + hsum_f32x4 order.
+// sumi[l] to acc[l] and dmin * (the mins' pair sums p) to mins.pair[p]; k_super_groups
+// sums them at the end in hsum_f32x8 + hsum_f32x4 order.
+struct Q4KMins {
+  __m512 pair[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                    _mm512_setzero_ps()};
+  __m512 total() const {
+    return _mm512_add_ps(_mm512_add_ps(pair[0], pair[2]), _mm512_add_ps(pair[1], pair[3]));
+  }
+};
+
 inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
-                       __m512 acc[8], __m512 acc_m[4]) {
+                       __m512 acc[8], Q4KMins& mins) {
   const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
   const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
   // unpack_scales_mins, lane-wise; the mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s]
@@ -182,7 +190,8 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
   const Q4KScales sm = q4_k_scales(blk, k);
   for (int p = 0; p < 4; ++p) {
     const __m512i sums = _mm512_set1_epi32(q4_k_mins_pair(ab, p));
-    acc_m[p] = _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(sm.m_pairs[p], sums)), acc_m[p]);
+    mins.pair[p] =
+        _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(sm.m_pairs[p], sums)), mins.pair[p]);
   }
   const uint8_t* q = blk + 64 + 3 * 64;
   prefetch_to_l2(blk, 4);
@@ -207,33 +216,6 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
   for (int l = 0; l < 8; ++l) acc[l] = _mm512_fmadd_ps(d, to_float(sumi[l]), acc[l]);
 }
 
-// kG groups of 16 Q4_K rows side by side, super-block by super-block (kG memory streams).
-template <int kG>
-void q4_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_K* a,
-                 float* y) {
-  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
-  const Q4KConstants k;
-  __m512 acc[kG][8];
-  __m512 acc_m[kG][4];
-  for (int i = 0; i < kG; ++i) {
-    for (auto& v : acc[i]) v = _mm512_setzero_ps();
-    for (auto& v : acc_m[i]) v = _mm512_setzero_ps();
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int i = 0; i < kG; ++i) {
-      q4_k_super(base + static_cast<size_t>(i) * group_bytes + static_cast<size_t>(b) * kSuperBytes,
-                 a[b], k, acc[i], acc_m[i]);
-    }
-  }
-  // hsum_f32x8(acc) + hsum_f32x4(acc_m).
-  for (int i = 0; i < kG; ++i) {
-    const __m512 sum8 = sum8_in_hsum_order(acc[i]);
-    const __m512* m = acc_m[i];
-    const __m512 sum4 = _mm512_add_ps(_mm512_add_ps(m[0], m[2]), _mm512_add_ps(m[1], m[3]));
-    _mm512_storeu_ps(y + i * kRepackRows, _mm512_add_ps(sum8, sum4));
-  }
-}
-
 // One super-block of one group of 16 Q5_K rows (at blk) against ab: q4_k_super with a fifth
 // bit, as vec_dot_q5_k_q8_k (AVX2's) adds it: bit 2g (2g + 1) of qh column l, moved to bit 4
 // and merged by one vpternlogd, makes the levels (<= 31) of the low (high) nibbles of
@@ -241,10 +223,15 @@ void q4_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
 // once into sumi, whose lane is vec_dot's lane l (exact integers: any order); the float
 // steps are vec_dot's per row: acc[l] = fma(d, float(sumi), acc[l]) per super-block, and
 // the mins as one integer m . S per super-block, sum_min = fma(dmin, float(m . S), sum_min)
-// (vec_dot's scalar chain, which GCC contracts to that FMA); q5_k_groups ends with
+// (vec_dot's scalar chain, which GCC contracts to that FMA); k_super_groups ends with
 // hsum_f32x8(acc) + sum_min.
+struct Q5KMins {
+  __m512 sum_min = _mm512_setzero_ps();
+  __m512 total() const { return sum_min; }
+};
+
 inline void q5_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
-                       __m512 acc[8], __m512& sum_min) {
+                       __m512 acc[8], Q5KMins& m) {
   constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
   const __m512i bit4 = _mm512_set1_epi8(16);
   const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
@@ -255,7 +242,7 @@ inline void q5_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
     const __m512i sums = _mm512_set1_epi32(q4_k_mins_pair(ab, p));
     mins = _mm512_add_epi32(mins, _mm512_madd_epi16(sm.m_pairs[p], sums));
   }
-  sum_min = _mm512_fmadd_ps(dmin, to_float(mins), sum_min);
+  m.sum_min = _mm512_fmadd_ps(dmin, to_float(mins), m.sum_min);
   __m512i sc[8];  // (sc[s], sc[s]) int16 pairs of sub-block s
   for (int j = 0; j < 4; ++j) {
     sc[2 * j] = q4_k_scale_pair(sm, j, /*high=*/false, k);
@@ -287,28 +274,36 @@ inline void q5_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
   }
 }
 
-// kG groups of 16 Q5_K rows side by side, super-block by super-block (kG memory streams).
-template <int kG>
-void q5_k_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_K* a,
-                 float* y) {
-  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ5_K);
+// kG groups of 16 rows of Q4_K or Q5_K side by side, super-block by super-block (kG memory
+// streams): kSuper adds one super-block of one group to its 8 lane sums and its Mins.
+template <class Block, class Mins,
+          void (*kSuper)(const uint8_t*, const BlockQ8_K&, const Q4KConstants&, __m512*, Mins&),
+          int kG>
+void k_super_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const BlockQ8_K* a,
+                    float* y) {
+  constexpr size_t kSuperBytes = kRepackRows * sizeof(Block);
   const Q4KConstants k;
   __m512 acc[kG][8];
-  __m512 sum_min[kG];
-  for (int i = 0; i < kG; ++i) {
-    for (auto& v : acc[i]) v = _mm512_setzero_ps();
-    sum_min[i] = _mm512_setzero_ps();
+  Mins mins[kG];
+  for (auto& group : acc) {
+    for (auto& v : group) v = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
     for (int i = 0; i < kG; ++i) {
-      q5_k_super(base + static_cast<size_t>(i) * group_bytes + static_cast<size_t>(b) * kSuperBytes,
-                 a[b], k, acc[i], sum_min[i]);
+      kSuper(base + static_cast<size_t>(i) * group_bytes + static_cast<size_t>(b) * kSuperBytes,
+             a[b], k, acc[i], mins[i]);
     }
   }
   for (int i = 0; i < kG; ++i) {
-    _mm512_storeu_ps(y + i * kRepackRows, _mm512_add_ps(sum8_in_hsum_order(acc[i]), sum_min[i]));
+    _mm512_storeu_ps(y + i * kRepackRows,
+                     _mm512_add_ps(sum8_in_hsum_order(acc[i]), mins[i].total()));
   }
 }
+
+template <int kG>
+constexpr GroupPassFn<BlockQ8_K> q4_k_groups = k_super_groups<BlockQ4_K, Q4KMins, q4_k_super, kG>;
+template <int kG>
+constexpr GroupPassFn<BlockQ8_K> q5_k_groups = k_super_groups<BlockQ5_K, Q5KMins, q5_k_super, kG>;
 
 // One super-block of one group of 16 Q6_K rows (quants at ql, the rows' fp16 d at d16)
 // against ab, vec_dot_q6_k_q8_k lane-wise: column c (elements 4c .. 4c + 3) is what that
