@@ -17,9 +17,11 @@ void fill_avx512_kernels(CpuKernels& k) {
   // Types with a multi-row repacked gemv (gemv_repacked_rows) meet each weight block once
   // for all the rows, which beats the tiles further: Q4_0 up to 48 rows, Q4_K and Q6_K up
   // to 16 (qrun bench -n 16 -np 4..48 on TinyLlama-1.1B Q4_0 and Q4_K_M, the rows against
-  // the tiles, 2026-11-27: docs/PERFORMANCE_SERVE.md).
+  // the tiles, 2026-11-27: docs/PERFORMANCE_SERVE.md); Q5_K as Q4_K (12 sequences of a
+  // Q5_K_M file 1.25x as fast through the rows as through the tiles, 2026-12-07).
   k.for_type(DType::kQ4_0).gemm.min_decode_tokens = 48;
   k.for_type(DType::kQ4_K).gemm.min_decode_tokens = 16;
+  k.for_type(DType::kQ5_K).gemm.min_decode_tokens = 16;
   k.for_type(DType::kQ6_K).gemm.min_decode_tokens = 16;
   avx512::fill_op_kernels(k);  // attention (avx512/ops_*.cpp)
 }

@@ -48,6 +48,8 @@ void gemv_iq4_nl_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, co
                           size_t act_stride, int64_t n_act, float* y, int64_t ldy);
 void gemv_q4_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                         size_t act_stride, int64_t n_act, float* y, int64_t ldy);
+void gemv_q5_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                        size_t act_stride, int64_t n_act, float* y, int64_t ldy);
 void gemv_q6_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                         size_t act_stride, int64_t n_act, float* y, int64_t ldy);
 

@@ -21,6 +21,7 @@ void fill_dot_kernels(CpuKernels& k) {
   k.for_type(DType::kQ4_K).gemv_repacked = gemv_q4_k_x16;
   k.for_type(DType::kQ4_K).gemv_repacked_rows = gemv_q4_k_x16_rows;
   k.for_type(DType::kQ5_K).gemv_repacked = gemv_q5_k_x16;
+  k.for_type(DType::kQ5_K).gemv_repacked_rows = gemv_q5_k_x16_rows;
   k.for_type(DType::kQ6_K).vec_dot = vec_dot_q6_k_q8_k;
   k.for_type(DType::kQ6_K).gemv_repacked = gemv_q6_k_x16;
   k.for_type(DType::kQ6_K).gemv_repacked_rows = gemv_q6_k_x16_rows;

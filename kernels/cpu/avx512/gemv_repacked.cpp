@@ -173,14 +173,6 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
 // q[8j + l] feeds lane l as vec_dot's 32-byte load j does); the super-block adds d *
 // sumi[l] to acc[l] and dmin * (the mins' pair sums p) to mins.pair[p]; k_super_groups
 // sums them at the end in hsum_f32x8 + hsum_f32x4 order.
-struct Q4KMins {
-  __m512 pair[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                    _mm512_setzero_ps()};
-  __m512 total() const {
-    return _mm512_add_ps(_mm512_add_ps(pair[0], pair[2]), _mm512_add_ps(pair[1], pair[3]));
-  }
-};
-
 inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
                        __m512 acc[8], Q4KMins& mins) {
   const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
@@ -188,11 +180,9 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
   // unpack_scales_mins, lane-wise; the mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s]
   // the activation's sub-block sums.
   const Q4KScales sm = q4_k_scales(blk, k);
-  for (int p = 0; p < 4; ++p) {
-    const __m512i sums = _mm512_set1_epi32(q4_k_mins_pair(ab, p));
-    mins.pair[p] =
-        _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(sm.m_pairs[p], sums)), mins.pair[p]);
-  }
+  const int32_t pairs[4] = {q4_k_mins_pair(ab, 0), q4_k_mins_pair(ab, 1), q4_k_mins_pair(ab, 2),
+                            q4_k_mins_pair(ab, 3)};
+  mins.add(dmin, sm, pairs);
   const uint8_t* q = blk + 64 + 3 * 64;
   prefetch_to_l2(blk, 4);
   __m512i sumi[8];
@@ -221,28 +211,16 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
 // and merged by one vpternlogd, makes the levels (<= 31) of the low (high) nibbles of
 // vector q[8g + l]. The columns go l by l here, each l's 4 vectors and its qh column read
 // once into sumi, whose lane is vec_dot's lane l (exact integers: any order); the float
-// steps are vec_dot's per row: acc[l] = fma(d, float(sumi), acc[l]) per super-block, and
-// the mins as one integer m . S per super-block, sum_min = fma(dmin, float(m . S), sum_min)
-// (vec_dot's scalar chain, which GCC contracts to that FMA); k_super_groups ends with
-// hsum_f32x8(acc) + sum_min.
-struct Q5KMins {
-  __m512 sum_min = _mm512_setzero_ps();
-  __m512 total() const { return sum_min; }
-};
-
+// steps are vec_dot's per row: acc[l] = fma(d, float(sumi), acc[l]) per super-block, the
+// mins as Q5KMins keeps them; k_super_groups ends with hsum_f32x8(acc) + sum_min.
 inline void q5_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
-                       __m512 acc[8], Q5KMins& m) {
-  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
-  const __m512i bit4 = _mm512_set1_epi8(16);
+                       __m512 acc[8], Q5KMins& mins) {
   const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
   const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
   const Q4KScales sm = q4_k_scales(blk, k);
-  __m512i mins = _mm512_setzero_si512();
-  for (int p = 0; p < 4; ++p) {
-    const __m512i sums = _mm512_set1_epi32(q4_k_mins_pair(ab, p));
-    mins = _mm512_add_epi32(mins, _mm512_madd_epi16(sm.m_pairs[p], sums));
-  }
-  m.sum_min = _mm512_fmadd_ps(dmin, to_float(mins), m.sum_min);
+  const int32_t pairs[4] = {q4_k_mins_pair(ab, 0), q4_k_mins_pair(ab, 1), q4_k_mins_pair(ab, 2),
+                            q4_k_mins_pair(ab, 3)};
+  mins.add(dmin, sm, pairs);
   __m512i sc[8];  // (sc[s], sc[s]) int16 pairs of sub-block s
   for (int j = 0; j < 4; ++j) {
     sc[2 * j] = q4_k_scale_pair(sm, j, /*high=*/false, k);
@@ -259,11 +237,9 @@ inline void q5_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
     for (int g = 0; g < 4; ++g) {
       const uint8_t* v = q + static_cast<size_t>(8 * g + l) * 64;
       prefetch_to_l2(v, 1);
-      const __m512i w = load512(v);
-      const __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(w, k.m4),
-                                                   _mm512_slli_epi16(h, 4), bit4, kOrAnd);
-      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4),
-                                                   _mm512_slli_epi16(h, 3), bit4, kOrAnd);
+      __m512i lo;
+      __m512i hi;
+      q5_k_levels(load512(v), h, k, lo, hi);
       h = _mm512_srli_epi16(h, 2);
       const int8_t* aq = ab.qs + 64 * g;
       sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(lo, bcast32(aq + 4 * l)), sc[2 * g]);

@@ -14,6 +14,9 @@
 //     sub-block scale vectors decoded once per super-block), each unpacked once, and each
 //     activation row keeps one live sum, as for Q6_K below. The mins' int16 pair sums of
 //     each row's bsums are formed once per call. Float steps and the end are q4_k_groups'.
+//   Q5_K: Q4_K's walk, each column's levels merged with its fifth bit as q5_k_super merges
+//     them (q5_k_levels), the qh column read once per l; float steps and the end are
+//     q5_k_groups'.
 //   Q6_K: gemv_repacked.cpp's q6_k_super keeps 8 int32 sums per row, sumi[i] over the
 //     columns c with c mod 8 = i (ql columns 16h + i and 16h + i + 8 of both halves h), and
 //     adds d * float(sumi[i]) to acc[i] per super-block. Integer sums are exact, so their
@@ -23,6 +26,7 @@
 //     offset[]) are formed once per call. Float steps and the final hsum_f32x8 order are
 //     q6_k_groups'.
 #include <array>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -192,21 +196,22 @@ void prepare_q4_k_rows(int64_t nb, const uint8_t* act, size_t act_stride, int64_
 }
 
 // kR activation rows (act, act_stride apart; their mins pairs at mins[b * n_act * 4])
-// against one group of 16 Q4_K rows: y[t * ldy + j].
-template <int kR>
-void q4_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
-                     const int32_t* mins, int64_t n_act, float* y, int64_t ldy) {
-  constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
+// against one group of 16 Q4_K or Q5_K rows: y[t * ldy + j].
+template <class Block, int kR>
+void k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t act_stride,
+                  const int32_t* mins, int64_t n_act, float* y, int64_t ldy) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+  using Mins = std::conditional_t<kQ5, Q5KMins, Q4KMins>;
+  constexpr size_t kSuperBytes = kRepackRows * sizeof(Block);
   const Q4KConstants k;
   const BlockQ8_K* a[kR];
   for (int t = 0; t < kR; ++t) {
     a[t] = reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride);
   }
   __m512 acc[kR][8];
-  __m512 acc_m[kR][4];
-  for (int t = 0; t < kR; ++t) {
-    for (auto& v : acc[t]) v = _mm512_setzero_ps();
-    for (auto& v : acc_m[t]) v = _mm512_setzero_ps();
+  Mins acc_m[kR];
+  for (auto& row : acc) {
+    for (auto& v : row) v = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
@@ -215,35 +220,43 @@ void q4_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
     const Q4KScales sm = q4_k_scales(blk, k);
     const int32_t* mb = mins + b * n_act * 4;
     for (int t = 0; t < kR; ++t) {
-      const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-a[t][b].d), dminw);
-      for (int p = 0; p < 4; ++p) {
-        const __m512i sums = _mm512_set1_epi32(mb[t * 4 + p]);
-        acc_m[t][p] =
-            _mm512_fmadd_ps(dmin, to_float(_mm512_madd_epi16(sm.m_pairs[p], sums)), acc_m[t][p]);
-      }
+      acc_m[t].add(_mm512_mul_ps(_mm512_set1_ps(-a[t][b].d), dminw), sm, mb + t * 4);
     }
-    __m512i sc_lo[4];
-    __m512i sc_hi[4];
+    __m512i sc[8];  // (sc[s], sc[s]) int16 pairs of sub-block s
     for (int j = 0; j < 4; ++j) {
-      sc_lo[j] = q4_k_scale_pair(sm, j, /*high=*/false, k);
-      sc_hi[j] = q4_k_scale_pair(sm, j, /*high=*/true, k);
+      sc[2 * j] = q4_k_scale_pair(sm, j, /*high=*/false, k);
+      sc[2 * j + 1] = q4_k_scale_pair(sm, j, /*high=*/true, k);
     }
-    const uint8_t* q = blk + 64 + 3 * 64;
+    const uint8_t* qh = blk + 64 + 3 * 64;  // Q5_K's fifth bits; Q4_K's quants start here
+    const uint8_t* q = kQ5 ? qh + 8 * 64 : qh;
     for (int l = 0; l < 8; ++l) {
+      __m512i h;  // Q5_K: qh column l, shifted down by 2 per part j
+      if constexpr (kQ5) {
+        const uint8_t* hv = qh + static_cast<size_t>(l) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(hv + kPrefetchBytes), _MM_HINT_T0);
+        h = load512(hv);
+      }
       __m512i sumi[kR];
       for (auto& v : sumi) v = _mm512_setzero_si512();
       for (int j = 0; j < 4; ++j) {
         const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
         _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchBytes), _MM_HINT_T0);
         const __m512i w = load512(v);
-        const __m512i lo = _mm512_and_si512(w, k.m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4);
+        __m512i lo;
+        __m512i hi;
+        if constexpr (kQ5) {
+          q5_k_levels(w, h, k, lo, hi);
+          h = _mm512_srli_epi16(h, 2);
+        } else {
+          lo = _mm512_and_si512(w, k.m4);
+          hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4);
+        }
         for (int t = 0; t < kR; ++t) {
           const int8_t* aq = a[t][b].qs + 64 * j;
-          sumi[t] =
-              _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(lo, bcast32(aq + 4 * l)), sc_lo[j]);
+          sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(lo, bcast32(aq + 4 * l)),
+                                        sc[2 * j]);
           sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(hi, bcast32(aq + 32 + 4 * l)),
-                                        sc_hi[j]);
+                                        sc[2 * j + 1]);
         }
       }
       for (int t = 0; t < kR; ++t) {
@@ -252,11 +265,9 @@ void q4_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
       }
     }
   }
-  // q4_k_groups' end: hsum_f32x8(acc) + hsum_f32x4(acc_m).
+  // k_super_groups' end: hsum_f32x8(acc) + the mins' total.
   for (int t = 0; t < kR; ++t) {
-    const __m512* m = acc_m[t];
-    const __m512 sum4 = _mm512_add_ps(_mm512_add_ps(m[0], m[2]), _mm512_add_ps(m[1], m[3]));
-    _mm512_storeu_ps(y + t * ldy, _mm512_add_ps(sum8_in_hsum_order(acc[t]), sum4));
+    _mm512_storeu_ps(y + t * ldy, _mm512_add_ps(sum8_in_hsum_order(acc[t]), acc_m[t].total()));
   }
 }
 
@@ -281,7 +292,11 @@ struct Iq4NlRows {
 };
 template <int kR>
 struct Q4KRows {
-  static constexpr auto run = q4_k_group_rows<kR>;
+  static constexpr auto run = k_group_rows<BlockQ4_K, kR>;
+};
+template <int kR>
+struct Q5KRows {
+  static constexpr auto run = k_group_rows<BlockQ5_K, kR>;
 };
 template <int kR>
 struct Q6KRows {
@@ -327,6 +342,14 @@ void gemv_q4_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, cons
   static constexpr auto kPasses =
       row_passes<int32_t, Q4KRows>(std::make_index_sequence<kMaxRows>{});
   run_rows<BlockQ4_K, int32_t>(n, kQKK, groups, n_groups, act, act_stride, n_act, y, ldy, 4,
+                               prepare_q4_k_rows, kPasses);
+}
+
+void gemv_q5_k_x16_rows(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                        size_t act_stride, int64_t n_act, float* y, int64_t ldy) {
+  static constexpr auto kPasses =
+      row_passes<int32_t, Q5KRows>(std::make_index_sequence<kMaxRows>{});
+  run_rows<BlockQ5_K, int32_t>(n, kQKK, groups, n_groups, act, act_stride, n_act, y, ldy, 4,
                                prepare_q4_k_rows, kPasses);
 }
 

@@ -132,6 +132,49 @@ inline int32_t q4_k_mins_pair(const BlockQ8_K& ab, int p) {
                               static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16);
 }
 
+// The mins' float sums of 16 rows of Q4_K, as vec_dot_q4_k_q8_k keeps them: one chain per
+// pair p of sub-blocks, += dmin * (m[2p] * S[2p] + m[2p + 1] * S[2p + 1]) per super-block,
+// summed in hsum_f32x4's order at the end. `pairs` holds q4_k_mins_pair(ab, p) for p < 4.
+struct Q4KMins {
+  __m512 pair[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                    _mm512_setzero_ps()};
+  void add(__m512 dmin, const Q4KScales& sm, const int32_t pairs[4]) {
+    for (int p = 0; p < 4; ++p) {
+      const __m512i m = _mm512_madd_epi16(sm.m_pairs[p], _mm512_set1_epi32(pairs[p]));
+      pair[p] = _mm512_fmadd_ps(dmin, to_float(m), pair[p]);
+    }
+  }
+  __m512 total() const {
+    return _mm512_add_ps(_mm512_add_ps(pair[0], pair[2]), _mm512_add_ps(pair[1], pair[3]));
+  }
+};
+
+// The same for Q5_K, as vec_dot_q5_k_q8_k keeps them: the integer m . S of a super-block
+// (exact: any order), then one chain per row, sum_min = fma(dmin, float(m . S), sum_min)
+// (vec_dot's scalar chain, which GCC contracts to that FMA).
+struct Q5KMins {
+  __m512 sum_min = _mm512_setzero_ps();
+  void add(__m512 dmin, const Q4KScales& sm, const int32_t pairs[4]) {
+    __m512i m = _mm512_setzero_si512();
+    for (int p = 0; p < 4; ++p) {
+      m = _mm512_add_epi32(m, _mm512_madd_epi16(sm.m_pairs[p], _mm512_set1_epi32(pairs[p])));
+    }
+    sum_min = _mm512_fmadd_ps(dmin, to_float(m), sum_min);
+  }
+  __m512 total() const { return sum_min; }
+};
+
+// The 5-bit levels of Q5_K column vector q[8g + l] (w) of a group, as vec_dot_q5_k_q8_k
+// forms them: h is qh column l shifted down by 2g, so its bits 0 and 1 are the fifth bits of
+// the low and high nibbles; each goes to bit 4 and is merged by one vpternlogd.
+inline void q5_k_levels(__m512i w, __m512i h, const Q4KConstants& k, __m512i& lo, __m512i& hi) {
+  constexpr int kOrAnd = 0xf8;  // vpternlogd: a | (b & c)
+  const __m512i bit4 = _mm512_set1_epi8(16);
+  lo = _mm512_ternarylogic_epi32(_mm512_and_si512(w, k.m4), _mm512_slli_epi16(h, 4), bit4, kOrAnd);
+  hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(w, 4), k.m4),
+                                 _mm512_slli_epi16(h, 3), bit4, kOrAnd);
+}
+
 // The constants of the Q6_K kernels.
 struct Q6KConstants {
   __m512i m4 = _mm512_set1_epi8(15);
