@@ -42,13 +42,28 @@ namespace {
 // the 32 registers with room for the temporaries.
 constexpr int64_t kMaxRows = 8;
 
-// A Q4_0 pass asks for a group's quants kL2PrefetchBytes ahead, and its scales (4 blocks a
-// line) kPrefetchScales blocks ahead, into L2: one group is one memory stream, which the
+// Every pass asks for the bytes ahead of it: one group is one memory stream, which the
 // hardware prefetcher alone leaves idle between its requests (as gemv_repacked.cpp
-// measured). On the EPYC guest that made 8 sequences of TinyLlama Q4_0 decode 1.05x as fast
-// as prefetching into L1; the k-quant passes below keep L1 prefetches, which were 1.15x as
-// fast as L2 ones for Q4_K_M.
+// measured). A Q4_0 pass asks for its quants kL2PrefetchBytes ahead and its scales (4
+// blocks a line) kPrefetchScales blocks ahead, into L2; on the EPYC guest that made 8
+// sequences of TinyLlama Q4_0 decode 1.05x as fast as prefetching into L1. A k-quant pass
+// of up to 4 rows asks as its one-row kernel does (L2: Q4_K and Q5_K 4 KiB ahead, Q6_K one
+// super-block ahead); with more rows, whose unpacking and products take longer per byte, it
+// asks into L1 (Q4_K, Q5_K 2 KiB ahead). qrun bench -n 16 -np 2,4,8 on llama-3.2-1b-shaped
+// files, 2026-12-07: 2 and 4 sequences decoded 1.15-1.75x as fast with L2 than with L1
+// (Q4_K_M, Q5_K_M, Q6_K; one and two threads); 6 to 11 were even on those files, and
+// Gemma 3 270M's 8 sequences were 0.94x with L2 (within the noise, so L1 stays there).
 constexpr int64_t kPrefetchScales = 64;
+
+// The k-quant passes' prefetch of the `lines` lines at p + ahead: into L2 for a pass of up
+// to 4 rows, into L1 for more (above).
+template <int kR>
+inline void prefetch_rows(const uint8_t* p, size_t ahead, int lines) {
+  for (int l = 0; l < lines; ++l) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + ahead + 64 * l),
+                 kR <= 4 ? _MM_HINT_T1 : _MM_HINT_T0);
+  }
+}
 
 inline void prefetch_ahead(const uint8_t* quants, const uint16_t* scales) {
   prefetch_to_l2(quants, 4);
@@ -156,8 +171,7 @@ void q6_k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_
           const int m = i + 8 * half;
           // Two lines per column of the next super-block, as q6_k_super prefetches.
           const size_t ahead = kSuperBytes + static_cast<size_t>(16 * h + m) * 128;
-          _mm_prefetch(reinterpret_cast<const char*>(ql + ahead), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ql + ahead + 64), _MM_HINT_T0);
+          prefetch_rows<kR>(ql, ahead, 2);
           __m512i lev_lo;
           __m512i lev_hi;
           q6_k_levels(load512(ql + static_cast<size_t>(16 * h + m) * 64), th, m, k, lev_lo, lev_hi);
@@ -203,6 +217,7 @@ void k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t a
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
   using Mins = std::conditional_t<kQ5, Q5KMins, Q4KMins>;
   constexpr size_t kSuperBytes = kRepackRows * sizeof(Block);
+  constexpr size_t kAhead = kR <= 4 ? kL2PrefetchBytes : kPrefetchBytes;
   const Q4KConstants k;
   const BlockQ8_K* a[kR];
   for (int t = 0; t < kR; ++t) {
@@ -218,6 +233,7 @@ void k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t a
     const __m512 dw = widen_f16x16(load256(blk));
     const __m512 dminw = widen_f16x16(load256(blk + 32));
     const Q4KScales sm = q4_k_scales(blk, k);
+    prefetch_rows<kR>(blk, kAhead, 4);
     const int32_t* mb = mins + b * n_act * 4;
     for (int t = 0; t < kR; ++t) {
       acc_m[t].add(_mm512_mul_ps(_mm512_set1_ps(-a[t][b].d), dminw), sm, mb + t * 4);
@@ -233,14 +249,14 @@ void k_group_rows(int64_t nb, const uint8_t* group, const uint8_t* act, size_t a
       __m512i h;  // Q5_K: qh column l, shifted down by 2 per part j
       if constexpr (kQ5) {
         const uint8_t* hv = qh + static_cast<size_t>(l) * 64;
-        _mm_prefetch(reinterpret_cast<const char*>(hv + kPrefetchBytes), _MM_HINT_T0);
+        prefetch_rows<kR>(hv, kAhead, 1);
         h = load512(hv);
       }
       __m512i sumi[kR];
       for (auto& v : sumi) v = _mm512_setzero_si512();
       for (int j = 0; j < 4; ++j) {
         const uint8_t* v = q + static_cast<size_t>(8 * j + l) * 64;
-        _mm_prefetch(reinterpret_cast<const char*>(v + kPrefetchBytes), _MM_HINT_T0);
+        prefetch_rows<kR>(v, kAhead, 1);
         const __m512i w = load512(v);
         __m512i lo;
         __m512i hi;
