@@ -1,8 +1,8 @@
 // The armv8-a instantiation of the NEON repacked decode gemv (gemv_repacked_impl.h) of Q4_0,
-// Q8_0 (Q8_0 activations), Q4_K and Q6_K (Q8_K activations): Lanes::dot broadcasts 4
-// activation levels, SMULL/SMULL2 give the 16 int16 products of a quad's column, SADALP adds
-// their pairs into two int32 accumulators (rows 0-1, rows 2-3; exact) and ADDP folds those
-// into the 4 row sums. Each output is the baseline vec_dot's bit for bit, and so the dotprod
+// IQ4_NL, Q5_0, Q8_0 (Q8_0 activations), Q4_K and Q6_K (Q8_K activations): Lanes::dot
+// broadcasts 4 activation levels, SMULL/SMULL2 give the 16 int16 products of a quad's column,
+// SADALP adds their pairs into two int32 accumulators (rows 0-1, rows 2-3; exact) and ADDP folds
+// those into the 4 row sums. Each output is the baseline vec_dot's bit for bit, and so the dotprod
 // one's.
 // GCC 12's scheduling before register allocation hoists the quant loads of a whole block and
 // then spills the 16 float accumulators of the Q4_0 / Q5_0 / Q8_0 groups (and the k-quant

@@ -59,6 +59,11 @@ void gemv_q4_k_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, c
   Gemv::gemv_q4_k(n, groups, n_groups, act, y);
 }
 
+void gemv_q5_k_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                           float* y) {
+  Gemv::gemv_q5_k(n, groups, n_groups, act, y);
+}
+
 void gemv_q6_k_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                            float* y) {
   Gemv::gemv_q6_k(n, groups, n_groups, act, y);

@@ -16,7 +16,7 @@
 //     (q - 8) * a and costs no subtraction per weight. (The missing blocks of vec_dot's last
 //     group of 4 add fma(0, 0, acc), which changes no lane: a lane that starts at +0 never
 //     becomes -0, so they are skipped here.)
-//   Q4_K: vec_dot's sumi = sum_s sc[s] * (levels . a of sub-block s) and sum_mins = sum_s
+//   Q4_K, Q5_K: vec_dot's sumi = sum_s sc[s] * (levels . a of sub-block s) and sum_mins = sum_s
 //     mn[s] * S[s] (S[s] = bsums[2s] + bsums[2s + 1] wrapped to int16, as vpaddq_s16) are
 //     integers taken modulo 2^32 in any order, so each quad forms them its own way; the 6-bit
 //     scales come from the interleaved scale columns with vec_dot's bit operations, byte-wise.
@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "ggml-like/quants.h"
 #include "kernels/cpu/repack.h"
@@ -237,17 +238,23 @@ struct RepackedGemv {
     return vreinterpretq_s32_u32(vandq_u32(x, vdupq_n_u32(0xff)));
   }
 
-  static void q4_k_group(int64_t nb, const uint8_t* group, size_t /*one group*/, const BlockQ8_K* a,
-                         float* y) {
-    constexpr size_t kSuperBytes = kRepackRows * sizeof(BlockQ4_K);
+  // Q4_K, or Q5_K (Block), whose x16 super-block has the rows' qh columns between the
+  // scales and the quants (repack.h).
+  template <class Block>
+  static void k_group(int64_t nb, const uint8_t* group, size_t /*one group*/, const BlockQ8_K* a,
+                      float* y) {
+    constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+    constexpr size_t kSuperBytes = kRepackRows * sizeof(Block);
     const uint8x16_t low4 = vdupq_n_u8(15);
     const uint8x16_t low6 = vdupq_n_u8(63);
+    const uint8x16_t bit4 = vdupq_n_u8(16);
     float32x4_t sum[kQuads];
     for (float32x4_t& v : sum) v = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < nb; ++b) {
       const BlockQ8_K& ab = a[b];
       const uint8_t* blk = group + static_cast<size_t>(b) * kSuperBytes;
-      const uint8_t* q = blk + 64 + 3 * 64;
+      const uint8_t* qh = blk + 64 + 3 * 64;
+      const uint8_t* q = kQ5 ? qh + 8 * 64 : qh;
       // S[s], in int16 as vec_dot's vpaddq_s16, split as S = 64 H + L with L in [0, 64):
       // bytes [H0 .. H7, L0 .. L7]. |S| <= 32 * 128 keeps H within int8, so that the mins
       // are 4 SDOT-like dots: sum mn S = 64 (mn . H) + mn . L, exact.
@@ -274,15 +281,27 @@ struct RepackedGemv {
         int32x4_t sumi = vdupq_n_s32(0);
         for (int g = 0; g < 4; ++g) {
           // Sub-blocks 2g (low nibbles of columns 8g .. 8g + 7) and 2g + 1 (high nibbles).
+          // Q5_K's fifth bits of column 8g + l are bits 2g and 2g + 1 of qh column l, which
+          // USHL by 4 - 2g and 3 - 2g moves to bit 4 and BSL merges: levels 0 .. 31.
+          const int8x16_t to_bit4_lo = vdupq_n_s8(static_cast<int8_t>(4 - 2 * g));
+          const int8x16_t to_bit4_hi = vdupq_n_s8(static_cast<int8_t>(3 - 2 * g));
           Acc lo = Lanes::zero();
           Acc hi = Lanes::zero();
           for (int half_g = 0; half_g < 2; ++half_g) {
             int8x16_t wl[4];
             int8x16_t wh[4];
             for (int c = 0; c < 4; ++c) {
-              const uint8x16_t w = vld1q_u8(q + (8 * g + 4 * half_g + c) * 64 + 16 * r);
-              wl[c] = vreinterpretq_s8_u8(vandq_u8(w, low4));
-              wh[c] = vreinterpretq_s8_u8(vshrq_n_u8(w, 4));
+              const int l = 4 * half_g + c;
+              const uint8x16_t w = vld1q_u8(q + (8 * g + l) * 64 + 16 * r);
+              uint8x16_t vl = vandq_u8(w, low4);
+              uint8x16_t vh = vshrq_n_u8(w, 4);
+              if constexpr (kQ5) {
+                const uint8x16_t h = vld1q_u8(qh + l * 64 + 16 * r);
+                vl = vbslq_u8(bit4, vshlq_u8(h, to_bit4_lo), vl);
+                vh = vbslq_u8(bit4, vshlq_u8(h, to_bit4_hi), vh);
+              }
+              wl[c] = vreinterpretq_s8_u8(vl);
+              wh[c] = vreinterpretq_s8_u8(vh);
             }
             dot_columns(lo, wl, vld1q_s8(ab.qs + 64 * g + 16 * half_g));
             dot_columns(hi, wh, vld1q_s8(ab.qs + 64 * g + 32 + 16 * half_g));
@@ -427,7 +446,11 @@ struct RepackedGemv {
   }
   static void gemv_q4_k(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
                         float* y) {
-    groups<BlockQ4_K, BlockQ8_K, q4_k_group>(n, kQKK, w, n_groups, act, y);
+    groups<BlockQ4_K, BlockQ8_K, k_group<BlockQ4_K>>(n, kQKK, w, n_groups, act, y);
+  }
+  static void gemv_q5_k(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
+                        float* y) {
+    groups<BlockQ5_K, BlockQ8_K, k_group<BlockQ5_K>>(n, kQKK, w, n_groups, act, y);
   }
   static void gemv_q6_k(int64_t n, const uint8_t* w, int64_t n_groups, const uint8_t* act,
                         float* y) {

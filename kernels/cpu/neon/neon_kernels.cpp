@@ -4,7 +4,8 @@
 // speed. Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K and Q3_K have no gemm tiles (batches go through
 // the gemv). The gemv of the k-quants and IQ4_XS is the prefetching row loop of gemv_prefetch.h
 // over the chosen vec_dot (instantiated here, in a baseline object: it only calls the dot through
-// its address); Q4_0, Q5_0, Q8_0, Q4_K and Q6_K also decode from repacked copies (repack.h).
+// its address); Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K, Q6_K and (with SDOT) Q5_K also decode from repacked
+// copies (repack.h).
 #include "kernels/cpu/neon/neon_kernels.h"
 #include "kernels/cpu/gemv_prefetch.h"
 
@@ -68,6 +69,11 @@ void fill_kernels(CpuKernels& k, Isa level) {
   k.for_type(DType::kQ5_0).gemv_repacked = dp ? gemv_q5_0_x16_dotprod : gemv_q5_0_x16;
   k.for_type(DType::kQ8_0).gemv_repacked = dp ? gemv_q8_0_x16_dotprod : gemv_q8_0_x16;
   k.for_type(DType::kQ4_K).gemv_repacked = dp ? gemv_q4_k_x16_dotprod : gemv_q4_k_x16;
+  // Q5_K only with SDOT: llvm-mca (scripts/arm64-mca.sh, 2026-12-07) gives the armv8-a x16
+  // loop the row-by-row vec_dot's weight bytes per cycle (1.76 against 1.75 on Neoverse N1,
+  // 2.99 against 3.36 on Apple M1), not worth a second copy of the weights; SDOT's is 3.00
+  // against 1.53 (N1) and 5.48 against 2.90 (M1).
+  if (dp) k.for_type(DType::kQ5_K).gemv_repacked = gemv_q5_k_x16_dotprod;
   k.for_type(DType::kQ6_K).gemv_repacked = dp ? gemv_q6_k_x16_dotprod : gemv_q6_k_x16;
   // Batches of 2 or more tokens through the gemm tiles.
   k.for_type(DType::kQ4_0).gemm =

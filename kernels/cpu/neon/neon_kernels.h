@@ -101,8 +101,8 @@ GemmKernels gemm_q5_k_q8_k_i8mm();
 GemmKernels gemm_q6_k_q8_k_i8mm();
 
 // gemv_repacked.cpp: decode gemv (GemvRepackedFn) over the x16 layouts of repack.h of Q4_0,
-// IQ4_NL, Q5_0, Q8_0, Q4_K and Q6_K, each output the vec_dot's bits; gemv_repacked_dotprod.cpp: the
-// same with SDOT, callable only where dotprod exists.
+// IQ4_NL, Q5_0, Q8_0, Q4_K and Q6_K (and Q5_K with SDOT only), each output the vec_dot's bits;
+// gemv_repacked_dotprod.cpp: the same with SDOT, callable only where dotprod exists.
 void gemv_q4_0_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                    float* y);
 void gemv_iq4_nl_x16(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
@@ -124,6 +124,8 @@ void gemv_q5_0_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, c
 void gemv_q8_0_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                            float* y);
 void gemv_q4_k_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
+                           float* y);
+void gemv_q5_k_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                            float* y);
 void gemv_q6_k_x16_dotprod(int64_t n, const uint8_t* groups, int64_t n_groups, const uint8_t* act,
                            float* y);
