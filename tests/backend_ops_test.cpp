@@ -545,5 +545,35 @@ TEST(BackendOps, SwigluAndAdd) {
   }
 }
 
+// An element's swiglu is the same bits wherever it lies in the buffer: the rows of a batch
+// (n_tokens rows of n_ff) each as the row alone, whatever n_ff (172: stories260K's, 37), and
+// every element as itself alone, on every ISA of the host. AVX2 once sent the last n % 8
+// elements through std::exp, so a row after one of 172 elements took different bits.
+TEST(BackendOps, SwigluOfAnElementDoesNotDependOnWhereItLies) {
+  for (kernels::Isa isa : kernels::host_isas()) {
+    SCOPED_TRACE(kernels::isa_name(isa));
+    kernels::CpuBackend be(1, isa);
+    for (int64_t n_ff : {int64_t{172}, int64_t{37}}) {
+      constexpr int64_t kRows = 9;
+      const auto n = static_cast<size_t>(kRows * n_ff);
+      const std::vector<float> g = random_floats(n, 23, 4.0f);
+      const std::vector<float> u = random_floats(n, 24);
+      std::vector<float> batch(n, kNaN);
+      be.swiglu(g.data(), u.data(), kRows * n_ff, batch.data());
+      for (int64_t r = 0; r < kRows; ++r) {
+        std::vector<float> row(static_cast<size_t>(n_ff), kNaN);
+        be.swiglu(g.data() + r * n_ff, u.data() + r * n_ff, n_ff, row.data());
+        ASSERT_EQ(std::memcmp(row.data(), batch.data() + r * n_ff, row.size() * sizeof(float)), 0)
+            << "n_ff " << n_ff << " row " << r;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        float alone = kNaN;
+        be.swiglu(&g[i], &u[i], 1, &alone);
+        ASSERT_EQ(std::memcmp(&alone, &batch[i], sizeof(float)), 0) << "element " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qrun

@@ -4,7 +4,7 @@
 // heads together (attend_reads_heads_together: tiles of 8 rows where the heads take at most
 // 512 values of a row, of 32 where they take more) or one after another (more than 8 query
 // heads to a KV head, more than 1024 values, or more than 64 query heads). Shapes: 1 to 16
-// KV heads, 1 to 9 query heads each, head_dim 32 to 512, row counts within, at and across
+// KV heads, 1 to 9 query heads each, head_dim 4 to 512, row counts within, at and across
 // tiles, rows read as a ring from the middle and through a block table in reverse; F32,
 // F16, and K/V pairs of other types (Q8_0, Q4_0, BF16, F16), with NaN-prefilled outputs
 // whose gaps must stay NaN.
@@ -54,10 +54,11 @@ struct Case {
 };
 
 // Together: 1x1, 3x3 (smollm), 2x7, 4x8, 8x4x128 (Llama 3 8B: 32-row tiles), 1x4x256
-// (Gemma 3 270M), 64 query heads of 32; one after another: 9 query heads to a KV head,
-// 3 x 512 values, 128 query heads.
-constexpr Case kCases[] = {{1, 1, 64},  {3, 3, 64}, {2, 7, 64}, {4, 8, 32},  {8, 4, 128},
-                           {1, 4, 256}, {8, 8, 32}, {2, 9, 64}, {3, 2, 512}, {16, 8, 32}};
+// (Gemma 3 270M), 64 query heads of 32, 4x2x8 (stories260K), 16x1x4 (TinyLlama 5M); one
+// after another: 9 query heads to a KV head, 3 x 512 values, 128 query heads.
+constexpr Case kCases[] = {{1, 1, 64},  {3, 3, 64},  {2, 7, 64}, {4, 8, 32},
+                           {8, 4, 128}, {1, 4, 256}, {8, 8, 32}, {2, 9, 64},
+                           {3, 2, 512}, {16, 8, 32}, {4, 2, 8},  {16, 1, 4}};
 constexpr int64_t kRowCounts[] = {1, 7, 8, 9, 33, 100};
 
 // The rows a call reads: read from `first` in a ring of n_ring rows, or, paged (block_shift >

@@ -2,11 +2,12 @@
 // rms_norm_row squares in float and sums in double (like the reference; only the order of
 // the double sums differs), then scales exactly as the reference does; add and to_f16
 // are bit-exact. swiglu uses a polynomial exp (relative error below 2e-7 on the clamped
-// range), so it differs from the reference by a few float ulps.
+// range), so it differs from the reference by a few float ulps, for every element alike.
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/avx2/ops_kernels.h"
 
@@ -43,6 +44,12 @@ inline void add_squares(__m256 x, __m256d& lo, __m256d& hi) {
   hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
 }
 
+// silu(g) * u for 8 floats.
+inline __m256 swiglu8(__m256 g, __m256 u) {
+  const __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
 }  // namespace
 
 void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y) {
@@ -68,19 +75,23 @@ void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y
   for (; i < n; ++i) y[i] = (x[i] * scale) * w[i];
 }
 
+// The last 1-7 elements go through the same vector code, so that an element's result does
+// not depend on where it lies: the rows of a batch (n_tokens rows of n_ff) are then each the
+// row computed alone, whatever n_ff is, and so are the chunks of the thread pool.
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 e = exp8(_mm256_xor_ps(g, sign));
-    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    _mm256_storeu_ps(out + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
   }
-  for (; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  if (i < n) {
+    const auto rest = static_cast<size_t>(n - i);
+    alignas(32) float g[8] = {};
+    alignas(32) float u[8] = {};
+    alignas(32) float o[8];
+    std::memcpy(g, gate + i, rest * sizeof(float));
+    std::memcpy(u, up + i, rest * sizeof(float));
+    _mm256_store_ps(o, swiglu8(_mm256_load_ps(g), _mm256_load_ps(u)));
+    std::memcpy(out + i, o, rest * sizeof(float));
   }
 }
 
