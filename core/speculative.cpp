@@ -221,7 +221,13 @@ Result<StopReason> speculative_decode(Model& model, Backend& backend, KvCache& k
     const size_t k = draft.tokens.size();
     batch.assign(1, pending);
     batch.insert(batch.end(), draft.tokens.begin(), draft.tokens.end());
-    QRUN_TRY(model.forward(backend, batch, n, kv, /*all_logits=*/true, rows.data()));
+    // As decode rows (Backend::set_decode_rows): each row's logits are then those of
+    // decoding its token alone, bit for bit on the CPU, so greedy speculation takes plain
+    // decoding's argmax even at a near tie (and a few rows cost less than the gemm tiles).
+    backend.set_decode_rows(true);
+    const Result<void> ran = model.forward(backend, batch, n, kv, /*all_logits=*/true, rows.data());
+    backend.set_decode_rows(false);
+    QRUN_TRY(ran);
     ++timings.n_passes;
     timings.n_drafted += static_cast<int64_t>(k);
 

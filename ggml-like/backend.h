@@ -316,10 +316,11 @@ class Backend {
   // copy of a shared block. The default copies the host memory.
   virtual void kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n);
 
-  // Declares whether the rows of the matmuls that follow are one token of each of several
-  // sequences (a batched decode step) rather than the tokens of prompts. A backend may then
-  // compute each row as a matmul of that row alone would (the CPU does where its gemm tiles
-  // cost more for a few rows than one pass over the weights per row), so that batching
+  // Declares whether the rows of the matmuls that follow are decode rows, each to be computed
+  // as it would be alone: one token of each of several sequences (a batched decode step), or
+  // the tokens a speculative pass verifies, rather than the tokens of prompts. A backend may
+  // then compute each row as a matmul of that row alone would (the CPU does where its gemm
+  // tiles cost more for a few rows than one pass over the weights per row), so that batching
   // changes no sequence's numbers. Until it is set again. Default: ignored.
   virtual void set_decode_rows(bool on) {}
 
