@@ -152,48 +152,78 @@ TEST_F(Speculative, GreedyPromptLookupIsPlainDecoding) {
 // A verification pass runs the pending token and the draft as decode rows
 // (Backend::set_decode_rows), so that each row's logits are those of decoding its token
 // alone, bit for bit: greedy speculation then takes plain decoding's argmax even at a near
-// tie. Checked against one-token passes on every ISA of the host, with two threads, on the
-// repacked types (Q4_0, Q4_K and Q6_K through the multi-row gemv where the ISA has one, Q8_0
-// one pass per row) and on F32 stories260K, whose n_ff of 172 put a row's SwiGLU elements in
-// other vector lanes than alone (AVX2 once gave them other bits).
+// tie. Checked against one-token passes on every ISA of the host, with two threads: tokens[0]
+// goes first, then tokens[1 ..] (9 rows: a pass of 8 rows and one of 1 where the multi-row
+// gemv runs) in one pass and one by one.
+void expect_decode_rows_are_one_token_passes(Model& m, std::span<const int32_t> tokens) {
+  ASSERT_EQ(tokens.size(), 10u);
+  const auto n_vocab = static_cast<size_t>(m.hparams().n_vocab);
+  const std::span<const int32_t> batch = tokens.subspan(1);
+  for (kernels::Isa isa : kernels::host_isas()) {
+    SCOPED_TRACE(kernels::isa_name(isa));
+    kernels::CpuBackend be(2, isa);
+    Result<KvCache> alone = make_kv_cache(m, 64, DType::kF16);
+    Result<KvCache> rows = make_kv_cache(m, 64, DType::kF16);
+    ASSERT_TRUE(alone.ok() && rows.ok());
+    ASSERT_TRUE(m.forward(be, tokens.first(1), 0, *alone, false, nullptr).ok());
+    ASSERT_TRUE(m.forward(be, tokens.first(1), 0, *rows, false, nullptr).ok());
+    std::vector<float> want(batch.size() * n_vocab);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ASSERT_TRUE(m.forward(be, batch.subspan(i, 1), static_cast<int64_t>(i + 1), *alone, false,
+                            want.data() + i * n_vocab)
+                      .ok());
+    }
+    std::vector<float> got(batch.size() * n_vocab);
+    be.set_decode_rows(true);
+    ASSERT_TRUE(m.forward(be, batch, 1, *rows, true, got.data()).ok());
+    be.set_decode_rows(false);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      EXPECT_EQ(
+          std::memcmp(got.data() + i * n_vocab, want.data() + i * n_vocab, n_vocab * sizeof(float)),
+          0)
+          << "row " << i;
+    }
+  }
+}
+
+// The shared files: the repacked types (Q4_0, Q4_K and Q6_K through the multi-row gemv where
+// the ISA has one, Q8_0 one pass per row) and F32 stories260K, whose n_ff of 172 put a row's
+// SwiGLU elements in other vector lanes than alone (AVX2 once gave them other bits).
 TEST_F(Speculative, DecodeRowsPassIsOneTokenPassesBitForBit) {
   for (const std::string name : {"TinyLLama-v0-5M-Q4_0.gguf", "TinyLLama-v0-5M-Q4_K_M.gguf",
                                  "TinyLLama-v0-5M-Q8_0.gguf", "stories260K.gguf"}) {
     SCOPED_TRACE(name);
     Loaded l = shared_model(name);
-    Model& m = *l.model;
-    const auto n_vocab = static_cast<size_t>(m.hparams().n_vocab);
     const std::string stem = name.substr(0, name.size() - std::string(".gguf").size());
     const std::vector<int32_t> prompt =
         golden_prompt(stem + (stem == "stories260K" ? ".park" : ".long"));
     ASSERT_GE(prompt.size(), 10u);
-    // 9 rows: a pass of 8 rows and one of 1 where the multi-row gemv runs.
-    const std::vector<int32_t> batch(prompt.begin() + 1, prompt.begin() + 10);
-    for (kernels::Isa isa : kernels::host_isas()) {
-      SCOPED_TRACE(kernels::isa_name(isa));
-      kernels::CpuBackend be(2, isa);
-      Result<KvCache> alone = make_kv_cache(m, 64, DType::kF16);
-      Result<KvCache> rows = make_kv_cache(m, 64, DType::kF16);
-      ASSERT_TRUE(alone.ok() && rows.ok());
-      ASSERT_TRUE(m.forward(be, std::span(prompt).first(1), 0, *alone, false, nullptr).ok());
-      ASSERT_TRUE(m.forward(be, std::span(prompt).first(1), 0, *rows, false, nullptr).ok());
-      std::vector<float> want(batch.size() * n_vocab);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        ASSERT_TRUE(m.forward(be, std::span(batch).subspan(i, 1), static_cast<int64_t>(i + 1),
-                              *alone, false, want.data() + i * n_vocab)
-                        .ok());
-      }
-      std::vector<float> got(batch.size() * n_vocab);
-      be.set_decode_rows(true);
-      ASSERT_TRUE(m.forward(be, batch, 1, *rows, true, got.data()).ok());
-      be.set_decode_rows(false);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        EXPECT_EQ(std::memcmp(got.data() + i * n_vocab, want.data() + i * n_vocab,
-                              n_vocab * sizeof(float)),
-                  0)
-            << "row " << i;
-      }
-    }
+    expect_decode_rows_are_one_token_passes(*l.model, std::span(prompt).first(10));
+  }
+}
+
+// The same on the other architectures' blocks (Q/K norms, biases, GELU gates, post-norms,
+// sliding windows, fused QKV), with an n_ff of 100 that no vector width divides.
+TEST_F(Speculative, DecodeRowsPassIsOneTokenPassesOnEveryArchitecture) {
+  Result<gguf::File> vocab =
+      gguf::File::open(test::data_path("vocab/ggml-vocab-gpt-2.gguf").string());
+  ASSERT_TRUE(vocab.ok());
+  std::vector<int32_t> tokens;
+  for (int32_t i = 0; i < 10; ++i) tokens.push_back((i * 7919) % 50000);
+  for (const std::string arch : {"qwen2", "qwen3", "gemma3", "phi3"}) {
+    SCOPED_TRACE(arch);
+    models::SynthOptions o;
+    o.arch = arch;
+    o.shape = *models::synth_preset("tiny");
+    o.shape.n_ff = 100;
+    if (arch == "gemma3" || arch == "phi3") o.shape.sliding_window = 4;
+    o.recipe = "f32";
+    o.weight_std = 0.1f;
+    const std::string path = (test::temp_dir() / ("rows-" + arch + ".gguf")).string();
+    const Result<void> written = models::write_synthetic_model(o, *vocab, path);
+    ASSERT_TRUE(written.ok()) << written.error().message;
+    Loaded l = load(path);
+    expect_decode_rows_are_one_token_passes(*l.model, tokens);
   }
 }
 
