@@ -259,6 +259,10 @@ llama "$big"
 # batched decode step reads four sequences through their block tables.
 bench bench_qrun_np4 "" -m "$big" -p 0 -n 128 --parallel 4
 bench bench_qrun_kvu "" -m "$big" -p 512 -n 128 --parallel 1,4 --kv-unified
+# Batched decode of 8 and 16 sequences: decode rows through MMVQ (the default, each row
+# as alone) against the F16 GEMM that such steps took before (kMaxDecodeRows, unmeasured).
+bench bench_qrun_np8 "" -m "$big" -p 0 -n 64 --parallel 8,16
+bench bench_qrun_np8.rows_off "QRUN_CUDA_DECODE_ROWS=0" -m "$big" -p 0 -n 64 --parallel 8,16
 for v in ${QRUN_VARIANTS:-} ${QRUN_BENCH_VARIANTS:-}; do
   bench "bench_qrun.$v" "$v" -m "$big" -p 0 -n 128
 done

@@ -20,6 +20,14 @@ namespace {
 // weights once per token: the dequantized tile costs about as much traffic as four passes.
 constexpr int64_t kGemmMinTokens = 5;
 
+// The most decode rows (set_decode_rows) that take MMVQ and the split-K attention, so that
+// each row has the bits of its token alone (a speculative pass of 16 drafted tokens and the
+// pending one fits). Three passes of 8 tokens: on an H100, 8 tokens of an 8B layer's Q4_0
+// matmuls ran at 818 GB/s of weights against 1255 for one (docs/PERFORMANCE_CUDA.md), so
+// three passes cost about 4.6 one-token passes, what the F16 dequantization alone costs
+// (23.8 us a 4096x4096 matrix, 3.2 passes) before its GEMM. Not measured as a whole.
+constexpr int64_t kMaxDecodeRows = 24;
+
 // The most rows of an F32 matrix that a prefill multiplies in float (mmv_float) rather
 // than through the F16 GEMM: a mixture of experts' router has at most 512 (kMaxExperts).
 constexpr int64_t kMaxExactF32Rows = 512;
@@ -46,7 +54,8 @@ CudaBackend::CudaBackend() : CudaBackend(env_on("QRUN_CUDA_GRAPHS", false)) {}
 
 CudaBackend::CudaBackend(bool graphs) : CudaBackend(graphs, env_on("QRUN_CUDA_FUSE", true)) {}
 
-CudaBackend::CudaBackend(bool graphs, bool fuse) : fuse_(fuse), graphs_(graphs) {}
+CudaBackend::CudaBackend(bool graphs, bool fuse)
+    : fuse_(fuse), honour_decode_rows_(env_on("QRUN_CUDA_DECODE_ROWS", true)), graphs_(graphs) {}
 
 CudaBackend::~CudaBackend() {
   if (stream_.handle == nullptr) return;
@@ -54,6 +63,10 @@ CudaBackend::~CudaBackend() {
   synchronize(stream());
   destroy_graph(graph_);
   destroy_stream(stream());
+}
+
+bool CudaBackend::mmvq_rows(int64_t n_tokens) const {
+  return n_tokens < kGemmMinTokens || (decode_rows_ && n_tokens <= kMaxDecodeRows);
 }
 
 Stream CudaBackend::stream() {
@@ -260,7 +273,7 @@ void CudaBackend::matmul(const Tensor& w, const float* x, int64_t n_tokens, floa
   // it F32), stay in float: rounded to F16 for the GEMM, its logits move by ~1e-3, enough
   // to swap two near-tied experts, and the output with them.
   const bool exact = w.type == DType::kF32 && n_out <= kMaxExactF32Rows;
-  if (n_tokens >= kGemmMinTokens && gemm_supports(w.type) && !exact) {
+  if (!mmvq_rows(n_tokens) && gemm_supports(w.type) && !exact) {
     const size_t bytes = matmul_gemm_scratch_bytes(n_in, n_out, n_tokens);
     matmul_gemm(w.type, layout, dw, n_in, n_out, dx, n_tokens, dy, scratch(kGemm, bytes), bytes,
                 stream());
@@ -301,7 +314,7 @@ void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Prod
   const int64_t n_in = products.front().w->ne[0];
   // Products with activations of their own run one by one.
   bool fused = fuse_ && x != nullptr && products.size() > 1 && products.size() <= kMaxGroup &&
-               n_tokens < kGemmMinTokens;
+               mmvq_rows(n_tokens);
   std::array<float*, kMaxGroup> dy{};
   for (size_t i = 0; fused && i < products.size(); ++i) {
     const Tensor& w = *products[i].w;
@@ -378,7 +391,7 @@ void CudaBackend::rms_norm(const float* x, const Tensor& weight, int64_t n_rows,
   const float* dw = norm_weight(weight, n, "rms_norm");
   const float* dx = input(kIn0, x, n_rows * n);
   float* dy = output(kOut, y, n_rows * n);
-  BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
+  BlockQ8_1* q = fused_quantized(y, n_rows * n, mmvq_rows(n_rows) && n % 32 == 0);
   cuda::rms_norm(dx, dw, n_rows, n, eps, dy, stream(), q);
   finish_output(y, dy, n_rows * n);
   if (q != nullptr) quantized_as(dy, n_rows * n, q);
@@ -394,7 +407,7 @@ void CudaBackend::add_rms_norm(float* x, const float* delta, const Tensor& weigh
   const float* dw = norm_weight(weight, n, "add_rms_norm");
   const float* dd = input(kIn1, delta, n_rows * n);
   float* dy = output(kOut, y, n_rows * n);
-  BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
+  BlockQ8_1* q = fused_quantized(y, n_rows * n, mmvq_rows(n_rows) && n % 32 == 0);
   cuda::add_rms_norm(dx, dd, dw, n_rows, n, eps, dy, stream(), q);
   wrote(dx, n_rows * n);
   finish_output(y, dy, n_rows * n);
@@ -413,7 +426,7 @@ void CudaBackend::norm_add_rms_norm(float* x, float* delta, const Tensor& delta_
   const float* dwd = norm_weight(delta_weight, n, "norm_add_rms_norm");
   const float* dw = norm_weight(weight, n, "norm_add_rms_norm");
   float* dy = output(kOut, y, n_rows * n);
-  BlockQ8_1* q = fused_quantized(y, n_rows * n, n_rows < kGemmMinTokens && n % 32 == 0);
+  BlockQ8_1* q = fused_quantized(y, n_rows * n, mmvq_rows(n_rows) && n % 32 == 0);
   cuda::norm_add_rms_norm(dx, dd, dwd, dw, n_rows, n, eps, dy, stream(), q);
   wrote(dx, n_rows * n);
   wrote(dd, n_rows * n);
@@ -683,17 +696,20 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   float* dout = output(kOut, out, n);
   // Sized, the first time a layer is seen, for a token at the cache's last row, so that
   // decode steps do not grow it as they go.
+  // (decode rows: the split-K kernel, each token's output then as it is alone)
+  const bool split_k = n_tokens < kPrefillMinTokens || (decode_rows_ && n_tokens <= kMaxDecodeRows);
   const size_t floats =
-      std::max(attention_scratch_floats(n_tokens, pos0, params, cache.paged()),
+      std::max(attention_scratch_floats(n_tokens, pos0, params, cache.paged(), split_k),
                attention_scratch_floats(1, cache.n_rows - 1, params, cache.paged()));
   auto* dscratch = static_cast<float*>(scratch(kAttnScratch, floats * sizeof(float)));
   const KvLayerView dcache = device_view(cache, it->second, pos0 + n_tokens);
   // (O's matmul takes the output next: quantized here where it goes to mmvq)
-  BlockQ8_1* qo = fused_quantized(out, n, n_tokens < kGemmMinTokens && params.head_dim % 32 == 0);
+  BlockQ8_1* qo =
+      fused_quantized(out, n, split_k && mmvq_rows(n_tokens) && params.head_dim % 32 == 0);
   // (counters only for the decode kernel, whose splits they merge)
-  const bool merge_in_place = fuse_ && n_tokens < kPrefillMinTokens;
+  const bool merge_in_place = fuse_ && split_k;
   cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream(), qo,
-                  merge_in_place ? attention_counters(n_tokens * params.n_head) : nullptr);
+                  merge_in_place ? attention_counters(n_tokens * params.n_head) : nullptr, split_k);
   finish_output(out, dout, n);
   if (qo != nullptr) quantized_as(dout, n, qo);
 }

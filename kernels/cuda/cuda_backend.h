@@ -17,7 +17,9 @@
 // (decode) quantizes activations to blocks of 32 for every weight type (Q8_1-style, not
 // Q8_K for the k-quants); from 5 tokens on (prefill) both operands are rounded to F16 and
 // multiplied by cuBLAS, as llama.cpp's CUDA backend does for batches; attention sums in
-// float rather than in llama.cpp's F16 accumulator. get_rows dequantizes on the host (one
+// float rather than in llama.cpp's F16 accumulator. Decode rows (set_decode_rows) of up to
+// kMaxDecodeRows take MMVQ and the split-K attention whatever their number: each row's
+// numbers are then bit for bit those of its token alone. get_rows dequantizes on the host (one
 // row per token) and uploads. Not thread-safe: one caller at a time.
 // Graphs: everything is queued on one stream of the backend's own. A one-token forward
 // chunk (decode) inside a scratch scope, after one such chunk ran eagerly on the same
@@ -123,12 +125,17 @@ class CudaBackend final : public Backend {
   void kv_to_host(const KvLayerView& cache) override;
   void kv_from_host(const KvLayerView& cache) override;
   void kv_copy(const KvLayerView& cache, int64_t from, int64_t to, int64_t n) override;
+  // Ignored under QRUN_CUDA_DECODE_ROWS=0 (read at construction), for A/B measurement.
+  void set_decode_rows(bool on) override { decode_rows_ = on && honour_decode_rows_; }
   void begin_scratch(std::span<const std::span<float>> buffers) override;
   void end_scratch() override;
 
  private:
   // The backend's stream, created on first use.
   Stream stream();
+  // Whether a matmul of n_tokens rows runs MMVQ (and the op before it quantizes for it)
+  // rather than the F16 GEMM: a decode step's few rows, or decode rows.
+  bool mmvq_rows(int64_t n_tokens) const;
   // Ends an open capture and launches what it holds; `early` when the capture ends before
   // the step's logits are out (the work that follows runs eagerly).
   void end_capture(bool early);
@@ -275,6 +282,8 @@ class CudaBackend final : public Backend {
   // QRUN_CUDA_FUSE=0 turns off the decode fusions (matmuls, add_rms_norm and the
   // quantized outputs of RMS norm and the gated activations), for A/B measurement.
   bool fuse_ = true;
+  bool decode_rows_ = false;  // set_decode_rows
+  bool honour_decode_rows_ = true;
   bool graphs_ = true;
   bool capturing_ = false;
   bool scope_decode_ = false;

@@ -1,15 +1,18 @@
 // Decode attention over an F16 KV cache, split-K ("flash decoding"), for fewer than
-// kPrefillMinTokens tokens (more go to ops_attention_prefill.cu): the positions a token
-// attends are cut into splits of attention_split(); one block of 4 warps per (head, split, token)
-// runs an online softmax over its split (each warp over every 4th position, each lane over
-// every 32nd dimension), merges its warps, and writes the split's (max, sum, unscaled
-// output) to scratch; the last split block of a (head, token) to finish (a counter per
-// pair, counted with an atomic after a fence) merges the splits, so a decode step's
-// attention is one launch however many splits it has (a second kernel merges them when
-// no counters are given). Numerics: q.k and the output are
-// summed in float (q unrounded); the CPU reference instead follows llama.cpp's CPU flash
-// attention, which rounds q and its accumulator to F16, so the two agree to about F16
-// precision while this kernel is closer to exact (tests/cuda_emu_attention_test.cpp).
+// kPrefillMinTokens tokens and for decode rows (more tokens go to ops_attention_prefill.cu):
+// the positions a token attends are cut into splits of attention_split(); one block of 4
+// warps per (head, split, token) runs an online softmax over its split (each warp over every
+// 4th position, each lane over every 32nd dimension), merges its warps, and writes the
+// split's (max, sum, unscaled output) to scratch; the last split block of a (head, token) to
+// finish (a counter per pair, counted with an atomic after a fence) merges the splits, so a
+// decode step's attention is one launch however many splits it has (a second kernel merges
+// them when no counters are given). A token's splits are those it has alone; the batch's
+// further ones are empty for it (a partial of l = 0, which the merge skips, and a merge of one
+// split writes what the split's own output would), so each token's output has the bits it
+// has alone. Numerics: q.k and the output are summed in float (q unrounded); the CPU
+// reference instead follows llama.cpp's CPU flash attention, which rounds q and its
+// accumulator to F16, so the two agree to about F16 precision while this kernel is closer
+// to exact (tests/cuda_emu_attention_test.cpp).
 #include <cmath>
 #include <cstdlib>
 
@@ -248,8 +251,8 @@ int64_t attention_split() {
 }
 
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params,
-                                bool paged) {
-  if (n_tokens >= kPrefillMinTokens) {
+                                bool paged, bool split_k) {
+  if (n_tokens >= kPrefillMinTokens && !split_k) {
     return attention_prefill_scratch_floats(n_tokens, pos0, params,
                                             prefill_chunk_tokens(n_tokens, pos0, params), paged);
   }
@@ -259,11 +262,12 @@ size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionP
 
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                const AttentionParams& params, float* scratch, float* out, Stream stream,
-               BlockQ8_1* out_q, unsigned* counters) {
-  QRUN_CHECK(out_q == nullptr || (n_tokens < kPrefillMinTokens && params.head_dim % kWarp == 0),
+               BlockQ8_1* out_q, unsigned* counters, bool split_k) {
+  split_k = split_k || n_tokens < kPrefillMinTokens;
+  QRUN_CHECK(out_q == nullptr || (split_k && params.head_dim % kWarp == 0),
              "cuda attention: a quantized output for %lld tokens of head_dim %lld",
              static_cast<long long>(n_tokens), static_cast<long long>(params.head_dim));
-  if (n_tokens >= kPrefillMinTokens) {
+  if (!split_k) {
     attention_prefill(q, n_tokens, pos0, cache, params,
                       prefill_chunk_tokens(n_tokens, pos0, params), scratch, out, stream);
     return;
