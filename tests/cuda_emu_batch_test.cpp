@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,66 @@ TEST(CudaEmuBatch, BatchedLogitsMatchOneSequenceAtATime) {
   }
   std::printf("CUDA backend, batched against one at a time: worst logits-row NMSE %.3g\n", worst);
   EXPECT_LT(worst, kMaxNmse);
+}
+
+// A serve decode step (Backend::set_decode_rows, as BatchScheduler marks a step of decode
+// tokens alone) of 6 sequences, past the MMVQ / gemm switch at 5 rows: each sequence's logits
+// bit for bit those of its token decoded alone, after prompts of 3 to 38 tokens (one and two
+// attention splits of 32). The next step, unmarked, takes the gemm: some row differs.
+TEST(CudaEmuBatch, DecodeRowsStepIsEachSequenceAloneBitForBit) {
+  constexpr int kRows = 6;
+  Result<gguf::File> file =
+      gguf::File::open(test::data_path("models/stories260K-Q4_0.gguf").string());
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  Result<std::unique_ptr<Model>> loaded = models::load_model(*file, ModelOptions{64, kRows});
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  Model& m = **loaded;
+  kernels::cuda::CudaBackend backend;
+  ASSERT_TRUE(m.check_backend(backend).ok());
+  const auto n_vocab = static_cast<size_t>(m.hparams().n_vocab);
+  std::vector<KvCache> solo, batched;
+  std::vector<int64_t> pos;
+  for (int i = 0; i < kRows; ++i) {
+    Result<KvCache> a = make_kv_cache(m, 64, DType::kF16);
+    Result<KvCache> b = make_kv_cache(m, 64, DType::kF16);
+    ASSERT_TRUE(a.ok() && b.ok());
+    solo.push_back(std::move(*a));
+    batched.push_back(std::move(*b));
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 7 * i; ++j) prompt.push_back((i * 131 + j * 17 + 5) % 512);
+    ASSERT_TRUE(m.forward(backend, prompt, 0, solo.back(), false, nullptr).ok());
+    ASSERT_TRUE(m.forward(backend, prompt, 0, batched.back(), false, nullptr).ok());
+    pos.push_back(static_cast<int64_t>(prompt.size()));
+  }
+  for (const bool decode_rows : {true, false}) {
+    SCOPED_TRACE(decode_rows ? "decode rows" : "unmarked");
+    std::vector<int32_t> tokens;
+    std::vector<float> want(kRows * n_vocab), got(kRows * n_vocab);
+    std::vector<SeqForward> seqs;
+    for (int i = 0; i < kRows; ++i) {
+      tokens.push_back(static_cast<int32_t>((i * 37 + pos[i] * 11) % 512));
+    }
+    for (int i = 0; i < kRows; ++i) {
+      const std::span<const int32_t> token(&tokens[i], 1);
+      ASSERT_TRUE(
+          m.forward(backend, token, pos[i], solo[i], false, want.data() + i * n_vocab).ok());
+      seqs.push_back(SeqForward{token, pos[i], &batched[i], false, got.data() + i * n_vocab});
+      ++pos[i];
+    }
+    backend.set_decode_rows(decode_rows);
+    ASSERT_TRUE(m.forward_batch(backend, seqs).ok());
+    backend.set_decode_rows(false);
+    int unlike = 0;
+    for (int i = 0; i < kRows; ++i) {
+      unlike += std::memcmp(got.data() + i * n_vocab, want.data() + i * n_vocab,
+                            n_vocab * sizeof(float)) != 0;
+    }
+    if (decode_rows) {
+      EXPECT_EQ(unlike, 0);
+    } else {
+      EXPECT_GT(unlike, 0);
+    }
+  }
 }
 
 }  // namespace
