@@ -96,9 +96,10 @@ size_t device_cache_bytes(KvCache& kv, int64_t first) {
 
 // The activations one forward chunk keeps on the device (the model's scratch), the largest
 // op output that comes back (all rows of logits), the decode attention's partial results
-// for a token at the end of the context, the K and V rows prefill gathers from a paged
-// cache (qrun serve) for a chunk at the end of the context, and room for the quantized
-// activations, the prefill tiles and the staging of weights repacked at upload.
+// for a token at the end of the context (CudaBackend::attention launches as many tokens at
+// once as fit that), the K and V rows prefill gathers from a paged cache (qrun serve) for a
+// chunk at the end of the context, and room for the quantized activations, the prefill
+// tiles and the staging of weights repacked at upload.
 size_t device_scratch_bytes(const Model& model, int64_t n_ctx) {
   const ModelHparams& hp = model.hparams();
   const size_t attention =

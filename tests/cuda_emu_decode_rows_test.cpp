@@ -4,13 +4,16 @@
 // alone, as tests/speculative_test.cpp holds the CPU backend to. Without the flag the same
 // pass goes through the F16 GEMM and the tiled prefill attention, whose rows differ from a
 // lone token's in the last bits (checked too, so that the test shows the flag at work).
-// The rows start at position 30, so that the pass's first tokens attend one split of 32
-// positions alone and two in the pass (the split kernel's direct output against its merge).
+// The rows start at position 31 in a cache of 128 rows, so that the attention launches hold
+// 2 tokens each (the scratch of one token at the cache's end holds 4 splits of 32
+// positions, the pass's last token needs 2) and the first launch's first token attends
+// one split alone and two in the launch (the split kernel's direct output against its
+// merge).
 // The shared stories260K Q4_0 file (the grouped MMVQ layout of Q4_0 and Q8_0) and synthetic
 // qwen3 (Q4_K and Q6_K, Q/K norms) and gemma3 (Q5_K, GELU gates, windows of 4) files with
 // the demo model's 512-token vocabulary, so that the output layer stays small for the
 // emulator (about 9 s a file; under sanitizers, several times that, gemma3 alone of the
-// synthetic ones).
+// synthetic ones). And the pass keeps attention's scratch at one token's at the cache's end.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -29,8 +32,9 @@
 namespace qrun {
 namespace {
 
-constexpr int64_t kPrefix = 30;  // tokens before the pass
-constexpr int64_t kRows = 18;    // rows of the pass: past kPrefillMinTokens, 8 + 8 + 2 for MMVQ
+constexpr int64_t kPrefix = 31;  // tokens before the pass
+constexpr int64_t kCacheRows = 128;
+constexpr int64_t kRows = 18;  // rows of the pass: past kPrefillMinTokens, 8 + 8 + 2 for MMVQ
 
 struct Loaded {
   std::unique_ptr<gguf::File> file;
@@ -67,7 +71,7 @@ Unlike rows_unlike_one_token_passes(Model& m) {
   kernels::cuda::CudaBackend be;
   EXPECT_TRUE(m.check_backend(be).ok());
   auto prefilled = [&] {
-    Result<KvCache> kv = make_kv_cache(m, 64, DType::kF16);
+    Result<KvCache> kv = make_kv_cache(m, kCacheRows, DType::kF16);
     EXPECT_TRUE(kv.ok());
     EXPECT_TRUE(m.forward(be, prefix, 0, *kv, false, nullptr).ok());
     return std::move(*kv);
@@ -135,6 +139,32 @@ TEST(CudaEmuDecodeRows, PassIsOneTokenPassesBitForBitOnEveryArchitecture) {
     ASSERT_NE(l.model, nullptr);
     expect_decode_rows_are_one_token_passes(*l.model);
   }
+}
+
+// A pass of decode rows keeps attention's scratch at what one token at the cache's last row
+// needs (what the memory plan counts): its launches hold as many tokens as fit that.
+// Without that, 17 rows right after the first token would ask for 17 tokens' partials.
+TEST(CudaEmuDecodeRows, PassKeepsTheAttentionScratchOfOneTokenAtTheCachesEnd) {
+  Loaded l = load(test::data_path("models/stories260K-Q4_0.gguf").string());
+  ASSERT_NE(l.model, nullptr);
+  Model& m = *l.model;
+  const ModelHparams& hp = m.hparams();
+  kernels::cuda::CudaBackend be;
+  ASSERT_TRUE(m.check_backend(be).ok());
+  Result<KvCache> kv = make_kv_cache(m, kCacheRows, DType::kF16);
+  ASSERT_TRUE(kv.ok());
+  std::vector<int32_t> tokens;
+  for (int32_t i = 0; i < 18; ++i) tokens.push_back((i * 131 + 7) % 512);
+  ASSERT_TRUE(m.forward(be, std::span(tokens).first(1), 0, *kv, false, nullptr).ok());
+  const size_t one_at_end =
+      kernels::cuda::attention_scratch_floats(
+          1, kCacheRows - 1, AttentionParams{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f, 0}) *
+      sizeof(float);
+  EXPECT_EQ(be.attention_scratch_bytes(), one_at_end);
+  be.set_decode_rows(true);
+  ASSERT_TRUE(m.forward(be, std::span(tokens).subspan(1), 1, *kv, true, nullptr).ok());
+  be.set_decode_rows(false);
+  EXPECT_EQ(be.attention_scratch_bytes(), one_at_end);
 }
 
 }  // namespace

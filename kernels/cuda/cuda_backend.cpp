@@ -694,22 +694,40 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   const int64_t n = n_tokens * params.n_head * params.head_dim;
   const float* dq = input(kIn0, q, n);
   float* dout = output(kOut, out, n);
-  // Sized, the first time a layer is seen, for a token at the cache's last row, so that
-  // decode steps do not grow it as they go.
   // (decode rows: the split-K kernel, each token's output then as it is alone)
   const bool split_k = n_tokens < kPrefillMinTokens || (decode_rows_ && n_tokens <= kMaxDecodeRows);
-  const size_t floats =
-      std::max(attention_scratch_floats(n_tokens, pos0, params, cache.paged(), split_k),
-               attention_scratch_floats(1, cache.n_rows - 1, params, cache.paged()));
+  // Sized, the first time a layer is seen, for a token at the last row its cache can reach
+  // (a contiguous cache's last row, as the memory plan counts it; a paged view's pool's,
+  // whose tables grow as sequences do), so that decode steps do not grow it as they go. A
+  // split-K launch takes as many tokens as fit that: several far from the end, one a launch
+  // near it (each token's output the same whatever the launch holds).
+  const int64_t last_row =
+      (cache.paged() ? std::max(cache.n_rows, cache.storage_rows()) : cache.n_rows) - 1;
+  const size_t one_at_end = attention_scratch_floats(1, last_row, params, cache.paged());
+  int64_t per_launch = n_tokens;
+  size_t floats = one_at_end;
+  if (split_k && n_tokens > 1) {
+    const size_t last = attention_scratch_floats(1, pos0 + n_tokens - 1, params, cache.paged());
+    per_launch = std::clamp<int64_t>(static_cast<int64_t>(one_at_end / std::max<size_t>(last, 1)),
+                                     1, n_tokens);
+    floats = std::max(floats, static_cast<size_t>(per_launch) * last);
+  } else if (!split_k) {
+    floats = std::max(floats, attention_scratch_floats(n_tokens, pos0, params, cache.paged()));
+  }
   auto* dscratch = static_cast<float*>(scratch(kAttnScratch, floats * sizeof(float)));
   const KvLayerView dcache = device_view(cache, it->second, pos0 + n_tokens);
   // (O's matmul takes the output next: quantized here where it goes to mmvq)
   BlockQ8_1* qo =
       fused_quantized(out, n, split_k && mmvq_rows(n_tokens) && params.head_dim % 32 == 0);
   // (counters only for the decode kernel, whose splits they merge)
-  const bool merge_in_place = fuse_ && split_k;
-  cuda::attention(dq, n_tokens, pos0, dcache, params, dscratch, dout, stream(), qo,
-                  merge_in_place ? attention_counters(n_tokens * params.n_head) : nullptr, split_k);
+  unsigned* counters = fuse_ && split_k ? attention_counters(per_launch * params.n_head) : nullptr;
+  const int64_t token_floats = params.n_head * params.head_dim;
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += per_launch) {
+    const int64_t off = t0 * token_floats;
+    cuda::attention(dq + off, std::min(per_launch, n_tokens - t0), pos0 + t0, dcache, params,
+                    dscratch, dout + off, stream(), qo != nullptr ? qo + off / 32 : nullptr,
+                    counters, split_k);
+  }
   finish_output(out, dout, n);
   if (qo != nullptr) quantized_as(dout, n, qo);
 }

@@ -74,6 +74,9 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   const GraphStats& graph_stats() const { return stats_; }
+  // The device memory attention's partial results hold now, for the tests: the memory plan
+  // (cli/gpu_offload.cpp) counts that of one token at the cache's last row.
+  size_t attention_scratch_bytes() const { return scratch_[kAttnScratch].size(); }
 
   std::string_view name() const override { return "cuda"; }
   bool supports(Op op, DType type) const override;
