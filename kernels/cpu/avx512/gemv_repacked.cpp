@@ -168,6 +168,22 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
   for (int i = 0; i < kG; ++i) _mm512_storeu_ps(y + i * kRepackRows, sum8_in_hsum_order(acc[i]));
 }
 
+// What a Q4_K or Q5_K super-block (at blk) of one group starts with against ab: d, the
+// rows' scales times ab's, its scales and mins unpacked lane-wise (unpack_scales_mins), and
+// the mins' term, dmin times m[2p] * S[2p] + m[2p + 1] * S[2p + 1] (S[s] the activation's
+// sub-block sums), added to `mins` as Mins keeps it.
+template <class Mins>
+inline Q4KScales k_super_start(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
+                               Mins& mins, __m512& d) {
+  d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
+  const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
+  const Q4KScales sm = q4_k_scales(blk, k);
+  const int32_t pairs[4] = {q4_k_mins_pair(ab, 0), q4_k_mins_pair(ab, 1), q4_k_mins_pair(ab, 2),
+                            q4_k_mins_pair(ab, 3)};
+  mins.add(dmin, sm, pairs);
+  return sm;
+}
+
 // One super-block of one group of 16 Q4_K rows (at blk) against ab. Per row (lane) this is
 // vec_dot_q4_k_q8_k step for step: its 8 int32 lanes l become 8 vectors sumi[l] (vector
 // q[8j + l] feeds lane l as vec_dot's 32-byte load j does); the super-block adds d *
@@ -175,14 +191,8 @@ void q5_0_groups(int64_t nb, const uint8_t* base, size_t group_bytes, const Bloc
 // sums them at the end in hsum_f32x8 + hsum_f32x4 order.
 inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
                        __m512 acc[8], Q4KMins& mins) {
-  const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
-  const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
-  // unpack_scales_mins, lane-wise; the mins: m[2p] * S[2p] + m[2p + 1] * S[2p + 1], S[s]
-  // the activation's sub-block sums.
-  const Q4KScales sm = q4_k_scales(blk, k);
-  const int32_t pairs[4] = {q4_k_mins_pair(ab, 0), q4_k_mins_pair(ab, 1), q4_k_mins_pair(ab, 2),
-                            q4_k_mins_pair(ab, 3)};
-  mins.add(dmin, sm, pairs);
+  __m512 d;
+  const Q4KScales sm = k_super_start(blk, ab, k, mins, d);
   const uint8_t* q = blk + 64 + 3 * 64;
   prefetch_to_l2(blk, 4);
   __m512i sumi[8];
@@ -215,12 +225,8 @@ inline void q4_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstan
 // mins as Q5KMins keeps them; k_super_groups ends with hsum_f32x8(acc) + sum_min.
 inline void q5_k_super(const uint8_t* blk, const BlockQ8_K& ab, const Q4KConstants& k,
                        __m512 acc[8], Q5KMins& mins) {
-  const __m512 d = _mm512_mul_ps(_mm512_set1_ps(ab.d), widen_f16x16(load256(blk)));
-  const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-ab.d), widen_f16x16(load256(blk + 32)));
-  const Q4KScales sm = q4_k_scales(blk, k);
-  const int32_t pairs[4] = {q4_k_mins_pair(ab, 0), q4_k_mins_pair(ab, 1), q4_k_mins_pair(ab, 2),
-                            q4_k_mins_pair(ab, 3)};
-  mins.add(dmin, sm, pairs);
+  __m512 d;
+  const Q4KScales sm = k_super_start(blk, ab, k, mins, d);
   __m512i sc[8];  // (sc[s], sc[s]) int16 pairs of sub-block s
   for (int j = 0; j < 4; ++j) {
     sc[2 * j] = q4_k_scale_pair(sm, j, /*high=*/false, k);
