@@ -90,6 +90,21 @@ else
   cat "$out/gen_cpu.txt"; echo; cat "$out/gen_gpu.txt"; echo; tail -3 "$out/gen_gpu.err"
 fi
 
+# Speculative decoding on the GPU, a draft model's passes and prompt lookup's: verification
+# passes run as decode rows (each row bit for bit its token alone), so the greedy text is
+# plain decoding's on the same device.
+d="$dir/data/models/TinyLLama-v0-5M-Q8_0.gguf"
+for spec in "-md $d" "--lookup-ngram 2"; do
+  # shellcheck disable=SC2086  # (spec holds two words)
+  "$qrun" run "${args[@]}" -ngl all $spec > "$out/gen_gpu_spec.txt" 2> "$out/gen_gpu_spec.err"
+  if cmp -s "$out/gen_gpu.txt" "$out/gen_gpu_spec.txt"; then
+    note "greedy text, GPU plain vs GPU ${spec%% *}: identical"
+  else
+    note "greedy text, GPU plain vs GPU ${spec%% *}: DIFFERENT"
+    cat "$out/gen_gpu_spec.txt"; echo; tail -3 "$out/gen_gpu_spec.err"
+  fi
+done
+
 # qrun serve on the GPU: with -np 2, two greedy completions at once, each compared with
 # the text `qrun run -ngl all` gave, both from the paged pool (the default, a block table per
 # sequence) and from a cache of its own per slot (--no-kv-unified).
