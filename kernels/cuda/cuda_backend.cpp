@@ -65,8 +65,12 @@ CudaBackend::~CudaBackend() {
   destroy_stream(stream());
 }
 
+bool CudaBackend::as_decode_rows(int64_t n_tokens) const {
+  return decode_rows_ && n_tokens <= kMaxDecodeRows;
+}
+
 bool CudaBackend::mmvq_rows(int64_t n_tokens) const {
-  return n_tokens < kGemmMinTokens || (decode_rows_ && n_tokens <= kMaxDecodeRows);
+  return n_tokens < kGemmMinTokens || as_decode_rows(n_tokens);
 }
 
 Stream CudaBackend::stream() {
@@ -695,7 +699,7 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   const float* dq = input(kIn0, q, n);
   float* dout = output(kOut, out, n);
   // (decode rows: the split-K kernel, each token's output then as it is alone)
-  const bool split_k = n_tokens < kPrefillMinTokens || (decode_rows_ && n_tokens <= kMaxDecodeRows);
+  const bool split_k = n_tokens < kPrefillMinTokens || as_decode_rows(n_tokens);
   // Sized, the first time a layer is seen, for a token at the last row its cache can reach
   // (a contiguous cache's last row, as the memory plan counts it; a paged view's pool's,
   // whose tables grow as sequences do), so that decode steps do not grow it as they go. A
@@ -716,9 +720,9 @@ void CudaBackend::attention(const float* q, int64_t n_tokens, int64_t pos0,
   }
   auto* dscratch = static_cast<float*>(scratch(kAttnScratch, floats * sizeof(float)));
   const KvLayerView dcache = device_view(cache, it->second, pos0 + n_tokens);
-  // (O's matmul takes the output next: quantized here where it goes to mmvq)
-  BlockQ8_1* qo =
-      fused_quantized(out, n, split_k && mmvq_rows(n_tokens) && params.head_dim % 32 == 0);
+  // (O's matmul takes the output next: quantized here where it goes to mmvq, whose rows
+  // always take the split-K kernel)
+  BlockQ8_1* qo = fused_quantized(out, n, mmvq_rows(n_tokens) && params.head_dim % 32 == 0);
   // (counters only for the decode kernel, whose splits they merge)
   unsigned* counters = fuse_ && split_k ? attention_counters(per_launch * params.n_head) : nullptr;
   const int64_t token_floats = params.n_head * params.head_dim;

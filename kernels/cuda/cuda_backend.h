@@ -136,6 +136,8 @@ class CudaBackend final : public Backend {
  private:
   // The backend's stream, created on first use.
   Stream stream();
+  // Whether n_tokens rows are decode rows this backend computes as each token alone.
+  bool as_decode_rows(int64_t n_tokens) const;
   // Whether a matmul of n_tokens rows runs MMVQ (and the op before it quantizes for it)
   // rather than the F16 GEMM: a decode step's few rows, or decode rows.
   bool mmvq_rows(int64_t n_tokens) const;

@@ -127,7 +127,8 @@ void norm_rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t
 // memory, at least n_tokens * n_head of them, all zero, and left zero): the decode
 // kernel's last block per head and token merges the splits (one launch); without them a
 // second kernel does (the same bits). split_k: the split-K kernel however many tokens
-// (decode rows, each token's output then bit for bit what it is alone; out_q allowed).
+// (decode rows, each token's output then bit for bit what it is alone; out_q allowed), its
+// scratch n_tokens times attention_scratch_floats(1, pos0 + n_tokens - 1, ...).
 // Positions per split of the split-K decode kernel: QRUN_CUDA_ATTN_SPLIT (read once per
 // process), else kDefaultSplit.
 inline constexpr int64_t kDefaultSplit = 32;
@@ -135,7 +136,7 @@ int64_t attention_split();
 inline constexpr int64_t kPrefillMinTokens = 16;
 // (paged: for a cache read through a block table, whose rows prefill gathers first)
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params,
-                                bool paged = false, bool split_k = false);
+                                bool paged = false);
 void attention(const float* q, int64_t n_tokens, int64_t pos0, const KvLayerView& cache,
                const AttentionParams& params, float* scratch, float* out, Stream stream,
                BlockQ8_1* out_q = nullptr, unsigned* counters = nullptr, bool split_k = false);

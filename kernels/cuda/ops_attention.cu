@@ -251,8 +251,8 @@ int64_t attention_split() {
 }
 
 size_t attention_scratch_floats(int64_t n_tokens, int64_t pos0, const AttentionParams& params,
-                                bool paged, bool split_k) {
-  if (n_tokens >= kPrefillMinTokens && !split_k) {
+                                bool paged) {
+  if (n_tokens >= kPrefillMinTokens) {
     return attention_prefill_scratch_floats(n_tokens, pos0, params,
                                             prefill_chunk_tokens(n_tokens, pos0, params), paged);
   }
